@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs fleet-supervisor and what its tests use into ./.venv (idempotent). As root on Debian it
+# also installs the system packages the tests drive for real.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+APT_PACKAGES=""
+missing=""
+for pkg in $APT_PACKAGES; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
+  else
+    echo "setup: please install these Debian packages first:$missing" >&2
+  fi
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'

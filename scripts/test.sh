@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: set-up, then lint, format check, strict types and the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/pytest "$@"

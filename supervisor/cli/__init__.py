@@ -1,0 +1,81 @@
+"""`fleet-supervisor`: the command line. Exit codes: 0 all good, 1 the check found a problem
+(a probe failed, the config or a rule is invalid), 2 it could not run (usage, no store, no such
+endpoint or incident)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from supervisor import __version__
+from supervisor.cli import check, incidents, probe, run, status
+from supervisor.cli.common import CliError
+from supervisor.config import ConfigError
+from supervisor.durations import DurationError, parse_duration
+from supervisor.store import StoreError
+
+
+def _duration(text: str) -> object:
+    try:
+        return parse_duration(text)
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fleet-supervisor",
+        description="Keeps a home/lab LLM inference fleet serving.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="fleet config (default: $FLEET_SUPERVISOR_CONFIG, else ./fleet.yaml)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("check", help="validate the config; exit 1 with file:line: field errors")
+    p = sub.add_parser("run", help="run the daemon until SIGTERM or Ctrl-C")
+    p.add_argument("--log-format", choices=("auto", "json", "text"), default="auto")
+    p = sub.add_parser("status", help="every endpoint's state, from the store")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("probe", help="probe one endpoint now (liveness and the real check)")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("incidents", help="incidents from the store, newest first")
+    p.add_argument("--endpoint", metavar="NAME", help="only this endpoint (or host)")
+    p.add_argument(
+        "--since",
+        type=_duration,
+        metavar="AGE",
+        help="only those open or closed within AGE, e.g. 24h",
+    )
+    p.add_argument("--open", action="store_true", help="only open incidents")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("timeline", help="one incident's timeline")
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {
+        "check": check.main,
+        "run": run.main,
+        "status": status.main,
+        "probe": probe.main,
+        "incidents": incidents.main_list,
+        "timeline": incidents.main_timeline,
+    }
+    try:
+        return handlers[args.command](args)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except (StoreError, CliError) as exc:
+        print(f"fleet-supervisor: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,22 @@
+"""What the commands share: finding the config and opening the store read-side."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from supervisor.config import FleetConfig, load_config, resolve_config_path
+from supervisor.store import Store
+
+
+class CliError(Exception):
+    """A plain message for stderr, exit code 2."""
+
+
+def load(args: argparse.Namespace) -> FleetConfig:
+    return load_config(resolve_config_path(args.config, os.environ))
+
+
+async def open_store(config: FleetConfig) -> Store:
+    """The daemon's store, for reading beside it; a missing store is a plain error."""
+    return await Store.open(config.store.path, create=False)

@@ -1,0 +1,86 @@
+"""`status`: every configured endpoint and host, as the store last saw it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from supervisor.cli.common import load, open_store
+from supervisor.cli.render import ago, dump, iso, num, table
+from supervisor.clock import utcnow
+from supervisor.config import FleetConfig
+from supervisor.store import Snapshot, SubjectKind
+
+
+def main(args: argparse.Namespace) -> int:
+    config = load(args)
+    document = asyncio.run(collect(config))
+    print(dump(document) if args.json else render(document))
+    return 0
+
+
+async def collect(config: FleetConfig) -> dict[str, Any]:
+    """The `status --json` document (its shape is documented in the README)."""
+    store = await open_store(config)
+    try:
+        snapshots = {(s.kind, s.name): s for s in await store.snapshots()}
+    finally:
+        await store.close()
+    endpoints = []
+    for name, endpoint in config.endpoints.items():
+        snap = snapshots.get((SubjectKind.ENDPOINT, name))
+        endpoints.append(
+            {"name": name, "kind": endpoint.kind, "url": endpoint.url, **_fields(snap)}
+            | {
+                "last_ok_at": iso(snap.last_ok_at) if snap else None,
+                "last_ttft_s": snap.last_ttft_s if snap else None,
+                "last_tok_s": snap.last_tok_s if snap else None,
+                "fail_streak": snap.fail_streak if snap else 0,
+            }
+        )
+    hosts = [
+        {"name": name, "local": host.local, **_fields(snapshots.get((SubjectKind.HOST, name)))}
+        for name, host in config.hosts.items()
+    ]
+    return {"generated_at": iso(utcnow()), "endpoints": endpoints, "hosts": hosts}
+
+
+def _fields(snap: Snapshot | None) -> dict[str, Any]:
+    return {
+        "state": snap.state if snap else "unknown",
+        "since": iso(snap.since) if snap else None,
+        "incident_id": snap.incident_id if snap else None,
+        "last_reason": snap.last_reason if snap else "",
+    }
+
+
+def render(document: dict[str, Any]) -> str:
+    from datetime import datetime
+
+    now = utcnow()
+
+    def parse(value: str | None) -> datetime | None:
+        return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+    rows = [
+        [
+            e["name"],
+            e["state"],
+            ago(parse(e["since"]), now),
+            "-" if e["incident_id"] is None else f"#{e['incident_id']}",
+            num(e["last_ttft_s"], "{:.2f}s"),
+            num(e["last_tok_s"], "{:.1f}"),
+            e["last_reason"] or "-",
+        ]
+        for e in document["endpoints"]
+    ]
+    out = table(["ENDPOINT", "STATE", "SINCE", "INCIDENT", "TTFT", "TOK/S", "LAST PROBLEM"], rows)
+    remote = [h for h in document["hosts"] if not h["local"]]
+    if remote:
+        host_rows = [
+            [h["name"], h["state"], ago(parse(h["since"]), now), h["last_reason"] or "-"]
+            for h in remote
+        ]
+        out += "\n\n" + table(["HOST", "STATE", "SINCE", "LAST PROBLEM"], host_rows)
+    return out

@@ -1,0 +1,36 @@
+"""The fleet config: one YAML file describing hosts, endpoints and probe settings.
+
+`load_config(path)` returns a frozen `FleetConfig` or raises `ConfigError`, whose `issues` list
+every problem found as `file:line: path: message`.
+"""
+
+from supervisor.config.errors import ConfigError, ConfigIssue
+from supervisor.config.loader import load_config, parse_config, resolve_config_path
+from supervisor.config.models import (
+    Defaults,
+    Endpoint,
+    EndpointKind,
+    FleetConfig,
+    Host,
+    ProbeSettings,
+    StoreConfig,
+    UnitRef,
+    UnknownEndpointError,
+)
+
+__all__ = [
+    "ConfigError",
+    "ConfigIssue",
+    "Defaults",
+    "Endpoint",
+    "EndpointKind",
+    "FleetConfig",
+    "Host",
+    "ProbeSettings",
+    "StoreConfig",
+    "UnitRef",
+    "UnknownEndpointError",
+    "load_config",
+    "parse_config",
+    "resolve_config_path",
+]

@@ -1,0 +1,82 @@
+"""Cross-checks that need more than one field or more than one entry.
+
+They run on every entry, even one with type errors: the loader passes a best-effort entry and
+drops the findings that read a field which already failed its own check (`Finding.uses`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from supervisor.config.errors import Loc
+from supervisor.config.models import COMPLETION_KINDS, MODEL_KINDS, Endpoint, Host, UnitRef
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem at a document path, in plain words, and the entry fields the check read."""
+
+    loc: Loc
+    message: str
+    uses: tuple[str, ...] = ()
+
+
+def check_hosts(hosts: Mapping[str, Host]) -> Iterator[Finding]:
+    """A host reached over SSH needs an address."""
+    for name, host in hosts.items():
+        if not host.local and host.address is None:
+            loc = ("hosts", name, "address")
+            yield Finding(loc, "required unless local: true", uses=("local", "address"))
+
+
+def check_endpoint(
+    endpoint: Endpoint, units: Sequence[UnitRef | None], host_names: Collection[str]
+) -> Iterator[Finding]:
+    """The model where the kind needs one, kind-only fields, host references, repeated units.
+
+    `units` are the endpoint's units checked one by one (None for a unit with type errors).
+    """
+    at = ("endpoints", endpoint.name)
+    if endpoint.model is None and endpoint.kind in MODEL_KINDS:
+        message = f"required for kind {endpoint.kind!r}"
+        yield Finding((*at, "model"), message, uses=("kind", "model"))
+    if endpoint.kind not in COMPLETION_KINDS:
+        only = f"only used by kinds openai and ollama, not {endpoint.kind!r}"
+        if endpoint.expect_reasoning:
+            yield Finding((*at, "expect_reasoning"), only, uses=("kind", "expect_reasoning"))
+        if endpoint.baseline_tok_s is not None:
+            yield Finding((*at, "baseline_tok_s"), only, uses=("kind", "baseline_tok_s"))
+    if endpoint.host is not None and endpoint.host not in host_names:
+        yield Finding((*at, "host"), unknown_host(endpoint.host, host_names), uses=("host",))
+    first_index: dict[tuple[str, str], int] = {}
+    for index, unit in enumerate(units):
+        if unit is None:
+            continue
+        if unit.host not in host_names:
+            yield Finding((*at, "units", index, "host"), unknown_host(unit.host, host_names))
+        key = (unit.host, unit.unit)
+        if key in first_index:
+            message = f"the same unit as units[{first_index[key]}]"
+            yield Finding((*at, "units", index), message)
+        else:
+            first_index[key] = index
+
+
+def unknown_host(name: str, host_names: Collection[str]) -> str:
+    """`unknown host 'spark3' (hosts: forge, spark1, spark2)`."""
+    if not host_names:
+        return f"unknown host {name!r} (no hosts are configured)"
+    return f"unknown host {name!r} (hosts: {', '.join(sorted(host_names))})"
+
+
+def check_fleet(
+    hosts: Mapping[str, Host],
+    endpoints: Mapping[str, tuple[Endpoint, Sequence[UnitRef | None]]],
+    host_names: Collection[str],
+) -> list[Finding]:
+    """Every cross-check over the whole file, in file order."""
+    findings = list(check_hosts(hosts))
+    for endpoint, units in endpoints.values():
+        findings.extend(check_endpoint(endpoint, units, host_names))
+    return findings

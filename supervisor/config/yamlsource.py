@@ -1,0 +1,195 @@
+"""YAML text to plain Python data, keeping the line of every key and value.
+
+PyYAML's safe loader builds the data; the composed node tree, walked beside it, gives each
+document path (`('endpoints', 'ds4', 'units', 0)`) the 1-based line of its key and its value.
+Duplicate keys, which PyYAML silently lets win, are reported. Nothing here raises anything but
+`ConfigError`, whatever the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from supervisor.config.errors import ConfigError, ConfigIssue, Loc, format_path
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+_MAX_INT_DIGITS = 4000  # Python refuses to convert longer digit strings (sys.int_info)
+_MAX_NODES = 50_000  # enough for any fleet; stops alias bombs from walking forever
+_MAX_DEPTH = 32  # deeper values (only reachable through alias loops) keep their parent's line
+
+
+@dataclass(frozen=True)
+class LineMap:
+    """The 1-based line of each value and each mapping key, by document path."""
+
+    values: Mapping[Loc, int] = field(default_factory=dict)
+    keys: Mapping[Loc, int] = field(default_factory=dict)
+
+    def line_of(self, loc: Loc) -> int | None:
+        """The value's line; for a value that is not there, the line of what should hold it."""
+        if loc in self.values:
+            return self.values[loc]
+        return self.owner_line(loc[:-1]) if loc else None
+
+    def key_line(self, loc: Loc) -> int | None:
+        """The line of the key that names `loc` (its value's line for list items)."""
+        return self.keys.get(loc) or self.line_of(loc)
+
+    def owner_line(self, loc: Loc) -> int | None:
+        """The line that introduces `loc` (its key), or of its nearest present ancestor."""
+        while True:
+            if loc in self.keys:
+                return self.keys[loc]
+            if loc in self.values:
+                return self.values[loc]
+            if not loc:
+                return None
+            loc = loc[:-1]
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """Parsed data (None for an empty file), where each part came from, and duplicate keys."""
+
+    data: object
+    lines: LineMap
+    issues: tuple[ConfigIssue, ...] = ()
+
+
+def parse_yaml(text: str, file: str) -> YamlDocument:
+    """Parse one YAML document; raises `ConfigError` for anything that is not valid YAML."""
+    try:
+        return _parse(text, file)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError([_marked_issue(exc, file)]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1])
+        reason = f"unacceptable character #x{code:04x}: {exc.reason}"
+        raise ConfigError([ConfigIssue(file, line, "", f"YAML syntax error: {reason}")]) from None
+    except RecursionError:
+        message = "YAML syntax error: the document is nested too deeply"
+        raise ConfigError([ConfigIssue(file, None, "", message)]) from None
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        message = f"YAML error: {_one_line(str(exc))}"
+        raise ConfigError([ConfigIssue(file, None, "", message)]) from None
+
+
+def _parse(text: str, file: str) -> YamlDocument:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return YamlDocument(data=None, lines=LineMap())
+        issues = _check_nodes(node, file)
+        if any(issue.path == "" for issue in issues):
+            raise ConfigError(issues)
+        data = loader.construct_document(node)
+        return YamlDocument(data=data, lines=_map_lines(node), issues=tuple(issues))
+    finally:
+        loader.dispose()
+
+
+def _marked_issue(exc: yaml.MarkedYAMLError, file: str) -> ConfigIssue:
+    mark = exc.problem_mark or exc.context_mark
+    problem = exc.problem or exc.context or "not valid YAML"
+    if exc.context and problem.startswith("but "):
+        problem = f"{exc.context}, {problem}"
+    if "'\\t'" in problem:
+        problem += " (indent with spaces, not tabs)"
+    label = "YAML error" if isinstance(exc, ConstructorError) else "YAML syntax error"
+    line = mark.line + 1 if mark is not None else None
+    return ConfigIssue(file, line, "", f"{label}: {_one_line(problem)}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+_NO_KEY = object()  # a mapping key that is not a scalar (the loader rejects those itself)
+
+
+def _key_of(node: Node) -> object:
+    """The Python value of a scalar mapping key as the safe loader builds it, else `_NO_KEY`."""
+    if not isinstance(node, ScalarNode):
+        return _NO_KEY
+    try:
+        key: object = SafeConstructor().construct_object(node)
+        hash(key)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+        return str(node.value)
+    return key
+
+
+def _children(loc: Loc, node: Node) -> Iterator[tuple[Loc, Node, Node | None]]:
+    """(path, value node, key node or None) for each child of a mapping or sequence."""
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                yield loc, value_node, None  # merged in: its keys belong to this mapping
+                continue
+            key = _key_of(key_node)
+            if key is not _NO_KEY:
+                yield (*loc, key), value_node, key_node
+    elif isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            yield (*loc, index), item, None
+
+
+def _check_nodes(root: Node, file: str) -> list[ConfigIssue]:
+    """Duplicate keys and integers too long to convert, before the loader builds anything."""
+    issues: list[ConfigIssue] = []
+    seen_nodes: set[int] = set()
+    stack: list[tuple[Loc, Node]] = [((), root)]
+    while stack:
+        loc, node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, ScalarNode) and node.tag == _INT_TAG:
+            if len(node.value) > _MAX_INT_DIGITS:
+                line = node.start_mark.line + 1
+                message = f"YAML error: a number with more than {_MAX_INT_DIGITS} digits"
+                issues.append(ConfigIssue(file, line, "", message))
+            continue
+        first_lines: dict[object, int] = {}
+        for child_loc, child, key_node in _children(loc, node):
+            if key_node is not None:
+                line = key_node.start_mark.line + 1
+                key = child_loc[-1]
+                if key in first_lines:
+                    message = f"duplicate key (first at line {first_lines[key]})"
+                    issues.append(ConfigIssue(file, line, format_path(child_loc), message))
+                else:
+                    first_lines[key] = line
+            stack.append((child_loc, child))
+    return issues
+
+
+def _map_lines(root: Node) -> LineMap:
+    """Walk the (merge-flattened) node tree; later duplicate keys win, as in the data."""
+    values: dict[Loc, int] = {(): root.start_mark.line + 1}
+    keys: dict[Loc, int] = {}
+    stack: list[tuple[Loc, Node]] = [((), root)]
+    budget = _MAX_NODES
+    while stack and budget > 0:
+        loc, node = stack.pop()
+        budget -= 1
+        winners = {  # a repeated key: the last one is what the data holds
+            child_loc: (child, key_node)
+            for child_loc, child, key_node in _children(loc, node)
+            if child_loc != loc  # a merge the loader has not flattened: nothing to place
+        }
+        for child_loc, (child, key_node) in winners.items():
+            values[child_loc] = child.start_mark.line + 1
+            if key_node is not None:
+                keys[child_loc] = key_node.start_mark.line + 1
+            if len(child_loc) < _MAX_DEPTH:
+                stack.append((child_loc, child))
+    return LineMap(values=values, keys=keys)

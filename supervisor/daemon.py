@@ -1,0 +1,149 @@
+"""The daemon: restores state from the store, starts one worker per endpoint and one watcher per
+host, schedules the probes, and runs until it is told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import replace
+from datetime import timedelta
+
+import httpx
+import structlog
+
+from supervisor.clock import Clock, SystemClock
+from supervisor.config import Endpoint, FleetConfig
+from supervisor.events import Event, HostReachability, ProbeResult, Stop, Tier
+from supervisor.hosts import UNREACHABLE, HostWatcher
+from supervisor.machine import FleetMachine
+from supervisor.probes import make_client, run_probe
+from supervisor.schedule import ProbeSchedule
+from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.worker import EndpointWorker, Prober, restored_from
+
+log = structlog.get_logger("supervisor.daemon")
+
+
+class Daemon:
+    """Everything the `run` command runs. `start`, then `stop` (or `run_until`)."""
+
+    def __init__(
+        self,
+        config: FleetConfig,
+        *,
+        clock: Clock | None = None,
+        prober: Prober | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self._prober = prober
+        self._client: httpx.AsyncClient | None = None
+        self.store: Store | None = None
+        self.machine = FleetMachine()
+        self.workers: dict[str, EndpointWorker] = {}
+        self.hosts: dict[str, HostWatcher] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._schedule: ProbeSchedule | None = None
+        self.on_ready: Callable[[], Awaitable[None] | None] | None = None
+
+    async def _probe(self, endpoint: Endpoint, tier: Tier) -> ProbeResult:
+        assert self._client is not None
+        return await run_probe(endpoint, tier, self._client, clock=self.clock)
+
+    async def start(self) -> None:
+        self.store = store = await Store.open(self.config.store.path)
+        if self._prober is None:
+            self._client = make_client()
+        prober: Prober = self._prober or self._probe
+        now = self.clock.now()
+        for name, host in self.config.hosts.items():
+            if host.local:
+                continue
+            self.hosts[name] = HostWatcher(
+                host,
+                store=store,
+                clock=self.clock,
+                broadcast=self.broadcast,
+                failures_to_down=self.config.defaults.probe.failures_to_down,
+                timeout=min(self.config.defaults.probe.timeout, _HOST_TIMEOUT),
+                restored=await _current(store, SubjectKind.HOST, name),
+            )
+        down_hosts = {n for n, w in self.hosts.items() if w.state == UNREACHABLE}
+        for name, endpoint in self.config.endpoints.items():
+            snapshot = await _current(store, SubjectKind.ENDPOINT, name)
+            restored = restored_from(snapshot, now=now, grace_until=now + endpoint.startup_grace)
+            worker = EndpointWorker(
+                endpoint,
+                machine=self.machine,
+                store=store,
+                prober=prober,
+                clock=self.clock,
+                restored=restored,
+                unreachable_hosts=down_hosts & set(endpoint.hosts()),
+                host_check=self._hosts_answer,
+            )
+            self.workers[name] = worker
+            self._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{name}"))
+            log.info(
+                "supervising", endpoint=name, state=worker.state.value, incident=worker.incident_id
+            )
+        self._schedule = ProbeSchedule(self.config, self.workers, self.hosts, store, self.clock)
+        self._schedule.start()
+        log.info("started", endpoints=len(self.workers), hosts=len(self.hosts))
+
+    async def _hosts_answer(self, endpoint: Endpoint) -> str:
+        for name in endpoint.hosts():
+            watcher = self.hosts.get(name)
+            if watcher is None:
+                continue
+            reason = await watcher.probe_once()
+            if reason:
+                return f"host {name}: {reason}"
+        return ""
+
+    def broadcast(self, event: HostReachability) -> None:
+        for worker in self.workers.values():
+            if event.host in worker.endpoint.hosts():
+                worker.submit(event)
+
+    def submit(self, event: Event) -> None:
+        name = getattr(event, "endpoint", None)
+        if not isinstance(name, str) or name not in self.workers:
+            raise KeyError(f"no endpoint {name!r}")
+        self.workers[name].submit(event)
+
+    async def stop(self) -> None:
+        if self._schedule is not None:
+            self._schedule.shutdown()
+        for worker in self.workers.values():
+            worker.submit(Stop(endpoint=worker.name, at=self.clock.now()))
+        for task in self._tasks:
+            with suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=_DRAIN_SECONDS)
+        if self._client is not None:
+            await self._client.aclose()
+        if self.store is not None:
+            await self.store.close()
+        log.info("stopped")
+
+    async def run_until(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+
+async def _current(store: Store, kind: SubjectKind, name: str) -> Snapshot | None:
+    """The stored snapshot, with its incident reattached if the store still has one open."""
+    snapshot = await store.snapshot(kind, name)
+    incident = await store.open_incident(kind, name)
+    if snapshot is None:
+        return None
+    incident_id = incident.id if incident is not None else None
+    return replace(snapshot, incident_id=incident_id)
+
+
+_HOST_TIMEOUT = timedelta(seconds=5)
+_DRAIN_SECONDS = 5.0

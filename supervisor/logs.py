@@ -1,0 +1,39 @@
+"""structlog set-up: JSON lines when stderr is not a terminal, readable text when it is.
+
+Every endpoint event carries `endpoint` (and `incident` when one is open): the worker binds them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure(*, json: bool | None = None, level: str = "info") -> None:
+    as_json = (not sys.stderr.isatty()) if json is None else json
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def silence() -> None:
+    """For commands whose output is the answer (status, probe --json): no log lines."""
+    structlog.configure(
+        processors=[structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL + 1),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )

@@ -1,0 +1,30 @@
+"""The store: endpoint and host states, incidents, their append-only timeline, probe samples.
+
+One SQLite file (WAL), written by the daemon and read beside it by the CLI.
+"""
+
+from supervisor.store.errors import StoreError
+from supervisor.store.records import (
+    EntryKind,
+    IncidentRow,
+    JSONValue,
+    SampleRow,
+    Snapshot,
+    SubjectKind,
+    TimelineEntry,
+    TimelineRow,
+)
+from supervisor.store.store import Store
+
+__all__ = [
+    "EntryKind",
+    "IncidentRow",
+    "JSONValue",
+    "SampleRow",
+    "Snapshot",
+    "Store",
+    "StoreError",
+    "SubjectKind",
+    "TimelineEntry",
+    "TimelineRow",
+]

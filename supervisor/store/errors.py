@@ -1,0 +1,12 @@
+"""The one exception the store raises: a plain sentence, ready to show a person."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked; the message says why in one line, e.g.
+
+    ``no store at /x/state/supervisor.db (has the daemon run yet?)``,
+    ``cannot open store /x: unable to open database file``,
+    ``store /x is not a fleet-supervisor database (user_version 0)``, ``no incident 42``.
+    """

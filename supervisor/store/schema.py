@@ -1,0 +1,124 @@
+"""The tables, indexes and triggers of the store (SQLAlchemy Core), and its version marks.
+
+- `snapshots`: the current state of each endpoint and host, one row per (kind, name).
+- `incidents`: at most one open per subject (a partial unique index); `entries` counts its
+  timeline rows and is kept by a trigger, so listing incidents never counts the timeline.
+- `timeline`: append-only (triggers refuse UPDATE and DELETE).
+- `samples`: raw probe results, pruned by age.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
+
+from supervisor.store.coltypes import JSONData, UTCDateTime
+
+SCHEMA_VERSION = 1
+"""`PRAGMA user_version` of a store this code reads and writes."""
+
+APPLICATION_ID = 0x46535550  # "FSUP"
+"""`PRAGMA application_id` that marks a fleet-supervisor database."""
+
+APPEND_ONLY_MESSAGE = "timeline is append-only"
+
+metadata = MetaData()
+
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("subject_kind", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("opened_at", UTCDateTime, nullable=False),
+    Column("closed_at", UTCDateTime, nullable=True),
+    Column("cause", Text, nullable=False),
+    Column("resolution", Text, nullable=True),
+    Column("last_state", Text, nullable=False),
+    Column("entries", Integer, nullable=False, server_default="0"),
+)
+Index(
+    "ux_incidents_open",
+    incidents.c.subject_kind,
+    incidents.c.subject,
+    unique=True,
+    sqlite_where=incidents.c.closed_at.is_(None),
+)
+Index("ix_incidents_opened_at", incidents.c.opened_at)
+Index("ix_incidents_subject", incidents.c.subject, incidents.c.opened_at)
+
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("since", UTCDateTime, nullable=False),
+    Column("incident_id", Integer, ForeignKey("incidents.id"), nullable=True),
+    Column("fail_streak", Integer, nullable=False),
+    Column("degraded_streak", Integer, nullable=False),
+    Column("grace_until", UTCDateTime, nullable=True),
+    Column("last_ok_at", UTCDateTime, nullable=True),
+    Column("last_ttft_s", Float, nullable=True),
+    Column("last_tok_s", Float, nullable=True),
+    Column("last_reason", Text, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+timeline = Table(
+    "timeline",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("incident_id", Integer, ForeignKey("incidents.id"), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("data", JSONData, nullable=False),
+)
+Index("ix_timeline_incident", timeline.c.incident_id, timeline.c.id)
+
+samples = Table(
+    "samples",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("endpoint", Text, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("tier", Text, nullable=False),
+    Column("check", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("latency_s", Float, nullable=False),
+    Column("http_status", Integer, nullable=True),
+    Column("ttft_s", Float, nullable=True),
+    Column("tok_s", Float, nullable=True),
+    Column("tokens", Integer, nullable=True),
+)
+Index("ix_samples_endpoint_at", samples.c.endpoint, samples.c.at)
+Index("ix_samples_at", samples.c.at)
+
+TRIGGERS = (
+    f"""CREATE TRIGGER timeline_no_update BEFORE UPDATE ON timeline
+    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END""",
+    f"""CREATE TRIGGER timeline_no_delete BEFORE DELETE ON timeline
+    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END""",
+    """CREATE TRIGGER timeline_count AFTER INSERT ON timeline
+    BEGIN UPDATE incidents SET entries = entries + 1 WHERE id = NEW.incident_id; END""",
+)
+"""Append-only guards on the timeline, and the trigger that keeps `incidents.entries`."""
+
+
+def create(conn: Connection) -> None:
+    """Create every table, index and trigger (inside the caller's transaction)."""
+    metadata.create_all(conn)
+    for sql in TRIGGERS:
+        conn.exec_driver_sql(sql)

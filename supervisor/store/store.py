@@ -1,0 +1,249 @@
+"""The Store: one SQLite file of states, incidents, their append-only timeline and probe samples.
+
+Every public call is one transaction, so a daemon killed between any two calls leaves the file
+consistent. Several processes may read the file while one writes (WAL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from sqlalchemy import delete, insert, update
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import StatementError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from supervisor.events import ProbeResult
+from supervisor.store import queries
+from supervisor.store.engine import open_engine, reason, transaction
+from supervisor.store.errors import StoreError
+from supervisor.store.records import (
+    IncidentRow,
+    SampleRow,
+    Snapshot,
+    SubjectKind,
+    TimelineEntry,
+    TimelineRow,
+)
+from supervisor.store.schema import incidents, samples, snapshots, timeline
+
+
+class Store:
+    """Open with ``await Store.open(path)``; use as ``async with await Store.open(p) as s``."""
+
+    def __init__(self, engine: AsyncEngine, path: Path) -> None:
+        self._engine = engine
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: Path, *, create: bool = True) -> Store:
+        """create=True makes parent dirs and tables; create=False needs an existing store."""
+        return cls(await open_engine(path, create=create), path)
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def _tx(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        """One transaction; driver errors become a StoreError naming the file."""
+        try:
+            async with transaction(self._engine, write=write) as conn:
+                yield conn
+        except StatementError as err:
+            verb = "write to" if write else "read"
+            raise StoreError(f"cannot {verb} store {self.path}: {reason(err)}") from None
+
+    # write side
+
+    async def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Insert or replace the snapshot of (kind, name)."""
+        async with self._tx(write=True) as conn:
+            if snapshot.incident_id is not None:
+                await _require_incident(conn, snapshot.incident_id)
+            await _upsert_snapshot(conn, snapshot)
+
+    async def transition(
+        self,
+        *,
+        snapshot: Snapshot,
+        entry: TimelineEntry,
+        open_cause: str | None = None,
+        close_resolution: str | None = None,
+    ) -> int | None:
+        """Open (or reuse) the subject's incident, append `entry`, maybe close it, save state.
+
+        Returns the id of the incident the entry was appended to, or None if there was none
+        (no incident open and no `open_cause`).
+        """
+        async with self._tx(write=True) as conn:
+            incident_id = await queries.open_incident_id(conn, snapshot.kind, snapshot.name)
+            if incident_id is None and open_cause is not None:
+                created = await conn.execute(
+                    insert(incidents).values(
+                        subject_kind=snapshot.kind.value,
+                        subject=snapshot.name,
+                        opened_at=entry.at,
+                        cause=open_cause,
+                        last_state=snapshot.state,
+                    )
+                )
+                incident_id = _new_id(created.inserted_primary_key)
+            still_open = incident_id
+            if incident_id is not None:
+                await _insert_entry(conn, incident_id, entry)
+                changes: dict[str, Any] = {"last_state": snapshot.state}
+                if close_resolution is not None:
+                    changes |= {"closed_at": entry.at, "resolution": close_resolution}
+                    still_open = None
+                await conn.execute(
+                    update(incidents).where(incidents.c.id == incident_id).values(**changes)
+                )
+            await _upsert_snapshot(conn, replace(snapshot, incident_id=still_open))
+            return incident_id
+
+    async def append(self, incident_id: int, entry: TimelineEntry) -> int:
+        """Append to an incident's timeline (closed ones too); returns the new row's id."""
+        async with self._tx(write=True) as conn:
+            await _require_incident(conn, incident_id)
+            return await _insert_entry(conn, incident_id, entry)
+
+    async def add_sample(self, result: ProbeResult) -> None:
+        async with self._tx(write=True) as conn:
+            await conn.execute(
+                insert(samples).values(
+                    endpoint=result.endpoint,
+                    at=result.at,
+                    tier=result.tier.value,
+                    check=result.check,
+                    outcome=result.outcome.value,
+                    reason=result.reason,
+                    latency_s=result.latency_s,
+                    http_status=result.http_status,
+                    ttft_s=result.ttft_s,
+                    tok_s=result.tok_s,
+                    tokens=result.tokens,
+                )
+            )
+
+    async def prune_samples(self, older_than: datetime) -> int:
+        """Delete samples taken before `older_than`; returns how many went."""
+        async with self._tx(write=True) as conn:
+            result = await conn.execute(delete(samples).where(samples.c.at < older_than))
+            return result.rowcount
+
+    # read side
+
+    async def snapshots(self, kind: SubjectKind | None = None) -> list[Snapshot]:
+        """All snapshots (or those of one kind), ordered by kind, then name."""
+        async with self._tx(write=False) as conn:
+            return await queries.snapshot_list(conn, kind)
+
+    async def snapshot(self, kind: SubjectKind, name: str) -> Snapshot | None:
+        async with self._tx(write=False) as conn:
+            return await queries.snapshot_one(conn, kind, name)
+
+    async def open_incident(self, kind: SubjectKind, name: str) -> IncidentRow | None:
+        async with self._tx(write=False) as conn:
+            return await queries.open_incident(conn, kind, name)
+
+    async def incident(self, incident_id: int) -> IncidentRow | None:
+        async with self._tx(write=False) as conn:
+            return await queries.incident_one(conn, incident_id)
+
+    async def incidents(
+        self,
+        *,
+        subject: str | None = None,
+        since: datetime | None = None,
+        open_only: bool = False,
+        limit: int | None = None,
+    ) -> list[IncidentRow]:
+        """Newest first; `since` keeps incidents opened or closed at/after it, or still open."""
+        if limit is not None:
+            _check_limit(limit)
+        async with self._tx(write=False) as conn:
+            return await queries.incident_list(
+                conn, subject=subject, since=since, open_only=open_only, limit=limit
+            )
+
+    async def timeline(self, incident_id: int) -> list[TimelineRow]:
+        """The incident's entries in the order they were appended."""
+        async with self._tx(write=False) as conn:
+            return await queries.timeline_of(conn, incident_id)
+
+    async def samples(self, endpoint: str, *, limit: int = 20) -> list[SampleRow]:
+        """The endpoint's latest samples, newest first."""
+        _check_limit(limit)
+        async with self._tx(write=False) as conn:
+            return await queries.samples_of(conn, endpoint, limit)
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 0:
+        raise StoreError(f"limit must be 0 or more, got {limit}")
+
+
+async def _require_incident(conn: AsyncConnection, incident_id: int) -> None:
+    if await queries.incident_one(conn, incident_id) is None:
+        raise StoreError(f"no incident {incident_id}")
+
+
+def _new_id(key: Any) -> int:
+    return int(key[0])
+
+
+async def _insert_entry(conn: AsyncConnection, incident_id: int, entry: TimelineEntry) -> int:
+    result = await conn.execute(
+        insert(timeline).values(
+            incident_id=incident_id,
+            at=entry.at,
+            kind=entry.kind.value,
+            subject=entry.subject,
+            summary=entry.summary,
+            data=entry.data,
+        )
+    )
+    return _new_id(result.inserted_primary_key)
+
+
+async def _upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
+    values = {
+        "kind": snapshot.kind.value,
+        "name": snapshot.name,
+        "state": snapshot.state,
+        "since": snapshot.since,
+        "incident_id": snapshot.incident_id,
+        "fail_streak": snapshot.fail_streak,
+        "degraded_streak": snapshot.degraded_streak,
+        "grace_until": snapshot.grace_until,
+        "last_ok_at": snapshot.last_ok_at,
+        "last_ttft_s": snapshot.last_ttft_s,
+        "last_tok_s": snapshot.last_tok_s,
+        "last_reason": snapshot.last_reason,
+        "updated_at": snapshot.updated_at,
+    }
+    statement = sqlite_insert(snapshots).values(values)
+    keys = ("kind", "name")
+    await conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[snapshots.c.kind, snapshots.c.name],
+            set_={k: statement.excluded[k] for k in values if k not in keys},
+        )
+    )

@@ -1,0 +1,324 @@
+"""One endpoint's worker: consumes its events in order, runs its probes, records every step.
+
+Two things never act on one endpoint at once: everything about it goes through this queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Protocol
+
+import structlog
+
+from supervisor.clock import Clock
+from supervisor.config import Endpoint
+from supervisor.events import (
+    EndpointRestarted,
+    Event,
+    HostReachability,
+    Outcome,
+    ProbeResult,
+    ProbeTick,
+    Stop,
+    Tier,
+)
+from supervisor.machine import Change, FleetMachine, State, Trigger
+from supervisor.policy import Limits, Streaks, judge
+from supervisor.store import EntryKind, JSONValue, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.summaries import probe_data, resolution_text
+
+
+class Prober(Protocol):
+    async def __call__(self, endpoint: Endpoint, tier: Tier) -> ProbeResult: ...
+
+
+class HostCheck(Protocol):
+    async def __call__(self, endpoint: Endpoint) -> str:
+        """'' when every host serving the endpoint answers now, else why one does not."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restored:
+    """What the store remembered about an endpoint when the daemon started."""
+
+    state: State
+    since: datetime
+    incident_id: int | None
+    streaks: Streaks
+    grace_until: datetime | None
+    last_ok_at: datetime | None = None
+    last_ttft_s: float | None = None
+    last_tok_s: float | None = None
+    last_reason: str = ""
+
+
+class EndpointWorker:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        machine: FleetMachine,
+        store: Store,
+        prober: Prober,
+        clock: Clock,
+        restored: Restored,
+        unreachable_hosts: set[str],
+        host_check: HostCheck | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.name = endpoint.name
+        self._machine = machine
+        self._store = store
+        self._prober = prober
+        self._host_check = host_check
+        self._clock = clock
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._pending: set[Tier] = set()
+        self._limits = Limits(
+            failures_to_down=endpoint.probe.failures_to_down,
+            degraded_after=endpoint.probe.degraded_after,
+        )
+        self.since = restored.since
+        self.incident_id = restored.incident_id
+        self.streaks = restored.streaks
+        self.grace_until = restored.grace_until
+        self.last_ok_at = restored.last_ok_at
+        self.last_ttft_s = restored.last_ttft_s
+        self.last_tok_s = restored.last_tok_s
+        self.last_reason = restored.last_reason
+        self._unreachable = set(unreachable_hosts)
+        self._host_incidents: dict[str, int] = {}
+        self._streak_results: deque[ProbeResult] = deque(maxlen=endpoint.probe.failures_to_down + 2)
+        self._last_recorded: tuple[Outcome, str] | None = None
+        self.idle = asyncio.Event()
+        self.idle.set()
+        machine.add(self.name, restored.state)
+        self._log = structlog.get_logger("supervisor.endpoint").bind(endpoint=self.name)
+
+    @property
+    def state(self) -> State:
+        return self._machine.state(self.name)
+
+    def submit(self, event: Event) -> None:
+        """Queue an event; a probe tick already waiting for the same tier is not queued twice."""
+        if isinstance(event, ProbeTick):
+            if event.tier in self._pending:
+                return
+            self._pending.add(event.tier)
+        self.idle.clear()
+        self._queue.put_nowait(event)
+
+    async def run(self) -> None:
+        while True:
+            event = await self._queue.get()
+            try:
+                if isinstance(event, Stop):
+                    return
+                await self._handle(event)
+            finally:
+                if self._queue.empty():
+                    self.idle.set()
+
+    async def _handle(self, event: Event) -> None:
+        if isinstance(event, ProbeTick):
+            self._pending.discard(event.tier)
+            await self._probe(event.tier, is_reprobe=False)
+        elif isinstance(event, ProbeResult):
+            await self._on_result(event, is_reprobe=False)
+        elif isinstance(event, HostReachability):
+            await self._on_host(event)
+        elif isinstance(event, EndpointRestarted):
+            await self._on_restarted(event)
+
+    async def _probe(self, tier: Tier, *, is_reprobe: bool) -> None:
+        result = await self._prober(self.endpoint, tier)
+        await self._on_result(result, is_reprobe=is_reprobe)
+
+    async def _on_result(self, result: ProbeResult, *, is_reprobe: bool) -> None:
+        await self._store.add_sample(result)
+        self.last_reason = result.reason
+        if result.ok:
+            self.last_ok_at = result.at
+            if result.tier is Tier.DEEP and result.ttft_s is not None:
+                self.last_ttft_s, self.last_tok_s = result.ttft_s, result.tok_s
+        verdict = judge(
+            state=self.state,
+            streaks=self.streaks,
+            result=result,
+            is_reprobe=is_reprobe,
+            limits=self._limits,
+            grace_until=self.grace_until,
+            now=self._clock.now(),
+        )
+        self.streaks = verdict.streaks
+        if verdict.trigger is Trigger.DOWN and self._host_check is not None:
+            host_problem = await self._host_check(self.endpoint)
+            if host_problem:
+                # one cause, not N incidents: the host watcher will call it unreachable
+                verdict = replace(
+                    verdict, trigger=None, note=f"not confirmed: {host_problem}; host check decides"
+                )
+        if result.outcome is Outcome.OK:
+            self._streak_results.clear()
+        else:
+            self._streak_results.append(result)
+        self._log.info(
+            "probe",
+            tier=result.tier.value,
+            outcome=result.outcome.value,
+            reason=result.reason,
+            note=verdict.note,
+            incident=self.incident_id,
+        )
+        change = await self._machine.fire(self.name, verdict.trigger) if verdict.trigger else None
+        if change is not None:
+            await self._record_change(change, verdict.note, result)
+        else:
+            await self._record_probe(result, verdict.note)
+        if verdict.reprobe is not None and not is_reprobe:
+            await self._probe(verdict.reprobe, is_reprobe=True)
+
+    async def _on_host(self, event: HostReachability) -> None:
+        if event.reachable:
+            self._unreachable.discard(event.host)
+            self._host_incidents.pop(event.host, None)
+        else:
+            self._unreachable.add(event.host)
+            if event.incident_id is not None:
+                self._host_incidents[event.host] = event.incident_id
+        if self._unreachable and self.state is not State.UNREACHABLE:
+            note = f"host {event.host} does not answer: {event.reason}"
+            await self._fire(Trigger.HOST_LOST, note, data={"host": event.host})
+        elif not self._unreachable and self.state is State.UNREACHABLE:
+            self._begin_grace()
+            note = f"host {event.host} answers again: startup grace until {self._hhmm()}"
+            await self._fire(Trigger.HOST_BACK, note, data={"host": event.host})
+
+    async def _on_restarted(self, event: EndpointRestarted) -> None:
+        self._begin_grace()
+        note = f"restarted ({event.reason}): startup grace until {self._hhmm()}"
+        await self._fire(Trigger.RESTARTED, note, data={"reason": event.reason})
+
+    def _begin_grace(self) -> None:
+        self.streaks = Streaks()
+        self._streak_results.clear()
+        self.grace_until = self._clock.now() + self.endpoint.startup_grace
+
+    def _hhmm(self) -> str:
+        return self.grace_until.strftime("%H:%M:%SZ") if self.grace_until else "-"
+
+    async def _fire(self, trigger: Trigger, note: str, *, data: dict[str, str]) -> None:
+        change = await self._machine.fire(self.name, trigger)
+        if change is not None:
+            await self._record_change(change, note, None, extra=data)
+
+    async def _record_change(
+        self,
+        change: Change,
+        note: str,
+        result: ProbeResult | None,
+        *,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        now = self._clock.now()
+        self.since = now
+        open_cause = close = None
+        if change.dest in (State.DOWN, State.DEGRADED) and result is not None:
+            open_cause = result.reason
+        if change.dest is State.HEALTHY and result is not None:
+            close = resolution_text(result)
+        summary = f"{change.source} -> {change.dest}: {note}"
+        data: dict[str, JSONValue] = {"trigger": change.trigger.value, **(extra or {})}
+        if result is not None:
+            data["probe"] = probe_data(result)
+        if open_cause is not None:
+            data["probes"] = [probe_data(r) for r in self._streak_results]
+        entry = TimelineEntry(
+            kind=EntryKind.TRANSITION, at=now, subject=self.name, summary=summary, data=data
+        )
+        self.incident_id = await self._store.transition(
+            snapshot=self.snapshot(),
+            entry=entry,
+            open_cause=open_cause,
+            close_resolution=close,
+        )
+        if close is not None:
+            self.incident_id = None
+        if change.dest is State.UNREACHABLE:
+            for incident in set(self._host_incidents.values()):
+                await self._store.append(incident, entry)
+        await self._store.save_snapshot(self.snapshot())
+        self._last_recorded = (result.outcome, result.reason) if result else None
+        self._log.warning(
+            "transition",
+            source=change.source.value,
+            dest=change.dest.value,
+            note=note,
+            incident=self.incident_id,
+        )
+
+    async def _record_probe(self, result: ProbeResult, note: str) -> None:
+        """Save the counters; inside an incident, add the probe when what it says changed."""
+        await self._store.save_snapshot(self.snapshot())
+        key = (result.outcome, result.reason)
+        if self.incident_id is None or key == self._last_recorded:
+            return
+        self._last_recorded = key
+        summary = f"{result.tier} {result.check} {result.outcome}"
+        summary += f": {result.reason}" if result.reason else ""
+        entry = TimelineEntry(
+            kind=EntryKind.PROBE,
+            at=result.at,
+            subject=self.name,
+            summary=f"{summary} ({note})",
+            data=probe_data(result),
+        )
+        await self._store.append(self.incident_id, entry)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            kind=SubjectKind.ENDPOINT,
+            name=self.name,
+            state=self.state.value,
+            since=self.since,
+            incident_id=self.incident_id,
+            fail_streak=self.streaks.fail,
+            degraded_streak=self.streaks.degraded,
+            grace_until=self.grace_until,
+            last_ok_at=self.last_ok_at,
+            last_ttft_s=self.last_ttft_s,
+            last_tok_s=self.last_tok_s,
+            last_reason=self.last_reason,
+            updated_at=self._clock.now(),
+        )
+
+
+def restored_from(snapshot: Snapshot | None, *, now: datetime, grace_until: datetime) -> Restored:
+    """A stored snapshot, or a fresh `unknown` state whose grace starts with the daemon."""
+    if snapshot is None:
+        return Restored(
+            state=State.UNKNOWN,
+            since=now,
+            incident_id=None,
+            streaks=Streaks(),
+            grace_until=grace_until,
+        )
+    state = State(snapshot.state)
+    if state in (State.REMEDIATING, State.VERIFYING):
+        state = State.DOWN  # the repair's own record says how far it got; judge afresh
+    return replace(
+        Restored(
+            state=state,
+            since=snapshot.since,
+            incident_id=snapshot.incident_id,
+            streaks=Streaks(fail=snapshot.fail_streak, degraded=snapshot.degraded_streak),
+            grace_until=snapshot.grace_until,
+        ),
+        last_ok_at=snapshot.last_ok_at,
+        last_ttft_s=snapshot.last_ttft_s,
+        last_tok_s=snapshot.last_tok_s,
+        last_reason=snapshot.last_reason,
+    )

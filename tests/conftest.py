@@ -1,0 +1,60 @@
+"""Shared fixtures: in-process vLLM-shaped servers on 127.0.0.1, stopped at teardown."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import pytest
+
+from supervisor.lab.vllm_sim import Flavour, SimBehaviour, VllmSim
+
+FAST_TOK_S = 2000.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS picks it; it may be taken again later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class SimFactory(Protocol):
+    async def __call__(
+        self,
+        behaviour: SimBehaviour | None = None,
+        *,
+        model: str = "sim-model",
+        flavour: Flavour = "vllm",
+        port: int = 0,
+    ) -> VllmSim: ...
+
+
+@pytest.fixture
+async def sim_factory() -> AsyncIterator[SimFactory]:
+    """Start more sims (fast tok/s, reasoning on unless `behaviour` says otherwise)."""
+    started: list[VllmSim] = []
+
+    async def make(
+        behaviour: SimBehaviour | None = None,
+        *,
+        model: str = "sim-model",
+        flavour: Flavour = "vllm",
+        port: int = 0,
+    ) -> VllmSim:
+        server = VllmSim(behaviour or SimBehaviour(tok_s=FAST_TOK_S), model=model, flavour=flavour)
+        started.append(server)
+        await server.start("127.0.0.1", port)
+        return server
+
+    yield make
+    for server in started:
+        await server.stop()
+
+
+@pytest.fixture
+async def sim(sim_factory: SimFactory) -> VllmSim:
+    """An in-process vLLM sim on 127.0.0.1 (port 0): model `sim-model`, reasoning on, fast."""
+    return await sim_factory()

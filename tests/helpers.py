@@ -1,0 +1,60 @@
+"""Shared test helpers: polling with a deadline (never a bare sleep) and fleet files."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: Probe settings that make a whole outage take well under a second.
+FAST_PROBE: dict[str, Any] = {
+    "liveness_interval": "100ms",
+    "completion_interval": "400ms",
+    "timeout": "1s",
+    "failures_to_down": 2,
+    "degraded_after": 2,
+    "jitter": "0s",
+}
+
+
+async def eventually(
+    predicate: Callable[[], bool | Awaitable[bool]],
+    *,
+    within: float = 10.0,
+    what: str = "condition",
+) -> None:
+    """Poll `predicate` every 20 ms until it holds; fail with `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = predicate()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def write_fleet(
+    folder: Path,
+    endpoints: Mapping[str, Mapping[str, Any]],
+    *,
+    hosts: Mapping[str, Mapping[str, Any]] | None = None,
+    probe: Mapping[str, Any] | None = None,
+    startup_grace: str = "0s",
+) -> Path:
+    """A fleet.yaml in `folder` with fast probes and its store in `folder/state`."""
+    document = {
+        "store": {"path": "state/supervisor.db"},
+        "defaults": {"probe": {**FAST_PROBE, **(probe or {})}, "startup_grace": startup_grace},
+        "hosts": dict(hosts or {"forge": {"local": True}}),
+        "endpoints": {name: dict(spec) for name, spec in endpoints.items()},
+    }
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path

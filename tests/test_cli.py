@@ -1,0 +1,298 @@
+"""The command line: exit codes, plain errors, and the documented `--json` shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from supervisor.cli import main
+from supervisor.events import Outcome, ProbeResult, Tier
+from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
+from tests.helpers import write_fleet
+
+T0 = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
+
+
+def _fleet(tmp_path: Path) -> Path:
+    return write_fleet(
+        tmp_path,
+        {
+            "ds4": {"kind": "openai", "url": "http://127.0.0.1:9", "model": "ds"},
+            "asr": {"kind": "health", "url": "http://127.0.0.1:9/health"},
+        },
+        hosts={"forge": {"local": True}, "spark1": {"address": "127.0.0.11"}},
+    )
+
+
+async def _populate(db: Path) -> int:
+    """One closed incident for ds4, as the daemon would have written it."""
+    async with await Store.open(db) as store:
+        down = Snapshot(
+            kind=SubjectKind.ENDPOINT,
+            name="ds4",
+            state="down",
+            since=T0,
+            updated_at=T0,
+            last_reason="connection refused",
+            fail_streak=3,
+        )
+        entry = TimelineEntry(
+            kind=EntryKind.TRANSITION,
+            at=T0,
+            subject="ds4",
+            summary="healthy -> down: connection refused (2 failures and a failed re-probe)",
+            data={"trigger": "confirm_down"},
+        )
+        incident = await store.transition(
+            snapshot=down, entry=entry, open_cause="connection refused"
+        )
+        assert incident is not None
+        back = T0 + timedelta(minutes=4, seconds=2)
+        healthy = Snapshot(
+            kind=SubjectKind.ENDPOINT,
+            name="ds4",
+            state="healthy",
+            since=back,
+            updated_at=back,
+            last_ttft_s=0.41,
+            last_tok_s=38.2,
+            last_ok_at=back,
+        )
+        await store.transition(
+            snapshot=healthy,
+            entry=TimelineEntry(
+                kind=EntryKind.TRANSITION,
+                at=back,
+                subject="ds4",
+                summary="down -> healthy: real check passed",
+            ),
+            close_resolution="completion passed (ttft 0.41s, 38.2 tok/s)",
+        )
+        await store.add_sample(
+            ProbeResult(
+                endpoint="ds4",
+                tier=Tier.DEEP,
+                check="completion",
+                outcome=Outcome.OK,
+                reason="",
+                at=back,
+                latency_s=1.2,
+                ttft_s=0.41,
+                tok_s=38.2,
+            )
+        )
+        return incident
+
+
+def test_check_accepts_a_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _fleet(tmp_path)
+    assert main(["--config", str(path), "check"]) == 0
+    assert capsys.readouterr().out == f"{path}: ok (2 hosts, 2 endpoints)\n"
+
+
+def test_check_names_file_line_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "defaults:\n"
+        "  probe:\n"
+        "    failures_to_down: many\n"
+        "endpoints:\n"
+        "  ds4: {kind: vllm, url: http://x:8000, model: m}\n"
+    )
+    assert main(["--config", str(path), "check"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{path}:3: defaults.probe.failures_to_down: expected an integer, got 'many'",
+        f"{path}:5: endpoints.ds4.kind: "
+        "expected one of openai, ollama, health, embedding, rerank, got 'vllm'",
+    ]
+
+
+def test_a_missing_store_is_a_plain_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fleet(tmp_path)
+    assert main(["--config", str(path), "status"]) == 2
+    db = tmp_path / "state" / "supervisor.db"
+    assert capsys.readouterr().err == (
+        f"fleet-supervisor: no store at {db} (has the daemon run yet?)\n"
+    )
+
+
+def test_status_json_lists_every_configured_endpoint_and_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fleet(tmp_path)
+    asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
+    assert main(["--config", str(path), "status", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert set(document) == {"generated_at", "endpoints", "hosts"}
+    assert document["endpoints"] == [
+        {
+            "name": "ds4",
+            "kind": "openai",
+            "url": "http://127.0.0.1:9",
+            "state": "healthy",
+            "since": "2026-11-23T03:04:02Z",
+            "incident_id": None,
+            "last_reason": "",
+            "last_ok_at": "2026-11-23T03:04:02Z",
+            "last_ttft_s": 0.41,
+            "last_tok_s": 38.2,
+            "fail_streak": 0,
+        },
+        {
+            "name": "asr",
+            "kind": "health",
+            "url": "http://127.0.0.1:9/health",
+            "state": "unknown",
+            "since": None,
+            "incident_id": None,
+            "last_reason": "",
+            "last_ok_at": None,
+            "last_ttft_s": None,
+            "last_tok_s": None,
+            "fail_streak": 0,
+        },
+    ]
+    assert document["hosts"] == [
+        {
+            "name": "forge",
+            "local": True,
+            "state": "unknown",
+            "since": None,
+            "incident_id": None,
+            "last_reason": "",
+        },
+        {
+            "name": "spark1",
+            "local": False,
+            "state": "unknown",
+            "since": None,
+            "incident_id": None,
+            "last_reason": "",
+        },
+    ]
+
+
+def test_status_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _fleet(tmp_path)
+    asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
+    assert main(["--config", str(path), "status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "ENDPOINT",
+        "STATE",
+        "SINCE",
+        "INCIDENT",
+        "TTFT",
+        "TOK/S",
+        "LAST",
+        "PROBLEM",
+    ]
+    assert lines[1].split()[:2] == ["ds4", "healthy"]
+    assert lines[1].split()[-3:] == ["0.41s", "38.2", "-"]
+
+
+def test_incidents_and_timeline_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _fleet(tmp_path)
+    incident = asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
+    assert main(["--config", str(path), "incidents", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed == {
+        "incidents": [
+            {
+                "id": incident,
+                "subject_kind": "endpoint",
+                "subject": "ds4",
+                "opened_at": "2026-11-23T03:00:00Z",
+                "closed_at": "2026-11-23T03:04:02Z",
+                "duration_s": 242.0,
+                "cause": "connection refused",
+                "resolution": "completion passed (ttft 0.41s, 38.2 tok/s)",
+                "state": "healthy",
+                "entries": 2,
+            }
+        ]
+    }
+    assert main(["--config", str(path), "incidents", "--open", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"incidents": []}
+    assert main(["--config", str(path), "timeline", str(incident), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["incident"] == listed["incidents"][0]
+    assert [(e["kind"], e["summary"]) for e in document["timeline"]] == [
+        ("transition", "healthy -> down: connection refused (2 failures and a failed re-probe)"),
+        ("transition", "down -> healthy: real check passed"),
+    ]
+    assert document["timeline"][0]["data"] == {"trigger": "confirm_down"}
+
+
+def test_timeline_text_and_unknown_incident(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fleet(tmp_path)
+    incident = asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
+    assert main(["--config", str(path), "timeline", str(incident)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"incident #{incident} ds4: connection refused (closed 2026-11-23 03:04:02Z)")
+    assert out[1] == "resolved: completion passed (ttft 0.41s, 38.2 tok/s)"
+    assert out[2].endswith(
+        "transition   healthy -> down: connection refused (2 failures and a failed re-probe)"
+    )
+    assert main(["--config", str(path), "timeline", "99"]) == 2
+    assert capsys.readouterr().err == "fleet-supervisor: no incident #99\n"
+
+
+def test_incidents_since_takes_a_duration(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["incidents", "--since", "yesterday"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "fleet-supervisor incidents: error: argument --since: "
+        "expected a duration like 90s, 15m or 2h, got 'yesterday'"
+    )
+
+
+async def _cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "supervisor",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.slow
+async def test_probe_passes_then_fails_with_a_reason(tmp_path: Path) -> None:
+    async with VllmSim(SimBehaviour(tok_s=2000.0), model="ds") as sim:
+        path = write_fleet(
+            tmp_path,
+            {"ds4": {"kind": "openai", "url": sim.url, "model": "ds", "expect_reasoning": True}},
+        )
+        code, out, _ = await _cli("--config", str(path), "probe", "ds4", "--json")
+        assert code == 0
+        document = json.loads(out)
+        assert document["ok"] is True
+        assert [(r["tier"], r["check"], r["outcome"]) for r in document["results"]] == [
+            ("liveness", "models", "ok"),
+            ("deep", "completion", "ok"),
+        ]
+        sim.behaviour.reasoning_field = None
+        code, out, _ = await _cli("--config", str(path), "probe", "ds4")
+        assert code == 1
+        assert out.splitlines()[-1] == "  deep completion degraded: no reasoning text"
+        code, _, err = await _cli("--config", str(path), "probe", "nope")
+        assert code == 2
+        assert err == f"fleet-supervisor: no endpoint 'nope' in {path} (endpoints: ds4)\n"

@@ -1,0 +1,181 @@
+"""The daemon end to end, in-process: real vLLM-shaped servers on loopback, a real SQLite file,
+real TCP listeners standing in for the hosts' SSH ports."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from supervisor.config import load_config
+from supervisor.daemon import Daemon
+from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.machine import State
+from supervisor.store import EntryKind
+from supervisor.worker import EndpointWorker
+from tests.helpers import eventually, write_fleet
+
+
+def _incident(worker: EndpointWorker) -> int | None:
+    return worker.incident_id  # read through a call: it changes while the test awaits
+
+
+def _state(worker: EndpointWorker) -> State:
+    return worker.state
+
+
+async def _restart(sim: VllmSim) -> None:
+    """Serve again on the same port, as a restarted vLLM would."""
+    port = int(sim.url.rsplit(":", 1)[1])
+    await sim.start("127.0.0.1", port)
+
+
+@pytest.fixture
+async def vllm() -> AsyncIterator[VllmSim]:
+    sim = VllmSim(SimBehaviour(tok_s=2000.0), model="deepseek-v4-flash", flavour="vllm")
+    await sim.start("127.0.0.1", 0)
+    yield sim
+    await sim.stop()
+
+
+def _ds4(url: str, **extra: object) -> dict[str, object]:
+    return {
+        "kind": "openai",
+        "url": url,
+        "model": "deepseek-v4-flash",
+        "expect_reasoning": True,
+        **extra,
+    }
+
+
+async def _started(path: Path) -> Daemon:
+    daemon = Daemon(load_config(path))
+    await daemon.start()
+    return daemon
+
+
+async def test_healthy_then_down_then_back_with_one_incident_and_its_timeline(
+    tmp_path: Path, vllm: VllmSim
+) -> None:
+    daemon = await _started(write_fleet(tmp_path, {"ds4": _ds4(vllm.url)}))
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy")
+        assert _incident(worker) is None
+        await vllm.stop()
+        await eventually(lambda: _incident(worker) is not None, what="an incident")
+        assert _state(worker) is State.DOWN
+        incident_id = _incident(worker)
+        assert incident_id is not None
+        await _restart(vllm)
+        await eventually(lambda: _incident(worker) is None, what="the incident closed")
+        assert _state(worker) is State.HEALTHY
+        store = daemon.store
+        assert store is not None
+        incident = await store.incident(incident_id)
+        assert incident is not None
+        assert incident.cause == "connection refused"
+        assert incident.resolution is not None
+        assert incident.resolution.startswith("completion passed (ttft ")
+        assert not incident.is_open
+        timeline = await store.timeline(incident_id)
+    finally:
+        await daemon.stop()
+    transitions = [r.summary for r in timeline if r.kind is EntryKind.TRANSITION]
+    assert transitions[0] == (
+        "healthy -> down: connection refused (2 failures and a failed re-probe)"
+    )
+    assert transitions[-1] == "down -> healthy: real check passed"
+    cause_probes = timeline[0].data["probes"]
+    assert isinstance(cause_probes, list)
+    assert len(cause_probes) == 3  # two failures and the re-probe that confirmed them
+    assert all(isinstance(p, dict) and p["reason"] == "connection refused" for p in cause_probes)
+
+
+async def test_an_endpoint_without_reasoning_is_degraded_not_healthy(tmp_path: Path) -> None:
+    sim = VllmSim(SimBehaviour(tok_s=2000.0, reasoning_field=None), model="m", flavour="vllm")
+    await sim.start("127.0.0.1", 0)
+    daemon = await _started(write_fleet(tmp_path, {"m": {**_ds4(sim.url), "model": "m"}}))
+    worker = daemon.workers["m"]
+    try:
+        await eventually(lambda: _incident(worker) is not None, what="an incident")
+        assert _state(worker) is State.DEGRADED
+        store = daemon.store
+        assert store is not None
+        incident_id = _incident(worker)
+        assert incident_id is not None
+        incident = await store.incident(incident_id)
+        assert incident is not None
+        assert incident.cause == "no reasoning text"
+        sim.behaviour.reasoning_field = "reasoning_content"
+        await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy")
+    finally:
+        await daemon.stop()
+        await sim.stop()
+
+
+async def test_inside_the_startup_grace_failures_are_not_acted_on(tmp_path: Path) -> None:
+    path = write_fleet(tmp_path, {"ds4": _ds4("http://127.0.0.1:9")}, startup_grace="1h")
+    daemon = await _started(path)
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: _state(worker) is State.STARTING, what="starting")
+        await eventually(lambda: "connection refused" in worker.last_reason, what="probed")
+        # several liveness rounds later it is still starting and nothing was opened
+        rounds = 5
+        for _ in range(rounds):
+            worker.idle.clear()
+            await eventually(lambda: worker.idle.is_set(), what="a probe round")
+        assert _state(worker) is State.STARTING
+        assert _incident(worker) is None
+    finally:
+        await daemon.stop()
+
+
+async def _listener() -> asyncio.Server:
+    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    return await asyncio.start_server(accept, "127.0.0.1", 0)
+
+
+async def test_a_host_that_stops_answering_is_one_incident_and_its_endpoints_wait(
+    tmp_path: Path, vllm: VllmSim
+) -> None:
+    ssh = await _listener()
+    ssh_port = ssh.sockets[0].getsockname()[1]
+    path = write_fleet(
+        tmp_path,
+        {"ds4": _ds4(vllm.url, units=[{"host": "spark1", "unit": "vllm-ds4-head.service"}])},
+        hosts={"spark1": {"address": "127.0.0.1", "port": ssh_port}, "forge": {"local": True}},
+    )
+    daemon = await _started(path)
+    worker, host = daemon.workers["ds4"], daemon.hosts["spark1"]
+    store = daemon.store
+    assert store is not None
+    try:
+        await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy")
+        await eventually(lambda: host.state == "reachable", what="host reachable")
+        # the box hangs: neither SSH nor the model answers
+        ssh.close()
+        await ssh.wait_closed()
+        await vllm.stop()
+        await eventually(lambda: _state(worker) is State.UNREACHABLE, what="unreachable")
+        incidents = await store.incidents(open_only=True)
+        assert [(i.subject_kind.value, i.subject) for i in incidents] == [("host", "spark1")]
+        assert incidents[0].cause == (
+            f"host spark1 does not answer: connection refused on 127.0.0.1:{ssh_port}"
+        )
+        host_timeline = [r.summary for r in await store.timeline(incidents[0].id)]
+        assert any(s.startswith("healthy -> unreachable: host spark1") for s in host_timeline)
+        # it comes back: the host incident closes, the endpoint is judged afresh
+        ssh = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", ssh_port)
+        await _restart(vllm)
+        await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy again")
+        assert await store.incidents(open_only=True) == []
+        assert await store.incidents(subject="ds4") == []
+    finally:
+        await daemon.stop()
+        ssh.close()

@@ -1,0 +1,86 @@
+"""The state graph: every (state, trigger) pair, allowed or refused, against the real machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor.machine import TRANSITIONS, FleetMachine, State, Trigger, destination
+
+S, T = State, Trigger
+
+#: The whole graph written out by hand: (trigger, source) -> destination. Pairs not listed must
+#: be refused. Reading this table is reading the product's rules.
+EXPECTED: dict[tuple[Trigger, State], State] = {
+    # a passing real check ends every problem state except a repair in progress or maintenance
+    (T.PASS, S.UNKNOWN): S.HEALTHY,
+    (T.PASS, S.STARTING): S.HEALTHY,
+    (T.PASS, S.DEGRADED): S.HEALTHY,
+    (T.PASS, S.DOWN): S.HEALTHY,
+    (T.PASS, S.VERIFYING): S.HEALTHY,
+    (T.PASS, S.ESCALATED): S.HEALTHY,
+    (T.PASS, S.UNREACHABLE): S.HEALTHY,
+    (T.DOWN, S.UNKNOWN): S.DOWN,
+    (T.DOWN, S.STARTING): S.DOWN,
+    (T.DOWN, S.HEALTHY): S.DOWN,
+    (T.DOWN, S.DEGRADED): S.DOWN,
+    (T.DEGRADE, S.UNKNOWN): S.DEGRADED,
+    (T.DEGRADE, S.STARTING): S.DEGRADED,
+    (T.DEGRADE, S.HEALTHY): S.DEGRADED,
+    (T.DEGRADE, S.DOWN): S.DEGRADED,
+    (T.GRACE, S.UNKNOWN): S.STARTING,
+    (T.RESTARTED, S.UNKNOWN): S.STARTING,
+    (T.RESTARTED, S.STARTING): S.STARTING,
+    (T.RESTARTED, S.HEALTHY): S.STARTING,
+    (T.RESTARTED, S.DEGRADED): S.STARTING,
+    (T.RESTARTED, S.DOWN): S.STARTING,
+    (T.RESTARTED, S.ESCALATED): S.STARTING,
+    (T.RESTARTED, S.VERIFYING): S.STARTING,
+    **{(T.HOST_LOST, s): S.UNREACHABLE for s in State if s not in (S.MAINTENANCE, S.UNREACHABLE)},
+    (T.HOST_BACK, S.UNREACHABLE): S.STARTING,
+    (T.REMEDIATE, S.DOWN): S.REMEDIATING,
+    (T.REMEDIATE, S.DEGRADED): S.REMEDIATING,
+    (T.VERIFY, S.REMEDIATING): S.VERIFYING,
+    (T.VERIFY_FAILED, S.VERIFYING): S.DOWN,
+    (T.ESCALATE, S.STARTING): S.ESCALATED,
+    (T.ESCALATE, S.DEGRADED): S.ESCALATED,
+    (T.ESCALATE, S.DOWN): S.ESCALATED,
+    (T.ESCALATE, S.REMEDIATING): S.ESCALATED,
+    (T.ESCALATE, S.VERIFYING): S.ESCALATED,
+    (T.ESCALATE, S.UNREACHABLE): S.ESCALATED,
+    **{(T.SILENCE, s): S.MAINTENANCE for s in State if s is not S.MAINTENANCE},
+    (T.UNSILENCE, S.MAINTENANCE): S.UNKNOWN,
+}
+
+ALL_PAIRS = [(t, s) for t in Trigger for s in State]
+
+
+@pytest.mark.parametrize(("trigger", "source"), ALL_PAIRS, ids=[f"{t}-{s}" for t, s in ALL_PAIRS])
+async def test_every_trigger_from_every_state(trigger: Trigger, source: State) -> None:
+    machine = FleetMachine()
+    machine.add("ep", source)
+    change = await machine.fire("ep", trigger)
+    expected = EXPECTED.get((trigger, source))
+    if expected is None:
+        assert change is None
+        assert machine.state("ep") is source
+    else:
+        assert change is not None
+        assert (change.source, change.dest, change.trigger) == (source, expected, trigger)
+        assert machine.state("ep") is expected
+    assert destination(source, trigger) is expected
+
+
+def test_the_table_and_the_graph_are_the_same() -> None:
+    from_graph = {(t, s): dest for t, sources, dest in TRANSITIONS for s in sources}
+    assert from_graph == EXPECTED
+
+
+async def test_endpoints_move_independently_and_can_be_removed() -> None:
+    machine = FleetMachine()
+    machine.add("a", S.HEALTHY)
+    machine.add("b", S.HEALTHY)
+    await machine.fire("a", T.DOWN)
+    assert (machine.state("a"), machine.state("b")) == (S.DOWN, S.HEALTHY)
+    machine.remove("a")
+    with pytest.raises(KeyError):
+        machine.state("a")
