@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import NoReturn
 
 import structlog
 
@@ -30,10 +31,10 @@ def configure(*, json: bool | None = None, level: str = "info") -> None:
     )
 
 
+def _drop(_logger: object, _name: str, _event: object) -> NoReturn:
+    raise structlog.DropEvent
+
+
 def silence() -> None:
-    """For commands whose output is the answer (status, probe --json): no log lines."""
-    structlog.configure(
-        processors=[structlog.processors.JSONRenderer()],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL + 1),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
+    """For commands whose output is the answer (the demo's narration): no log lines."""
+    structlog.configure(processors=[_drop], logger_factory=structlog.PrintLoggerFactory(sys.stderr))

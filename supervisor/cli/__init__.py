@@ -53,10 +53,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--open", action="store_true", help="only open incidents")
     p.add_argument("--json", action="store_true")
+    sub.add_parser("demo", help="watch the supervisor catch three faults on loopback servers")
     p = sub.add_parser("timeline", help="one incident's timeline")
     p.add_argument("id", type=int)
     p.add_argument("--json", action="store_true")
     return parser
+
+
+def _demo(_: argparse.Namespace) -> int:
+    from supervisor.demo import main as demo
+
+    return demo()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "probe": probe.main,
         "incidents": incidents.main_list,
         "timeline": incidents.main_timeline,
+        "demo": _demo,
     }
     try:
         return handlers[args.command](args)

@@ -88,8 +88,21 @@ def main_timeline(args: argparse.Namespace) -> int:
     if incident.resolution:
         print(f"resolved: {incident.resolution}")
     for row in rows:
-        print(f"  {when(row.at)}  {row.kind.value:<12} {row.summary}")
+        print("\n".join(entry_lines(row)))
     return 0
+
+
+def entry_lines(row: TimelineRow) -> list[str]:
+    """One timeline entry for people: its summary, then the probes that caused it, if any."""
+    lines = [f"  {when(row.at)}  {row.kind.value:<12} {row.summary}"]
+    probes = row.data.get("probes")
+    if isinstance(probes, list):
+        for probe in probes:
+            if isinstance(probe, dict):
+                at = str(probe.get("at", ""))[11:19]
+                what = f"{probe.get('tier')} {probe.get('check')}: {probe.get('reason')}"
+                lines.append(f"{'':26}{at} {what}")
+    return lines
 
 
 async def _timeline(config: FleetConfig, incident_id: int) -> tuple[IncidentRow, list[TimelineRow]]:

@@ -31,11 +31,12 @@ def check_hosts(hosts: Mapping[str, Host]) -> Iterator[Finding]:
 
 
 def check_endpoint(
-    endpoint: Endpoint, units: Sequence[UnitRef | None], host_names: Collection[str]
+    endpoint: Endpoint, units: Sequence[UnitRef | None], host_names: Collection[str] | None
 ) -> Iterator[Finding]:
     """The model where the kind needs one, kind-only fields, host references, repeated units.
 
-    `units` are the endpoint's units checked one by one (None for a unit with type errors).
+    `units` are the endpoint's units checked one by one (None for a unit with type errors);
+    `host_names` is None when the `hosts` section itself is broken (references are not checked).
     """
     at = ("endpoints", endpoint.name)
     if endpoint.model is None and endpoint.kind in MODEL_KINDS:
@@ -47,20 +48,29 @@ def check_endpoint(
             yield Finding((*at, "expect_reasoning"), only, uses=("kind", "expect_reasoning"))
         if endpoint.baseline_tok_s is not None:
             yield Finding((*at, "baseline_tok_s"), only, uses=("kind", "baseline_tok_s"))
-    if endpoint.host is not None and endpoint.host not in host_names:
-        yield Finding((*at, "host"), unknown_host(endpoint.host, host_names), uses=("host",))
+    if host_names is not None:
+        yield from _host_references(endpoint, units, host_names)
     first_index: dict[tuple[str, str], int] = {}
     for index, unit in enumerate(units):
         if unit is None:
             continue
-        if unit.host not in host_names:
-            yield Finding((*at, "units", index, "host"), unknown_host(unit.host, host_names))
         key = (unit.host, unit.unit)
         if key in first_index:
             message = f"the same unit as units[{first_index[key]}]"
             yield Finding((*at, "units", index), message)
         else:
             first_index[key] = index
+
+
+def _host_references(
+    endpoint: Endpoint, units: Sequence[UnitRef | None], host_names: Collection[str]
+) -> Iterator[Finding]:
+    at = ("endpoints", endpoint.name)
+    for index, unit in enumerate(units):
+        if unit is not None and unit.host not in host_names:
+            yield Finding((*at, "units", index, "host"), unknown_host(unit.host, host_names))
+    if endpoint.host is not None and endpoint.host not in host_names:
+        yield Finding((*at, "host"), unknown_host(endpoint.host, host_names), uses=("host",))
 
 
 def unknown_host(name: str, host_names: Collection[str]) -> str:
@@ -73,7 +83,7 @@ def unknown_host(name: str, host_names: Collection[str]) -> str:
 def check_fleet(
     hosts: Mapping[str, Host],
     endpoints: Mapping[str, tuple[Endpoint, Sequence[UnitRef | None]]],
-    host_names: Collection[str],
+    host_names: Collection[str] | None,
 ) -> list[Finding]:
     """Every cross-check over the whole file, in file order."""
     findings = list(check_hosts(hosts))

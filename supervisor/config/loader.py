@@ -17,13 +17,22 @@ from supervisor.config.checks import check_fleet
 from supervisor.config.collect import IssueCollector, quietly
 from supervisor.config.errors import ConfigError, ConfigIssue
 from supervisor.config.messages import render_value, unknown_key_message
-from supervisor.config.models import Defaults, Endpoint, FleetConfig, Host, StoreConfig, UnitRef
+from supervisor.config.models import (
+    Defaults,
+    Endpoint,
+    FleetConfig,
+    Host,
+    StoreConfig,
+    UnitRef,
+    expand_home,
+)
 from supervisor.config.yamlsource import parse_yaml
 
 ENV_VAR = "FLEET_SUPERVISOR_CONFIG"
 DEFAULT_PATH = Path("fleet.yaml")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 SECTIONS = ("store", "defaults", "hosts", "endpoints")
+MAX_BYTES = 10_000_000
 _TOP = "a mapping with store, defaults, hosts and endpoints"
 
 Hosts = dict[str, Host]
@@ -32,18 +41,24 @@ Hosts = dict[str, Host]
 def resolve_config_path(cli_value: str | None, env: Mapping[str, str]) -> Path:
     """`--config`, else `$FLEET_SUPERVISOR_CONFIG`, else `./fleet.yaml` (empty means unset)."""
     chosen = cli_value or env.get(ENV_VAR) or ""
-    return Path(chosen).expanduser() if chosen else DEFAULT_PATH
+    return expand_home(Path(chosen)) if chosen else DEFAULT_PATH
 
 
 def load_config(path: Path | str) -> FleetConfig:
     """Load the fleet config file at `path`; raises `ConfigError`."""
     file = str(path)
     try:
-        raw = Path(path).read_bytes()
+        with Path(path).open("rb") as stream:
+            raw = stream.read(MAX_BYTES + 1)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ConfigError([ConfigIssue(file, None, "", f"cannot read: {reason}")]) from None
-    absolute = Path(path).expanduser().absolute()
+    except ValueError as exc:  # a NUL byte in the path
+        raise ConfigError([ConfigIssue(file, None, "", f"cannot read: {exc}")]) from None
+    if len(raw) > MAX_BYTES:
+        message = f"cannot read: larger than {MAX_BYTES // 1_000_000} MB, not a fleet config"
+        raise ConfigError([ConfigIssue(file, None, "", message)])
+    absolute = Path(path).absolute()
     return _build(_decode(raw, file), file=file, source=absolute, base_dir=absolute.parent)
 
 
@@ -85,7 +100,8 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
     endpoint_data = _section(issues, data, "endpoints")
     endpoints, endpoints_to_check = _endpoints(issues, endpoint_data, defaults or Defaults())
 
-    host_names = {key for key in host_data if isinstance(key, str)}
+    hosts_readable = isinstance(data.get("hosts", {}), dict)
+    host_names = {key for key in host_data if isinstance(key, str)} if hosts_readable else None
     for finding in check_fleet(hosts_to_check, endpoints_to_check, host_names):
         section, name = finding.loc[:2]
         if not any((section, name, used) in issues.bad_fields for used in finding.uses):

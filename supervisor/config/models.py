@@ -48,11 +48,19 @@ def _positive(value: timedelta) -> timedelta:
     return value
 
 
+def expand_home(path: Path) -> Path:
+    """`~/x` -> `/home/me/x`; unchanged when there is no home directory to expand to."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
 def _to_path(value: object) -> Path:
     if isinstance(value, Path):
         return value
     if isinstance(value, str) and value.strip():
-        return Path(value).expanduser()
+        return expand_home(Path(value))
     raise _fail("path", f"expected a file path, got {render_value(value)}")
 
 

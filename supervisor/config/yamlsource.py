@@ -87,11 +87,11 @@ def _parse(text: str, file: str) -> YamlDocument:
         node = loader.get_single_node()
         if node is None:
             return YamlDocument(data=None, lines=LineMap())
-        issues = _check_nodes(node, file)
-        if any(issue.path == "" for issue in issues):
-            raise ConfigError(issues)
+        fatal, duplicates = _check_nodes(node, file)
+        if fatal:
+            raise ConfigError(fatal)
         data = loader.construct_document(node)
-        return YamlDocument(data=data, lines=_map_lines(node), issues=tuple(issues))
+        return YamlDocument(data=data, lines=_map_lines(node), issues=tuple(duplicates))
     finally:
         loader.dispose()
 
@@ -142,9 +142,10 @@ def _children(loc: Loc, node: Node) -> Iterator[tuple[Loc, Node, Node | None]]:
             yield (*loc, index), item, None
 
 
-def _check_nodes(root: Node, file: str) -> list[ConfigIssue]:
+def _check_nodes(root: Node, file: str) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     """Duplicate keys and integers too long to convert, before the loader builds anything."""
-    issues: list[ConfigIssue] = []
+    fatal: list[ConfigIssue] = []  # the loader could not even build the data
+    duplicates: list[ConfigIssue] = []
     seen_nodes: set[int] = set()
     stack: list[tuple[Loc, Node]] = [((), root)]
     while stack:
@@ -156,7 +157,7 @@ def _check_nodes(root: Node, file: str) -> list[ConfigIssue]:
             if len(node.value) > _MAX_INT_DIGITS:
                 line = node.start_mark.line + 1
                 message = f"YAML error: a number with more than {_MAX_INT_DIGITS} digits"
-                issues.append(ConfigIssue(file, line, "", message))
+                fatal.append(ConfigIssue(file, line, "", message))
             continue
         first_lines: dict[object, int] = {}
         for child_loc, child, key_node in _children(loc, node):
@@ -165,11 +166,11 @@ def _check_nodes(root: Node, file: str) -> list[ConfigIssue]:
                 key = child_loc[-1]
                 if key in first_lines:
                     message = f"duplicate key (first at line {first_lines[key]})"
-                    issues.append(ConfigIssue(file, line, format_path(child_loc), message))
+                    duplicates.append(ConfigIssue(file, line, format_path(child_loc), message))
                 else:
                     first_lines[key] = line
             stack.append((child_loc, child))
-    return issues
+    return fatal, duplicates
 
 
 def _map_lines(root: Node) -> LineMap:

@@ -1,0 +1,1 @@
+"""Remediation actions: a registry of small functions with typed params models."""

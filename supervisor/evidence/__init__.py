@@ -1,0 +1,1 @@
+"""Evidence collectors: named, read-only, each a small function with a typed params model."""
