@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
@@ -95,6 +96,9 @@ class EndpointWorker:
         self._last_recorded: tuple[Outcome, str] | None = None
         self.idle = asyncio.Event()
         self.idle.set()
+        self._lock = asyncio.Lock()
+        #: called (without awaiting) after a change into down or degraded: the repair runner
+        self.on_problem: Callable[[EndpointWorker], None] | None = None
         machine.add(self.name, restored.state)
         self._log = structlog.get_logger("supervisor.endpoint").bind(endpoint=self.name)
 
@@ -117,7 +121,8 @@ class EndpointWorker:
             try:
                 if isinstance(event, Stop):
                     return
-                await self._handle(event)
+                async with self._lock:
+                    await self._handle(event)
             finally:
                 if self._queue.empty():
                     self.idle.set()
@@ -215,6 +220,23 @@ class EndpointWorker:
         if change is not None:
             await self._record_change(change, note, None, extra=data)
 
+    async def apply(
+        self, trigger: Trigger, note: str, *, data: dict[str, str] | None = None
+    ) -> Change | None:
+        """Fire a trigger from outside the queue (the repair runner), in turn with the events."""
+        async with self._lock:
+            if trigger is Trigger.RESTARTED:
+                self._begin_grace()
+            change = await self._machine.fire(self.name, trigger)
+            if change is not None:
+                await self._record_change(change, note, None, extra=data or {})
+            return change
+
+    async def record(self, entry: TimelineEntry) -> None:
+        """Append an entry (diagnosis, action, decision ...) to the open incident, if any."""
+        if self.incident_id is not None:
+            await self._store.append(self.incident_id, entry)
+
     async def _record_change(
         self,
         change: Change,
@@ -252,6 +274,8 @@ class EndpointWorker:
                 await self._store.append(incident, entry)
         await self._store.save_snapshot(self.snapshot())
         self._last_recorded = (result.outcome, result.reason) if result else None
+        if change.dest in (State.DOWN, State.DEGRADED) and self.on_problem is not None:
+            self.on_problem(self)
         self._log.warning(
             "transition",
             source=change.source.value,

@@ -787,3 +787,23 @@ async def test_reader_in_another_process(db: Path, store: Store) -> None:
     report = json.loads(out)
     assert (report["entries"], report["rows"]) == (102, 102)
     assert set(report["counts"]) <= {0, 1}
+
+
+async def test_attempts_are_counted_per_endpoint_and_window(tmp_path: Path) -> None:
+    t0 = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
+    async with await Store.open(tmp_path / "s.db") as store:
+        first = await store.start_attempt(endpoint="ds4", rule_id="ghost", incident_id=None, at=t0)
+        await store.finish_attempt(first, at=t0 + timedelta(minutes=9), outcome="healed")
+        await store.start_attempt(
+            endpoint="ds4", rule_id="ghost", incident_id=None, at=t0 + timedelta(hours=2)
+        )
+        await store.start_attempt(endpoint="kimi", rule_id="x", incident_id=None, at=t0)
+        window = await store.attempts("ds4", since=t0 + timedelta(hours=1))
+        everything = await store.attempts()
+    assert [(a.rule_id, a.outcome, a.finished_at) for a in window] == [("ghost", None, None)]
+    assert [(a.endpoint, a.outcome) for a in everything] == [
+        ("ds4", "healed"),
+        ("ds4", None),
+        ("kimi", None),
+    ]
+    assert everything[0].finished_at == t0 + timedelta(minutes=9)

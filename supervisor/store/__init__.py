@@ -5,6 +5,7 @@ One SQLite file (WAL), written by the daemon and read beside it by the CLI.
 
 from supervisor.store.errors import StoreError
 from supervisor.store.records import (
+    AttemptRow,
     EntryKind,
     IncidentRow,
     JSONValue,
@@ -17,6 +18,7 @@ from supervisor.store.records import (
 from supervisor.store.store import Store
 
 __all__ = [
+    "AttemptRow",
     "EntryKind",
     "IncidentRow",
     "JSONValue",

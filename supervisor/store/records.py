@@ -116,3 +116,16 @@ class SampleRow:
     ttft_s: float | None
     tok_s: float | None
     tokens: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptRow:
+    """One remediation attempt: which rule, when, and how it ended (None while running)."""
+
+    id: int
+    endpoint: str
+    rule_id: str
+    incident_id: int | None
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None

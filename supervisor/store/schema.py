@@ -5,6 +5,8 @@
   timeline rows and is kept by a trigger, so listing incidents never counts the timeline.
 - `timeline`: append-only (triggers refuse UPDATE and DELETE).
 - `samples`: raw probe results, pruned by age.
+- `attempts`: one row per remediation attempt (the budget counts them; an unfinished row is a
+  repair the daemon was stopped in the middle of).
 """
 
 from __future__ import annotations
@@ -105,6 +107,19 @@ samples = Table(
 )
 Index("ix_samples_endpoint_at", samples.c.endpoint, samples.c.at)
 Index("ix_samples_at", samples.c.at)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("endpoint", Text, nullable=False),
+    Column("rule_id", Text, nullable=False),
+    Column("incident_id", Integer, ForeignKey("incidents.id"), nullable=True),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("outcome", Text, nullable=True),
+)
+Index("ix_attempts_endpoint", attempts.c.endpoint, attempts.c.started_at)
 
 TRIGGERS = (
     f"""CREATE TRIGGER timeline_no_update BEFORE UPDATE ON timeline

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from sqlalchemy import delete, insert, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -24,6 +24,7 @@ from supervisor.store import queries
 from supervisor.store.engine import open_engine, reason, transaction
 from supervisor.store.errors import StoreError
 from supervisor.store.records import (
+    AttemptRow,
     IncidentRow,
     SampleRow,
     Snapshot,
@@ -31,7 +32,7 @@ from supervisor.store.records import (
     TimelineEntry,
     TimelineRow,
 )
-from supervisor.store.schema import incidents, samples, snapshots, timeline
+from supervisor.store.schema import attempts, incidents, samples, snapshots, timeline
 
 
 class Store:
@@ -147,6 +148,39 @@ class Store:
         async with self._tx(write=True) as conn:
             result = await conn.execute(delete(samples).where(samples.c.at < older_than))
             return result.rowcount
+
+    async def start_attempt(
+        self, *, endpoint: str, rule_id: str, incident_id: int | None, at: datetime
+    ) -> int:
+        """Record that a remediation starts; returns the attempt's id."""
+        async with self._tx(write=True) as conn:
+            created = await conn.execute(
+                insert(attempts).values(
+                    endpoint=endpoint, rule_id=rule_id, incident_id=incident_id, started_at=at
+                )
+            )
+            return _new_id(created.inserted_primary_key)
+
+    async def finish_attempt(self, attempt_id: int, *, at: datetime, outcome: str) -> None:
+        async with self._tx(write=True) as conn:
+            await conn.execute(
+                update(attempts)
+                .where(attempts.c.id == attempt_id)
+                .values(finished_at=at, outcome=outcome)
+            )
+
+    async def attempts(
+        self, endpoint: str | None = None, *, since: datetime | None = None
+    ) -> list[AttemptRow]:
+        """Attempts started at or after `since`, oldest first (all endpoints when None)."""
+        query = select(attempts).order_by(attempts.c.id)
+        if endpoint is not None:
+            query = query.where(attempts.c.endpoint == endpoint)
+        if since is not None:
+            query = query.where(attempts.c.started_at >= since)
+        async with self._tx(write=False) as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [AttemptRow(**row) for row in rows]
 
     # read side
 
