@@ -112,6 +112,7 @@ def test_exports() -> None:
             "TimelineRow",
             "SampleRow",
             "JSONValue",
+            "AttemptRow",
         ]
     )
 
@@ -127,7 +128,7 @@ async def test_open_creates_parent_dirs_schema_and_wal(db: Path) -> None:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert raw.execute("PRAGMA user_version").fetchone() == (1,)
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert tables == {"snapshots", "incidents", "timeline", "samples"}
+        assert tables == {"snapshots", "incidents", "timeline", "samples", "attempts"}
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert {
             "ix_timeline_incident",
