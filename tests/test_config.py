@@ -51,6 +51,7 @@ PROBE_KEYS = (
     "completion_interval, degraded_after, failures_to_down, jitter, liveness_interval, "
     "max_tokens, min_tok_s_ratio, prompt, timeout"
 )
+SECTION_KEYS = "defaults, endpoints, hosts, playbook, remediation, store"
 HOST_KEYS = "address, check_host_key, key, known_hosts, local, port, service_manager, user"
 ENDPOINT_KEYS = (
     "baseline_tok_s, expect_reasoning, host, kind, model, probe, startup_grace, units, url"
@@ -499,8 +500,7 @@ endpoints:
         ),
         pytest.param(
             VALID + "alerts: {}\n",
-            "fleet.yaml:19: alerts: unknown key (expected one of: defaults, endpoints, hosts, "
-            "store)",
+            f"fleet.yaml:19: alerts: unknown key (expected one of: {SECTION_KEYS})",
             id="unknown-section",
         ),
         pytest.param(
@@ -588,7 +588,7 @@ def test_every_issue_is_reported_sorted_by_line() -> None:
         "fleet.yaml:22: endpoints.kimi.host: unknown host 'm3' (hosts: forge, spark1, spark2)",
         "fleet.yaml:23: endpoints.kimi.probe.max_tokens: must be at least 1, got 0",
         f"fleet.yaml:23: endpoints.kimi.probe.colour: unknown key (expected one of: {PROBE_KEYS})",
-        "fleet.yaml:24: surprise: unknown key (expected one of: defaults, endpoints, hosts, store)",
+        f"fleet.yaml:24: surprise: unknown key (expected one of: {SECTION_KEYS})",
     ]
 
 
@@ -604,7 +604,7 @@ def test_a_broken_hosts_section_does_not_make_every_reference_unknown() -> None:
     text = edit(("hosts:\n", "hosts: [a]\nold_hosts:\n"))
     assert error_lines(text) == [
         "fleet.yaml:4: hosts: expected a mapping, got a list",
-        "fleet.yaml:5: old_hosts: unknown key (expected one of: defaults, endpoints, hosts, store)",
+        f"fleet.yaml:5: old_hosts: unknown key (expected one of: {SECTION_KEYS})",
     ]
 
 
@@ -761,7 +761,7 @@ endpoints:
 
 def test_an_alias_bomb_is_refused_quickly() -> None:
     assert error_lines(BOMB)[0] == (
-        "fleet.yaml:1: a: unknown key (expected one of: defaults, endpoints, hosts, store)"
+        f"fleet.yaml:1: a: unknown key (expected one of: {SECTION_KEYS})"
     )
 
 

@@ -22,6 +22,8 @@ from supervisor.config.models import (
     Endpoint,
     FleetConfig,
     Host,
+    PlaybookConfig,
+    RemediationConfig,
     StoreConfig,
     UnitRef,
     expand_home,
@@ -31,7 +33,7 @@ from supervisor.config.yamlsource import parse_yaml
 ENV_VAR = "FLEET_SUPERVISOR_CONFIG"
 DEFAULT_PATH = Path("fleet.yaml")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-SECTIONS = ("store", "defaults", "hosts", "endpoints")
+SECTIONS = ("store", "defaults", "playbook", "remediation", "hosts", "endpoints")
 MAX_BYTES = 10_000_000
 _TOP = "a mapping with store, defaults, hosts and endpoints"
 
@@ -91,6 +93,10 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
 
     store, _ = issues.validate(StoreConfig, data.get("store", {}), ("store",))
     defaults, _ = issues.validate(Defaults, data.get("defaults", {}), ("defaults",))
+    playbook, _ = issues.validate(PlaybookConfig, data.get("playbook", {}), ("playbook",))
+    remediation, _ = issues.validate(
+        RemediationConfig, data.get("remediation", {}), ("remediation",)
+    )
     host_data = _section(issues, data, "hosts")
     hosts, hosts_to_check = _hosts(issues, host_data)
     if "endpoints" not in data:
@@ -106,12 +112,14 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
         section, name = finding.loc[:2]
         if not any((section, name, used) in issues.bad_fields for used in finding.uses):
             issues.at(finding.loc, finding.message)
-    if issues.found or store is None or defaults is None:
+    if issues.found or store is None or defaults is None or playbook is None or remediation is None:
         raise ConfigError(issues.found)
     return FleetConfig(
         source=source,
         store=store.model_copy(update={"path": _absolute(store.path, base_dir)}),
         defaults=defaults,
+        playbook=playbook.model_copy(update={"path": _absolute(playbook.path, base_dir)}),
+        remediation=remediation,
         hosts={name: _resolve_host_paths(host, base_dir) for name, host in hosts.items()},
         endpoints=endpoints,
     )

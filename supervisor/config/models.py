@@ -106,6 +106,36 @@ class StoreConfig(_Frozen):
     )
 
 
+class PlaybookConfig(_Frozen):
+    path: FilePath = Field(
+        default=Path("playbooks"),
+        description="folder of rule files, one YAML file per rule (relative: to the config folder)",
+    )
+
+
+class RemediationConfig(_Frozen):
+    dry_run: Flag = Field(
+        default=False, description="observe and record what would be done, change nothing"
+    )
+    command_timeout: PositiveDuration = Field(
+        default=timedelta(seconds=60), description="deadline for one remediation command"
+    )
+    evidence_timeout: PositiveDuration = Field(
+        default=timedelta(seconds=20), description="deadline for one evidence command"
+    )
+    max_attempts: Count = Field(
+        default=6,
+        description="remediation attempts per endpoint within `window`, all rules together",
+    )
+    window: PositiveDuration = Field(
+        default=timedelta(hours=6), description="the window `max_attempts` counts in"
+    )
+    verify_every: PositiveDuration = Field(
+        default=timedelta(seconds=10),
+        description="while verifying a repair, a real completion this often",
+    )
+
+
 class ProbeSettings(_Frozen):
     liveness_interval: PositiveDuration = Field(
         default=timedelta(seconds=60),
@@ -243,6 +273,10 @@ class FleetConfig(_Frozen):
         default=StoreConfig(), description="where the daemon keeps its state"
     )
     defaults: Defaults = Field(default=Defaults(), description="settings every endpoint inherits")
+    playbook: PlaybookConfig = Field(default=PlaybookConfig(), description="the rule playbook")
+    remediation: RemediationConfig = Field(
+        default=RemediationConfig(), description="how repairs are run and limited"
+    )
     hosts: Mapping[str, Host] = Field(
         default_factory=dict, description="machines, by name (letters, digits, `.`, `_`, `-`)"
     )
