@@ -861,3 +861,16 @@ def test_the_docs_table_names_every_key_the_example_uses() -> None:
     entries = {"hosts.NAME", "endpoints.NAME"}  # the named entries themselves, not keys
     used = {p for p in paths(data, "") - entries if not p.startswith("endpoints.NAME.probe.")}
     assert used <= documented
+
+
+def test_only_true_and_false_are_booleans() -> None:
+    """YAML 1.1 reads yes/no/on/off as booleans; here they are text, so a typo is an error."""
+    text = (
+        "hosts:\n"
+        "  spark1: {address: 10.0.0.1, check_host_key: yes}\n"
+        "endpoints:\n"
+        "  asr: {kind: health, url: 'http://10.0.0.1:8765/health', host: spark1}\n"
+    )
+    assert error_lines(text) == [
+        "fleet.yaml:2: hosts.spark1.check_host_key: expected true or false, got 'yes'"
+    ]

@@ -8,6 +8,7 @@ Duplicate keys, which PyYAML silently lets win, are reported. Nothing here raise
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -81,8 +82,25 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         raise ConfigError([ConfigIssue(file, None, "", message)]) from None
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true/false (any case). YAML 1.1 also reads `on`,
+    `off`, `yes`, `no`, `y`, `n` as booleans, which would turn a rule's `on: hosts` key into
+    `True`; here they stay text."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
+
+
 def _parse(text: str, file: str) -> YamlDocument:
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
