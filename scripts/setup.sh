@@ -3,7 +3,7 @@
 # also installs the system packages the tests drive for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-APT_PACKAGES=""
+APT_PACKAGES="openssh-server sudo"
 missing=""
 for pkg in $APT_PACKAGES; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"

@@ -12,12 +12,17 @@ from datetime import timedelta
 import httpx
 import structlog
 
+from supervisor.actions.registry import ACTIONS
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Endpoint, FleetConfig
 from supervisor.events import Event, HostReachability, ProbeResult, Stop, Tier
+from supervisor.executor import Executor
+from supervisor.executor.fleet import FleetExecutor
 from supervisor.hosts import UNREACHABLE, HostWatcher
-from supervisor.machine import FleetMachine
+from supervisor.machine import FleetMachine, State
+from supervisor.playbook.live import LivePlaybook
 from supervisor.probes import make_client, run_probe
+from supervisor.remediation.runner import Remediator
 from supervisor.schedule import ProbeSchedule
 from supervisor.store import Snapshot, Store, SubjectKind
 from supervisor.worker import EndpointWorker, Prober, restored_from
@@ -34,11 +39,17 @@ class Daemon:
         *,
         clock: Clock | None = None,
         prober: Prober | None = None,
+        executor: Executor | None = None,
+        dry_run: bool = False,
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
         self._prober = prober
         self._client: httpx.AsyncClient | None = None
+        self.executor: Executor = executor or FleetExecutor(config)
+        self.dry_run = dry_run or config.remediation.dry_run
+        self.playbook: LivePlaybook | None = None
+        self.remediator: Remediator | None = None
         self.store: Store | None = None
         self.machine = FleetMachine()
         self.workers: dict[str, EndpointWorker] = {}
@@ -53,8 +64,18 @@ class Daemon:
 
     async def start(self) -> None:
         self.store = store = await Store.open(self.config.store.path)
-        if self._prober is None:
-            self._client = make_client()
+        self._client = make_client()
+        self.playbook = LivePlaybook(self.config.playbook.path)
+        self.remediator = Remediator(
+            config=self.config,
+            store=store,
+            executor=self.executor,
+            http=self._client,
+            clock=self.clock,
+            playbook=self.playbook,
+            actions=ACTIONS,
+            dry_run=self.dry_run,
+        )
         prober: Prober = self._prober or self._probe
         now = self.clock.now()
         for name, host in self.config.hosts.items():
@@ -83,13 +104,19 @@ class Daemon:
                 unreachable_hosts=down_hosts & set(endpoint.hosts()),
                 host_check=self._hosts_answer,
             )
+            worker.on_problem = self.remediator.schedule
             self.workers[name] = worker
             self._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{name}"))
             log.info(
                 "supervising", endpoint=name, state=worker.state.value, incident=worker.incident_id
             )
-        self._schedule = ProbeSchedule(self.config, self.workers, self.hosts, store, self.clock)
+        self._schedule = ProbeSchedule(
+            self.config, self.workers, self.hosts, store, self.clock, self.playbook
+        )
         self._schedule.start()
+        for worker in self.workers.values():
+            if worker.state in (State.DOWN, State.DEGRADED, State.UNREACHABLE):
+                self.remediator.schedule(worker)  # resume: judge it afresh
         log.info("started", endpoints=len(self.workers), hosts=len(self.hosts))
 
     async def _hosts_answer(self, endpoint: Endpoint) -> str:
@@ -101,6 +128,10 @@ class Daemon:
             if reason:
                 return f"host {name}: {reason}"
         return ""
+
+    def reload(self) -> list[str]:
+        """SIGHUP: reload the playbook (a broken one is refused; the rules in force stay)."""
+        return self.playbook.reload() if self.playbook is not None else []
 
     def broadcast(self, event: HostReachability) -> None:
         for worker in self.workers.values():
@@ -116,6 +147,8 @@ class Daemon:
     async def stop(self) -> None:
         if self._schedule is not None:
             self._schedule.shutdown()
+        if self.remediator is not None:
+            await self.remediator.stop()
         for worker in self.workers.values():
             worker.submit(Stop(endpoint=worker.name, at=self.clock.now()))
         for task in self._tasks:
@@ -123,6 +156,7 @@ class Daemon:
                 await asyncio.wait_for(task, timeout=_DRAIN_SECONDS)
         if self._client is not None:
             await self._client.aclose()
+        await self.executor.close()
         if self.store is not None:
             await self.store.close()
         log.info("stopped")

@@ -119,6 +119,7 @@ def _fleet_file(folder: Path, sims: dict[str, VllmSim]) -> Path:
             },
             "startup_grace": "0s",
         },
+        "remediation": {"dry_run": True},
         "hosts": {"forge": {"local": True}},
         "endpoints": endpoints,
     }

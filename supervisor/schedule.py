@@ -16,10 +16,12 @@ from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.events import ProbeTick, Tier
 from supervisor.hosts import HostWatcher
+from supervisor.playbook.live import LivePlaybook
 from supervisor.store import Store
 from supervisor.worker import EndpointWorker
 
 _PRUNE_EVERY = timedelta(hours=1)
+_WATCH_EVERY = timedelta(seconds=5)
 
 
 class ProbeSchedule:
@@ -30,7 +32,9 @@ class ProbeSchedule:
         hosts: Mapping[str, HostWatcher],
         store: Store,
         clock: Clock,
+        playbook: LivePlaybook | None = None,
     ) -> None:
+        self._playbook = playbook
         self._config = config
         self._workers = workers
         self._hosts = hosts
@@ -66,6 +70,10 @@ class ProbeSchedule:
         self._scheduler.add_job(
             self._prune, "interval", seconds=_PRUNE_EVERY.total_seconds(), next_run_time=now
         )
+        if self._playbook is not None:
+            self._scheduler.add_job(
+                self._watch_playbook, "interval", seconds=_WATCH_EVERY.total_seconds()
+            )
         self._scheduler.start()
 
     def _every(
@@ -83,6 +91,10 @@ class ProbeSchedule:
 
     async def _tick(self, name: str, tier: Tier) -> None:
         self._workers[name].submit(ProbeTick(endpoint=name, tier=tier, at=self._clock.now()))
+
+    async def _watch_playbook(self) -> None:
+        if self._playbook is not None:
+            self._playbook.reload_if_changed()
 
     async def _prune(self) -> None:
         await self._store.prune_samples(self._clock.now() - self._config.store.sample_retention)

@@ -97,8 +97,12 @@ class EndpointWorker:
         self.idle = asyncio.Event()
         self.idle.set()
         self._lock = asyncio.Lock()
-        #: called (without awaiting) after a change into down or degraded: the repair runner
+        #: called (without awaiting) after a change into down, degraded or unreachable
         self.on_problem: Callable[[EndpointWorker], None] | None = None
+        #: set on every state change (the repair runner waits on it while verifying)
+        self.changed = asyncio.Event()
+        #: the latest probe that did not pass: what a diagnosis starts from
+        self.last_problem: ProbeResult | None = None
         machine.add(self.name, restored.state)
         self._log = structlog.get_logger("supervisor.endpoint").bind(endpoint=self.name)
 
@@ -138,6 +142,10 @@ class EndpointWorker:
         elif isinstance(event, EndpointRestarted):
             await self._on_restarted(event)
 
+    async def probe_now(self, tier: Tier) -> ProbeResult:
+        """Probe once outside the queue and change nothing (actions that wait for health)."""
+        return await self._prober(self.endpoint, tier)
+
     async def _probe(self, tier: Tier, *, is_reprobe: bool) -> None:
         result = await self._prober(self.endpoint, tier)
         await self._on_result(result, is_reprobe=is_reprobe)
@@ -145,6 +153,8 @@ class EndpointWorker:
     async def _on_result(self, result: ProbeResult, *, is_reprobe: bool) -> None:
         await self._store.add_sample(result)
         self.last_reason = result.reason
+        if not result.ok:
+            self.last_problem = result
         if result.ok:
             self.last_ok_at = result.at
             if result.tier is Tier.DEEP and result.ttft_s is not None:
@@ -232,10 +242,12 @@ class EndpointWorker:
                 await self._record_change(change, note, None, extra=data or {})
             return change
 
-    async def record(self, entry: TimelineEntry) -> None:
-        """Append an entry (diagnosis, action, decision ...) to the open incident, if any."""
-        if self.incident_id is not None:
-            await self._store.append(self.incident_id, entry)
+    async def record(self, entry: TimelineEntry, *, incident_id: int | None = None) -> None:
+        """Append an entry (diagnosis, action, decision ...) to `incident_id` (closed ones too),
+        else to the open incident, if any."""
+        target = incident_id if incident_id is not None else self.incident_id
+        if target is not None:
+            await self._store.append(target, entry)
 
     async def _record_change(
         self,
@@ -274,7 +286,9 @@ class EndpointWorker:
                 await self._store.append(incident, entry)
         await self._store.save_snapshot(self.snapshot())
         self._last_recorded = (result.outcome, result.reason) if result else None
-        if change.dest in (State.DOWN, State.DEGRADED) and self.on_problem is not None:
+        self.changed.set()
+        problem = change.dest in (State.DOWN, State.DEGRADED, State.UNREACHABLE)
+        if problem and self.on_problem is not None:
             self.on_problem(self)
         self._log.warning(
             "transition",

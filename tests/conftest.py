@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Protocol
 
 import pytest
 
 from supervisor.lab.vllm_sim import Flavour, SimBehaviour, VllmSim
+from tests.sshd import SSHD, Sshd
 
 FAST_TOK_S = 2000.0
 
@@ -58,3 +61,17 @@ async def sim_factory() -> AsyncIterator[SimFactory]:
 async def sim(sim_factory: SimFactory) -> VllmSim:
     """An in-process vLLM sim on 127.0.0.1 (port 0): model `sim-model`, reasoning on, fast."""
     return await sim_factory()
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    """A real OpenSSH server on 127.0.0.21 (free port), everything in `tmp_path / "sshd"`:
+    `.host` logs in as the current user with a generated key and checks the host key."""
+    if not SSHD.exists():
+        pytest.skip(f"the OpenSSH server is not installed ({SSHD}): run scripts/setup.sh as root")
+    if os.geteuid() != 0:
+        pytest.skip("the sshd tests start sshd, which needs root")
+    server = Sshd(tmp_path / "sshd")
+    server.start()
+    yield server
+    server.stop()

@@ -47,10 +47,15 @@ def write_fleet(
     hosts: Mapping[str, Mapping[str, Any]] | None = None,
     probe: Mapping[str, Any] | None = None,
     startup_grace: str = "0s",
+    remediation: Mapping[str, Any] | None = None,
+    playbook: str = "playbooks",
 ) -> Path:
-    """A fleet.yaml in `folder` with fast probes and its store in `folder/state`."""
+    """A fleet.yaml in `folder` with fast probes and its store in `folder/state`; observe-only
+    (remediation dry run) unless `remediation` says otherwise."""
     document = {
         "store": {"path": "state/supervisor.db"},
+        "playbook": {"path": playbook},
+        "remediation": dict(remediation or {"dry_run": True}),
         "defaults": {"probe": {**FAST_PROBE, **(probe or {})}, "startup_grace": startup_grace},
         "hosts": dict(hosts or {"forge": {"local": True}}),
         "endpoints": {name: dict(spec) for name, spec in endpoints.items()},

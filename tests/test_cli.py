@@ -92,8 +92,27 @@ async def _populate(db: Path) -> int:
 
 def test_check_accepts_a_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _fleet(tmp_path)
+    (tmp_path / "playbooks").mkdir()
     assert main(["--config", str(path), "check"]) == 0
-    assert capsys.readouterr().out == f"{path}: ok (2 hosts, 2 endpoints)\n"
+    assert capsys.readouterr().out == (
+        f"{path}: ok (2 hosts, 2 endpoints)\n{tmp_path / 'playbooks'}: ok (0 rules)\n"
+    )
+
+
+def test_check_checks_the_playbook(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _fleet(tmp_path)
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "bad.yaml").write_text("id: bad\ntitle: t\n")
+    assert main(["--config", str(path), "check"]) == 1
+    out, err = capsys.readouterr()
+    assert out == f"{path}: ok (2 hosts, 2 endpoints)\n"
+    bad = tmp_path / "playbooks" / "bad.yaml"
+    assert err.splitlines() == [
+        f"{bad}:1: rule 'bad': severity: required",
+        f"{bad}:1: rule 'bad': when: required",
+        f"{bad}:1: rule 'bad': mode: required",
+        f"{tmp_path / 'playbooks'}: 1 rule file(s) disabled by the problems above",
+    ]
 
 
 def test_check_names_file_line_and_field(

@@ -261,7 +261,7 @@ def test_relative_paths_are_relative_to_the_config_files_folder(
     [
         ("", "/srv/fleet/state/supervisor.db"),
         ("store: {path: /var/lib/fs/db.sqlite}\n", "/var/lib/fs/db.sqlite"),
-        ("store: {path: ../db.sqlite}\n", "/srv/fleet/../db.sqlite"),
+        ("store: {path: ../db.sqlite}\n", "/srv/db.sqlite"),
         ("store: {path: ~/db.sqlite}\n", "/home/op/db.sqlite"),
     ],
 )

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from supervisor import __version__
-from supervisor.cli import check, incidents, probe, run, status
+from supervisor.cli import check, diagnose, incidents, probe, rules, run, status
 from supervisor.cli.common import CliError
 from supervisor.config import ConfigError
 from supervisor.durations import DurationError, parse_duration
@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("check", help="validate the config; exit 1 with file:line: field errors")
     p = sub.add_parser("run", help="run the daemon until SIGTERM or Ctrl-C")
     p.add_argument("--log-format", choices=("auto", "json", "text"), default="auto")
+    p.add_argument(
+        "--dry-run", action="store_true", help="observe and record what it would do, change nothing"
+    )
     p = sub.add_parser("status", help="every endpoint's state, from the store")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("probe", help="probe one endpoint now (liveness and the real check)")
@@ -53,10 +56,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--open", action="store_true", help="only open incidents")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "diagnose", help="gather evidence now: which rule matches, why, and the plan"
+    )
+    p.add_argument("name")
+    p.add_argument("--dry-run", action="store_true", help="list the exact commands of the plan")
+    p.add_argument(
+        "--state", choices=("down", "degraded", "unreachable"), help="diagnose as if in this state"
+    )
     sub.add_parser("demo", help="watch the supervisor catch three faults on loopback servers")
     p = sub.add_parser("timeline", help="one incident's timeline")
     p.add_argument("id", type=int)
     p.add_argument("--json", action="store_true")
+    rules.add_parser(sub)
     return parser
 
 
@@ -76,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "incidents": incidents.main_list,
         "timeline": incidents.main_timeline,
         "demo": _demo,
+        "diagnose": diagnose.main,
+        "rules": rules.main,
     }
     try:
         return handlers[args.command](args)

@@ -1,4 +1,4 @@
-"""`check`: validate the config (and, later, the playbook) without running anything."""
+"""`check`: validate the config and the playbook without running anything."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import sys
 
 from supervisor.config import ConfigError, load_config, resolve_config_path
+from supervisor.playbook.loader import load_playbook
 
 
 def main(args: argparse.Namespace) -> int:
@@ -17,4 +18,15 @@ def main(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 1
     print(f"{path}: ok ({len(config.hosts)} hosts, {len(config.endpoints)} endpoints)")
+    playbook = load_playbook(config.playbook.path)
+    for line in playbook.lines():
+        print(line, file=sys.stderr)
+    if playbook.errors:
+        disabled = len({p.file for p in playbook.errors})
+        print(
+            f"{config.playbook.path}: {disabled} rule file(s) disabled by the problems above",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{config.playbook.path}: ok ({len(playbook.rules)} rules)")
     return 0

@@ -15,7 +15,7 @@ def main(args: argparse.Namespace) -> int:
     config = load(args)
     fmt = args.log_format
     logs.configure(json=None if fmt == "auto" else fmt == "json")
-    asyncio.run(_run(Daemon(config)))
+    asyncio.run(_run(Daemon(config, dry_run=args.dry_run)))
     return 0
 
 
@@ -24,4 +24,5 @@ async def _run(daemon: Daemon) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, daemon.reload)
     await daemon.run_until(stop)

@@ -7,6 +7,7 @@ out only the fields that already failed their type checks.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -203,7 +204,8 @@ def _endpoints(
 
 
 def _absolute(path: Path, base_dir: Path) -> Path:
-    return path if path.is_absolute() else base_dir / path
+    """`path` relative to the config's folder, with `..` folded (no symlinks resolved)."""
+    return path if path.is_absolute() else Path(os.path.normpath(base_dir / path))
 
 
 def _resolve_host_paths(host: Host, base_dir: Path) -> Host:

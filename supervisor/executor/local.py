@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import Sequence
 from contextlib import suppress
@@ -14,15 +15,49 @@ from supervisor.durations import format_duration
 from supervisor.executor.base import CommandResult, command_line
 
 MAX_OUTPUT = 256 * 1024  #: bytes kept of stdout and of stderr each (the end is kept)
+READ_CHUNK = 65536
 
 
 def decode(data: bytes) -> str:
     return data[-MAX_OUTPUT:].decode("utf-8", errors="replace")
 
 
+class OutputTail:
+    """The last `MAX_OUTPUT` bytes of a stream, collected as it arrives (so a command cut off
+    by its deadline still shows what it had printed)."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self._data += chunk
+        if len(self._data) > 2 * MAX_OUTPUT:
+            del self._data[:-MAX_OUTPUT]
+
+    def text(self) -> str:
+        return decode(bytes(self._data))
+
+
+async def _pump(stream: asyncio.StreamReader | None, sink: OutputTail) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(READ_CHUNK):
+        sink.add(chunk)
+
+
+async def _feed(stream: asyncio.StreamWriter | None, data: str | None) -> None:
+    if stream is None or data is None:
+        return
+    with suppress(BrokenPipeError, ConnectionResetError):  # the command did not read it all
+        stream.write(data.encode())
+        await stream.drain()
+    stream.close()
+
+
 class LocalExecutor:
     """Runs argument lists with `asyncio.create_subprocess_exec`. `sudo=True` adds `sudo -n`
-    unless the daemon already runs as root."""
+    unless the daemon already runs as root. A command past its deadline has its whole process
+    group killed; the output it had printed is kept."""
 
     def __init__(self) -> None:
         self._is_root = os.geteuid() == 0
@@ -41,14 +76,15 @@ class LocalExecutor:
         full = ["sudo", "-n", *argv] if use_sudo else list(argv)
         line = command_line(argv, sudo=use_sudo)
         started = time.monotonic()
+        out, err = OutputTail(), OutputTail()
 
-        def result(status: int | None, out: bytes, err: bytes, error: str = "") -> CommandResult:
+        def result(status: int | None, error: str = "") -> CommandResult:
             return CommandResult(
                 host=host.name,
                 command=line,
                 exit_status=status,
-                stdout=decode(out),
-                stderr=decode(err),
+                stdout=out.text(),
+                stderr=err.text(),
                 duration_s=time.monotonic() - started,
                 error=error,
             )
@@ -62,16 +98,19 @@ class LocalExecutor:
                 start_new_session=True,
             )
         except OSError as exc:
-            return result(None, b"", b"", f"cannot run {argv[0]}: {exc.strerror or exc}")
+            return result(None, f"cannot run {argv[0]}: {exc.strerror or exc}")
         try:
             async with asyncio.timeout(timeout.total_seconds()):
-                out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
+                await asyncio.gather(
+                    _pump(proc.stdout, out), _pump(proc.stderr, err), _feed(proc.stdin, stdin)
+                )
+                status = await proc.wait()
         except TimeoutError:
             with suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
+                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-            return result(proc.returncode, b"", b"", f"timed out after {format_duration(timeout)}")
-        return result(proc.returncode, out, err)
+            return result(None, f"timed out after {format_duration(timeout)}")
+        return result(status)
 
     async def close(self) -> None:
         return None

@@ -1,0 +1,1 @@
+"""Remediation: guard rails, running a matched rule's steps, verification, escalation."""

@@ -1,0 +1,349 @@
+"""The repair runner: when an endpoint is confirmed down, degraded or unreachable, gather
+evidence, diagnose, check the guard rails, act, verify with a real completion, and call a person
+when a fix is not safe or did not work.
+
+Every decision is recorded in the incident's timeline, the ones that did nothing included
+(paused, budget spent, manual or confirm mode, dry run), so "why didn't it act?" is a query.
+A repair that is not verified in time makes the endpoint `down` again and the runner starts over
+from a fresh diagnosis; budgets end that loop with one escalation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import structlog
+
+from supervisor.actions.base import Action
+from supervisor.clock import Clock
+from supervisor.config import FleetConfig
+from supervisor.durations import format_duration
+from supervisor.events import ProbeTick, Tier
+from supervisor.executor import Executor
+from supervisor.executor.dryrun import DryRunExecutor
+from supervisor.machine import State, Trigger
+from supervisor.playbook.diagnose import diagnose
+from supervisor.playbook.facts import Facts
+from supervisor.playbook.loader import Playbook
+from supervisor.playbook.model import Mode, Rule
+from supervisor.playbook.results import Diagnosis, RuleMatch
+from supervisor.playbook.templating import PlaceholderError, fill_params
+from supervisor.remediation import records
+from supervisor.remediation.guards import HostLocks, check_budget
+from supervisor.remediation.steps import StepEnv, StepRun, run_steps
+from supervisor.store import EntryKind, Store
+from supervisor.worker import EndpointWorker
+
+log = structlog.get_logger("supervisor.remediation")
+
+_ACTIONABLE = frozenset({State.DOWN, State.DEGRADED, State.UNREACHABLE})
+
+
+class Approver(Protocol):
+    async def __call__(self, endpoint: str, rule: Rule, plan: list[str]) -> bool | None:
+        """True to go ahead, False to skip, None when nobody answered in time."""
+
+
+class Remediator:
+    def __init__(
+        self,
+        *,
+        config: FleetConfig,
+        store: Store,
+        executor: Executor,
+        http: httpx.AsyncClient,
+        clock: Clock,
+        playbook: Callable[[], Playbook],
+        actions: Mapping[str, Action[Any]],
+        locks: HostLocks | None = None,
+        dry_run: bool = False,
+        approver: Approver | None = None,
+    ) -> None:
+        self.config = config
+        self._store = store
+        self._executor = executor
+        self._http = http
+        self._clock = clock
+        self._playbook = playbook
+        self._actions = actions
+        self.locks = locks or HostLocks()
+        self.dry_run = dry_run
+        self.approver = approver
+        self.paused = False
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def schedule(self, worker: EndpointWorker) -> None:
+        """The worker's `on_problem` hook: one repair task per endpoint at a time."""
+        running = self._tasks.get(worker.name)
+        if running is not None and not running.done():
+            return
+        self._tasks[worker.name] = asyncio.create_task(self._guarded(worker))
+
+    def started(self, endpoint: str) -> bool:
+        """Whether a repair task was ever started for `endpoint` (tests wait on it)."""
+        return endpoint in self._tasks
+
+    async def wait(self) -> None:
+        """Until every repair task has finished (tests, shutdown)."""
+        while pending := [t for t in self._tasks.values() if not t.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def stop(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    async def _guarded(self, worker: EndpointWorker) -> None:
+        try:
+            await self.handle(worker)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broken repair is recorded, never fatal
+            log.exception("repair runner failed", endpoint=worker.name)
+            await self._note(worker, EntryKind.NOTE, f"repair runner failed: {exc!r}")
+
+    async def _note(
+        self, worker: EndpointWorker, kind: EntryKind, summary: str, incident: int | None = None
+    ) -> None:
+        entry = records.note(kind, worker.name, self._clock.now(), summary)
+        await worker.record(entry, incident_id=incident)
+
+    async def handle(self, worker: EndpointWorker) -> None:
+        while worker.state in _ACTIONABLE:
+            if self.paused:
+                await self._note(
+                    worker, EntryKind.DECISION, "automatic action is paused: not acting"
+                )
+                return
+            diagnosis = await self._diagnose(worker)
+            if worker.state not in _ACTIONABLE:
+                await self._note(worker, EntryKind.DECISION, f"now {worker.state}: not acting")
+                return
+            if diagnosis.matched is None:
+                await self._escalate(worker, "no rule matched: a person must look", None)
+                return
+            if not await self._attempt(worker, diagnosis.matched, diagnosis):
+                return
+
+    async def _diagnose(self, worker: EndpointWorker) -> Diagnosis:
+        state = worker.state
+        diagnosis = await diagnose(
+            worker.endpoint,
+            config=self.config,
+            state=state.value,
+            trigger=worker.last_problem,
+            playbook=self._playbook(),
+            executor=self._executor,
+            http=self._http,
+            timeout=self.config.remediation.evidence_timeout,
+        )
+        now = self._clock.now()
+        for run in diagnosis.evidence:
+            await worker.record(records.evidence_entry(run, worker.name, now))
+        await worker.record(records.diagnosis_entry(diagnosis, worker.name, now))
+        log.info("diagnosed", endpoint=worker.name, verdict=diagnosis.lines()[0])
+        return diagnosis
+
+    async def _attempt(
+        self, worker: EndpointWorker, match: RuleMatch, diagnosis: Diagnosis
+    ) -> bool:
+        """One repair by `match`; True when the runner should diagnose again."""
+        rule = match.rule
+        scopes = _scopes_of(diagnosis, rule.id)
+        matched = [(r.scope, r.facts) for r in match.scopes]
+        if rule.mode is Mode.MANUAL:
+            await self._escalate(worker, _ask_text(rule, matched) or rule.title, rule)
+            return False
+        if rule.mode is Mode.CONFIRM:
+            plan = await self._plan(worker, rule, matched, scopes)
+            answer = await self.approver(worker.name, rule, plan) if self.approver else None
+            if answer is not True:
+                why = "skipped by a person" if answer is False else "nobody confirmed it"
+                await self._escalate(worker, f"{rule.id} needs confirmation: {why}", rule)
+                return False
+        now = self._clock.now()
+        settings = self.config.remediation
+        spend = await check_budget(
+            self._store,
+            endpoint=worker.name,
+            rule_id=rule.id,
+            rule_attempts=rule.budget.attempts,
+            rule_window=rule.budget.window,
+            max_attempts=settings.max_attempts,
+            window=settings.window,
+            now=now,
+        )
+        if not spend.allowed:
+            await self._escalate(worker, spend.note, rule)
+            return False
+        if self.dry_run:
+            plan = await self._plan(worker, rule, matched, scopes)
+            summary = f"dry run: would apply {rule.id} ({spend.note}): " + "; ".join(plan)
+            await self._note(worker, EntryKind.DECISION, summary)
+            return False
+        return await self._repair(worker, rule, matched, scopes, spend.note)
+
+    async def _repair(
+        self,
+        worker: EndpointWorker,
+        rule: Rule,
+        matched: list[tuple[Any, Facts]],
+        scopes: list[tuple[Any, Facts]],
+        budget_note: str,
+    ) -> bool:
+        hosts = worker.endpoint.hosts()
+        busy = self.locks.busy(hosts)
+        if busy:
+            held = ", ".join(f"{h} (by {who})" for h, who in busy.items())
+            await self._note(
+                worker, EntryKind.DECISION, f"waiting for hosts busy with a repair: {held}"
+            )
+        async with self.locks.hold(hosts, worker.name):
+            change = await worker.apply(
+                Trigger.REMEDIATE, f"applying {rule.id} ({budget_note}): {rule.title}"
+            )
+            if change is None:
+                return False
+            incident = worker.incident_id
+            attempt = await self._store.start_attempt(
+                endpoint=worker.name,
+                rule_id=rule.id,
+                incident_id=worker.incident_id,
+                at=self._clock.now(),
+            )
+
+            async def record(run: StepRun) -> None:
+                entry = records.step_entry(run, worker.name, self._clock.now(), dry_run=False)
+                await worker.record(entry)
+
+            result = await run_steps(
+                rule.actions,
+                env=self._env(worker, self._executor, dry_run=False),
+                matched=matched,
+                scopes=scopes,
+                on_run=record,
+            )
+            if not result.ok:
+                await self._store.finish_attempt(
+                    attempt, at=self._clock.now(), outcome=f"failed: {result.stopped}"
+                )
+                await self._escalate(worker, result.needs_person or result.stopped, rule)
+                return False
+            within = rule.verify.within or worker.endpoint.startup_grace
+            await worker.apply(
+                Trigger.VERIFY,
+                f"{rule.id} done: a real completion must pass within {format_duration(within)}",
+            )
+        verified = await self._verify(worker, within)
+        outcome = "healed" if verified else f"not verified within {format_duration(within)}"
+        await self._store.finish_attempt(attempt, at=self._clock.now(), outcome=outcome)
+        if verified:
+            summary = f"verified: {rule.id} healed it"
+            await self._note(worker, EntryKind.VERIFICATION, summary, incident)
+            return False
+        await self._note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
+        change = await worker.apply(Trigger.VERIFY_FAILED, f"{rule.id}: {outcome}")
+        return change is not None
+
+    async def _verify(self, worker: EndpointWorker, within: timedelta) -> bool:
+        """Ask for real completions until one passes (the worker then moves to healthy)."""
+        every = self.config.remediation.verify_every.total_seconds()
+        deadline = time.monotonic() + within.total_seconds()
+        while worker.state is State.VERIFYING and time.monotonic() < deadline:
+            worker.changed.clear()
+            worker.submit(ProbeTick(endpoint=worker.name, tier=Tier.DEEP, at=self._clock.now()))
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                async with asyncio.timeout(min(every, remaining)):
+                    await worker.changed.wait()
+            except TimeoutError:
+                pass
+        return worker.state is State.HEALTHY
+
+    def _env(self, worker: EndpointWorker, executor: Executor, *, dry_run: bool) -> StepEnv:
+        return StepEnv(
+            endpoint=worker.endpoint,
+            hosts=self.config.hosts,
+            executor=executor,
+            timeout=self.config.remediation.command_timeout,
+            dry_run=dry_run,
+            clock=self._clock,
+            probe=lambda: worker.probe_now(Tier.DEEP),
+            actions=self._actions,
+        )
+
+    async def _plan(
+        self,
+        worker: EndpointWorker,
+        rule: Rule,
+        matched: list[tuple[Any, Facts]],
+        scopes: list[tuple[Any, Facts]],
+    ) -> list[str]:
+        """The rule's steps run against a dry-run executor: the commands it would send."""
+        planner = DryRunExecutor(self._executor)
+        lines: list[str] = []
+
+        async def record(run: StepRun) -> None:
+            entry = records.step_entry(run, worker.name, self._clock.now(), dry_run=True)
+            await worker.record(entry)
+            commands = [c.command for c in run.outcome.commands if c.dry_run]
+            lines.append(
+                f"{run.action} on {run.target}: " + (" && ".join(commands) or run.outcome.summary)
+            )
+
+        await run_steps(
+            rule.actions,
+            env=self._env(worker, planner, dry_run=True),
+            matched=matched,
+            scopes=scopes,
+            on_run=record,
+        )
+        return lines
+
+    async def _escalate(self, worker: EndpointWorker, why: str, rule: Rule | None) -> None:
+        head = _runbook_head(self._playbook(), rule)
+        note = why + (f" (runbook: {rule.runbook})" if rule and rule.runbook else "")
+        if self.dry_run:
+            await self._note(worker, EntryKind.DECISION, f"dry run: would escalate: {note}")
+            return
+        await self._note(worker, EntryKind.DECISION, f"escalated: {note}")
+        data = {"why": why, "rule": rule.id if rule else "", "runbook": head}
+        await worker.apply(Trigger.ESCALATE, f"a person is needed: {why}", data=data)
+        log.warning("escalated", endpoint=worker.name, why=why)
+
+
+def _scopes_of(diagnosis: Diagnosis, rule_id: str) -> list[tuple[Any, Facts]]:
+    for evaluation in diagnosis.evaluations:
+        if evaluation.rule_id == rule_id:
+            return [(r.scope, r.facts) for r in evaluation.scopes]
+    return []
+
+
+def _ask_text(rule: Rule, matched: list[tuple[Any, Facts]]) -> str:
+    """The message of a manual rule's `ask_person` step, filled from the first matched scope."""
+    facts = matched[0][1] if matched else Facts()
+    for step in rule.actions:
+        if step.action == "ask_person":
+            try:
+                filled = fill_params(dict(step.params), facts)
+            except PlaceholderError:
+                return str(step.params.get("message", ""))
+            if isinstance(filled, dict):
+                return str(filled.get("message", ""))
+    return ""
+
+
+def _runbook_head(playbook: Playbook, rule: Rule | None, lines: int = 3) -> str:
+    if rule is None or not rule.runbook or playbook.folder is None:
+        return ""
+    path = Path(playbook.folder).parent / rule.runbook
+    try:
+        return "\n".join(path.read_text(encoding="utf-8").splitlines()[:lines])
+    except OSError:
+        return ""

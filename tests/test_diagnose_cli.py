@@ -1,0 +1,137 @@
+"""`fleet-supervisor diagnose NAME --dry-run` on the DeepSeek-shaped pair: two hosts, each a real
+OpenSSH server on its own loopback address; evidence is gathered over SSH and the plan is listed
+in restart order across both hosts, changing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from tests.helpers import write_fleet
+from tests.sshd import Sshd
+
+pytestmark = pytest.mark.slow
+
+RULE = """\
+id: stale-workers
+title: old workers are still running
+severity: critical
+applies_to: {{states: [down]}}
+evidence:
+  - {{id: procs, collect: processes, params: {{pattern: "^VLLM::Worker_TP0 {token}"}}}}
+when:
+  all:
+    - {{fact: procs.count, op: ge, value: 1}}
+actions:
+  - action: kill_processes
+    on: host
+    params: {{pattern: "^VLLM::Worker_TP0 {token}", signal: KILL}}
+  - action: restart_units
+mode: auto
+"""
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Sshd, Sshd]]:
+    spark1 = Sshd(tmp_path / "spark1", address="127.0.0.31", name="spark1")
+    spark2 = Sshd(tmp_path / "spark2", address="127.0.0.32", name="spark2")
+    spark1.start()
+    spark2.start()
+    try:
+        yield spark1, spark2
+    finally:
+        spark1.stop()
+        spark2.stop()
+
+
+def _host(server: Sshd) -> dict[str, object]:
+    host = server.host
+    return {
+        "address": host.address,
+        "port": host.port,
+        "user": host.user,
+        "key": str(host.key),
+        "known_hosts": str(host.known_hosts),
+    }
+
+
+async def test_diagnose_dry_run_on_a_pair_lists_the_ordered_plan_across_both_hosts(
+    tmp_path: Path, pair: tuple[Sshd, Sshd]
+) -> None:
+    spark1, spark2 = pair
+    token = secrets.token_hex(4)
+    worker = await asyncio.create_subprocess_exec(
+        "bash", "-c", f'exec -a "VLLM::Worker_TP0 {token}" sleep 300'
+    )
+    playbook = tmp_path / "playbooks"
+    playbook.mkdir()
+    (playbook / "stale.yaml").write_text(RULE.format(token=token))
+    config = write_fleet(
+        tmp_path,
+        {
+            "ds4": {
+                "kind": "openai",
+                "url": f"http://127.0.0.1:{free_port()}",
+                "model": "deepseek-v4-flash",
+                "units": [
+                    {"host": "spark2", "unit": "vllm-ds4-worker.service", "container": "vllm_ds4"},
+                    {"host": "spark1", "unit": "vllm-ds4-head.service", "container": "vllm_ds4"},
+                ],
+            }
+        },
+        hosts={"forge": {"local": True}, "spark1": _host(spark1), "spark2": _host(spark2)},
+        playbook=str(playbook),
+    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "supervisor",
+            "--config",
+            str(config),
+            "diagnose",
+            "ds4",
+            "--dry-run",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        assert worker.returncode is None  # a dry run kills nothing
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            worker.kill()
+        await worker.wait()
+    text = out.decode()
+    assert proc.returncode == 0, text + err.decode()
+    lines = text.splitlines()
+    assert lines[0] == "probed now: down (connection refused)"
+    assert lines[1] == (
+        "ds4 (down): stale-workers matched on vllm-ds4-worker.service@spark2, "
+        "vllm-ds4-head.service@spark1"
+    )
+    # why: the facts that satisfied the condition, per unit
+    assert "  vllm-ds4-worker.service@spark2: yes" in lines
+    assert any(line.strip().startswith("procs.count = 1: ge 1: yes") for line in lines)
+    plan = lines[lines.index("plan (auto mode, 2 steps):") :]
+    pid = worker.pid
+    assert plan[1:] == [
+        "  1. kill_processes on spark2",
+        f"       [spark2] sudo -n kill -s KILL -- {pid}",
+        "  1. kill_processes on spark1",
+        f"       [spark1] sudo -n kill -s KILL -- {pid}",
+        "  2. restart_units on ds4",
+        "       [spark1] sudo -n systemctl stop vllm-ds4-head.service",
+        "       [spark2] sudo -n systemctl stop vllm-ds4-worker.service",
+        "       [spark2] sudo -n systemctl reset-failed vllm-ds4-worker.service",
+        "       [spark1] sudo -n systemctl reset-failed vllm-ds4-head.service",
+        "       [spark2] sudo -n systemctl start vllm-ds4-worker.service",
+        "       [spark1] sudo -n systemctl start vllm-ds4-head.service",
+        "nothing was changed (dry run)",
+    ]

@@ -1,0 +1,393 @@
+"""Repairs end to end: the daemon diagnoses from evidence, acts through the guard rails, proves
+the repair with a real completion and records every step. Real servers on loopback, a real
+SQLite file, real processes, and (for the SSH drill) the real OpenSSH server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from supervisor.config import load_config
+from supervisor.daemon import Daemon
+from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.machine import State
+from supervisor.playbook.live import LivePlaybook
+from supervisor.remediation.guards import HostLocks
+from supervisor.store import EntryKind
+from supervisor.worker import EndpointWorker
+from tests.conftest import free_port
+from tests.helpers import eventually, write_fleet
+from tests.sshd import Sshd
+
+pytestmark = pytest.mark.slow
+
+
+def _state(worker: EndpointWorker) -> State:
+    return worker.state
+
+
+def _incident(worker: EndpointWorker) -> int | None:
+    return worker.incident_id
+
+
+def _rule(folder: Path, name: str, text: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.yaml").write_text(text)
+
+
+async def _stale_worker(port: int, token: str) -> asyncio.subprocess.Process:
+    """A leftover vLLM worker: a process titled VLLM::Worker_TP0 that holds the port."""
+    code = (
+        "import socket, time\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        f"s.bind(('127.0.0.1', {port})); s.listen(1); print('bound', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        f'exec -a "VLLM::Worker_TP0 {token}" "$0" -c "$1"',
+        sys.executable,
+        code,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert await proc.stdout.readline() == b"bound\n"
+    return proc
+
+
+async def _keep_restarting(sim: VllmSim, port: int) -> None:
+    """What systemd's Restart= does for the real unit: try to start the server until it binds."""
+    while True:
+        try:
+            await sim.start("127.0.0.1", port)
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+
+
+STALE_RULE = """\
+id: stale-listener
+title: old vLLM workers hold the port
+severity: critical
+applies_to: {{states: [down]}}
+evidence:
+  - {{id: port, collect: listeners, params: {{port: {port}}}}}
+when:
+  all:
+    - {{fact: port.count, op: ge, value: 1}}
+    - {{fact: port.commands, op: all_match, value: "VLLM::Worker_TP0 {token}"}}
+actions:
+  - action: kill_processes
+    on: host
+    params: {{pattern: "^VLLM::Worker_TP0 {token}", signal: KILL, only_listening_on: {port}}}
+verify: {{within: 10s}}
+mode: auto
+budget: {{attempts: 1, window: 1h}}
+"""
+
+
+async def test_a_stale_listener_is_killed_over_ssh_and_the_repair_verified(
+    tmp_path: Path, sshd: Sshd
+) -> None:
+    port, token = free_port(), secrets.token_hex(4)
+    stale = await _stale_worker(port, token)
+    sim = VllmSim(SimBehaviour(tok_s=2000.0), model="m")
+    playbook = tmp_path / "playbooks"
+    _rule(playbook, "stale", STALE_RULE.format(port=port, token=token))
+    host = sshd.host
+    config = write_fleet(
+        tmp_path,
+        {
+            "m": {
+                "kind": "openai",
+                "url": f"http://127.0.0.1:{port}",
+                "model": "m",
+                "units": [{"host": "spark1", "unit": "vllm-m.service"}],
+            }
+        },
+        hosts={
+            "forge": {"local": True},
+            "spark1": {
+                "address": host.address,
+                "port": host.port,
+                "user": host.user,
+                "key": str(host.key),
+                "known_hosts": str(host.known_hosts),
+            },
+        },
+        probe={"timeout": "500ms"},
+        remediation={"verify_every": "100ms"},
+        playbook=str(playbook),
+    )
+    restarter = asyncio.create_task(_keep_restarting(sim, port))
+    daemon = Daemon(load_config(config))
+    await daemon.start()
+    worker = daemon.workers["m"]
+    try:
+        await eventually(lambda: _incident(worker) is not None, within=20, what="an incident")
+        incident_id = _incident(worker)
+        assert incident_id is not None
+        await eventually(lambda: _incident(worker) is None, within=30, what="healed")
+        assert worker.state is State.HEALTHY
+        assert await asyncio.wait_for(stale.wait(), 5) == -9  # killed, and only it
+        assert daemon.store is not None
+        assert daemon.remediator is not None
+        await daemon.remediator.wait()
+        timeline = await daemon.store.timeline(incident_id)
+        attempts = await daemon.store.attempts("m")
+    finally:
+        restarter.cancel()
+        await daemon.stop()
+        await sim.stop()
+        with contextlib.suppress(ProcessLookupError):
+            stale.kill()
+    kinds = [(row.kind, row.summary) for row in timeline]
+    summaries = [s for _, s in kinds]
+    assert (
+        summaries[0] == "unknown -> down: timed out after 500ms (2 failures and a failed re-probe)"
+    )
+    evidence = [s for k, s in kinds if k is EntryKind.EVIDENCE]
+    assert evidence == ["listeners (port) on vllm-m.service@spark1: 3 facts"]
+    assert (
+        EntryKind.DIAGNOSIS,
+        "m (down): stale-listener matched on vllm-m.service@spark1",
+    ) in kinds
+    steps = [row for row in timeline if row.kind is EntryKind.ACTION]
+    assert len(steps) == 1
+    assert steps[0].summary.startswith("step 1 kill_processes on spark1: ok:")
+    commands = steps[0].data["commands"]
+    assert isinstance(commands, list)
+    kill = [c for c in commands if isinstance(c, dict) and "kill" in str(c["command"])]
+    assert kill
+    assert all(c["exit_status"] == 0 for c in kill)
+    transitions = [s for k, s in kinds if k is EntryKind.TRANSITION]
+    assert [t.split(":")[0] for t in transitions[1:]] == [
+        "down -> remediating",
+        "remediating -> verifying",
+        "verifying -> healthy",
+    ]
+    assert (EntryKind.VERIFICATION, "verified: stale-listener healed it") in kinds
+    assert [(a.rule_id, a.outcome) for a in attempts] == [("stale-listener", "healed")]
+
+
+ALWAYS = """\
+id: always
+title: always matches
+severity: warning
+applies_to: {{states: [down]}}
+when:
+  all:
+    - {{fact: probe.reason, op: eq, value: connection refused}}
+actions:
+  - action: shell
+    on: host
+    params: {{argv: [{argv}]}}
+verify: {{within: 300ms}}
+mode: {mode}
+budget: {{attempts: 2, window: 1h}}
+"""
+
+
+async def _down_endpoint(
+    tmp_path: Path, rule: str | None, remediation: dict[str, Any]
+) -> tuple[Daemon, EndpointWorker]:
+    playbook = tmp_path / "playbooks"
+    playbook.mkdir()
+    if rule is not None:
+        _rule(playbook, "rule", rule)
+    config = write_fleet(
+        tmp_path,
+        {
+            "m": {
+                "kind": "openai",
+                "url": f"http://127.0.0.1:{free_port()}",
+                "model": "m",
+                "host": "forge",
+            }
+        },
+        remediation={"verify_every": "100ms", **remediation},
+        playbook=str(playbook),
+    )
+    daemon = Daemon(load_config(config))
+    await daemon.start()
+    return daemon, daemon.workers["m"]
+
+
+async def _timeline(daemon: Daemon, worker: EndpointWorker) -> list[tuple[EntryKind, str]]:
+    assert daemon.store is not None
+    assert daemon.remediator is not None
+    remediator = daemon.remediator
+    await eventually(lambda: remediator.started(worker.name), what="a repair task")
+    await remediator.wait()
+    incidents = await daemon.store.incidents(subject="m")
+    assert len(incidents) == 1
+    return [(r.kind, r.summary) for r in await daemon.store.timeline(incidents[0].id)]
+
+
+async def test_a_repair_that_never_verifies_escalates_once_when_the_budget_is_spent(
+    tmp_path: Path,
+) -> None:
+    daemon, worker = await _down_endpoint(tmp_path, ALWAYS.format(argv='"true"', mode="auto"), {})
+    try:
+        await eventually(lambda: _state(worker) is State.ESCALATED, within=20, what="escalated")
+        kinds = await _timeline(daemon, worker)
+        assert daemon.store is not None
+        attempts = await daemon.store.attempts("m")
+    finally:
+        await daemon.stop()
+    assert [(a.rule_id, a.outcome) for a in attempts] == [
+        ("always", "not verified within 300ms"),
+        ("always", "not verified within 300ms"),
+    ]
+    decisions = [s for k, s in kinds if k is EntryKind.DECISION]
+    assert decisions == ["escalated: budget spent: always ran 2 of 2 times in 1h"]
+    transitions = [s.split(":")[0] for k, s in kinds if k is EntryKind.TRANSITION]
+    assert transitions == [
+        "unknown -> down",
+        "down -> remediating",
+        "remediating -> verifying",
+        "verifying -> down",
+        "down -> remediating",
+        "remediating -> verifying",
+        "verifying -> down",
+        "down -> escalated",
+    ]
+    steps = [s for k, s in kinds if k is EntryKind.ACTION]
+    assert len(steps) == 2
+    assert all(s.startswith("step 1 shell on forge: ok: ") for s in steps), steps
+
+
+async def test_dry_run_records_the_plan_and_changes_nothing(tmp_path: Path) -> None:
+    daemon, worker = await _down_endpoint(
+        tmp_path, ALWAYS.format(argv="touch, /tmp/never-written", mode="auto"), {"dry_run": True}
+    )
+    try:
+        await eventually(lambda: _state(worker) is State.DOWN, within=20, what="down")
+        kinds = await _timeline(daemon, worker)
+        assert daemon.store is not None
+        assert await daemon.store.attempts() == []
+        assert worker.state is State.DOWN
+    finally:
+        await daemon.stop()
+    assert not await asyncio.to_thread(Path("/tmp/never-written").exists)
+    decisions = [s for k, s in kinds if k is EntryKind.DECISION]
+    assert decisions == [
+        "dry run: would apply always (attempt 1 of 2 for always in 1h): "
+        "shell on forge: touch /tmp/never-written"
+    ]
+
+
+async def test_a_manual_rule_calls_a_person_and_runs_nothing(tmp_path: Path) -> None:
+    manual = ALWAYS.format(argv="touch, /tmp/never-written", mode="manual").replace(
+        "  - action: shell\n    on: host\n    params: {argv: [touch, /tmp/never-written]}",
+        "  - action: ask_person\n    params: {message: '{endpoint.name} needs a person'}",
+    )
+    daemon, worker = await _down_endpoint(tmp_path, manual, {})
+    try:
+        await eventually(lambda: _state(worker) is State.ESCALATED, within=20, what="escalated")
+        kinds = await _timeline(daemon, worker)
+    finally:
+        await daemon.stop()
+    assert [s for k, s in kinds if k is EntryKind.DECISION] == ["escalated: m needs a person"]
+    assert [k for k, _ in kinds if k is EntryKind.ACTION] == []
+
+
+async def test_no_rule_matched_calls_a_person(tmp_path: Path) -> None:
+    daemon, worker = await _down_endpoint(tmp_path, None, {})
+    try:
+        await eventually(lambda: _state(worker) is State.ESCALATED, within=20, what="escalated")
+        kinds = await _timeline(daemon, worker)
+    finally:
+        await daemon.stop()
+    assert (EntryKind.DIAGNOSIS, "m (down): no rule matched") in kinds
+    assert [s for k, s in kinds if k is EntryKind.DECISION] == [
+        "escalated: no rule matched: a person must look"
+    ]
+
+
+async def test_paused_means_recorded_and_not_acted_on(tmp_path: Path) -> None:
+    playbook = tmp_path / "playbooks"
+    _rule(playbook, "rule", ALWAYS.format(argv='"true"', mode="auto"))
+    config = write_fleet(
+        tmp_path,
+        {
+            "m": {
+                "kind": "openai",
+                "url": f"http://127.0.0.1:{free_port()}",
+                "model": "m",
+                "host": "forge",
+            }
+        },
+        remediation={},
+        playbook=str(playbook),
+    )
+    daemon = Daemon(load_config(config))
+    await daemon.start()
+    assert daemon.remediator is not None
+    daemon.remediator.paused = True
+    worker = daemon.workers["m"]
+    try:
+        await eventually(lambda: _state(worker) is State.DOWN, within=20, what="down")
+        kinds = await _timeline(daemon, worker)
+        assert worker.state is State.DOWN
+    finally:
+        await daemon.stop()
+    assert [s for k, s in kinds if k is EntryKind.DECISION] == [
+        "automatic action is paused: not acting"
+    ]
+
+
+async def test_one_repair_per_host_at_a_time_in_a_fixed_order() -> None:
+    locks, order = HostLocks(), []
+
+    async def repair(name: str, hosts: list[str], hold: asyncio.Event) -> None:
+        async with locks.hold(hosts, name):
+            order.append(f"{name} in")
+            await hold.wait()
+            order.append(f"{name} out")
+
+    first_done, second_done = asyncio.Event(), asyncio.Event()
+    pair = asyncio.create_task(repair("ds4", ["spark2", "spark1"], first_done))
+    await eventually(lambda: locks.busy(["spark1"]) == {"spark1": "ds4"})
+    single = asyncio.create_task(repair("qwen", ["spark1"], second_done))
+    await asyncio.sleep(0)
+    assert locks.busy(["spark1", "spark2"]) == {"spark1": "ds4", "spark2": "ds4"}
+    first_done.set()
+    second_done.set()
+    await asyncio.gather(pair, single)
+    assert order == ["ds4 in", "ds4 out", "qwen in", "qwen out"]
+
+
+GOOD = """\
+id: good
+title: a good rule
+severity: info
+when: {all: [{fact: endpoint.state, op: eq, value: down}]}
+mode: manual
+"""
+
+
+def test_a_broken_rule_file_on_reload_keeps_the_last_good_rules(tmp_path: Path) -> None:
+    _rule(tmp_path, "good", GOOD)
+    live = LivePlaybook(tmp_path)
+    assert [r.id for r in live().rules] == ["good"]
+    _rule(tmp_path, "broken", GOOD.replace("id: good", "id: broken").replace("eq", "equals"))
+    problems = live.reload()
+    assert problems == [
+        f"{tmp_path / 'broken.yaml'}:4: rule 'broken': when.all[0].op: unknown operator 'equals' "
+        "(operators: eq, ne, in, not_in, gt, ge, lt, le, regex, not_regex, contains, exists, "
+        "count_eq, count_ne, count_gt, count_ge, count_lt, count_le, all_match, any_match)"
+    ]
+    assert [r.id for r in live().rules] == ["good"]  # the last good set stays in force
+    (tmp_path / "broken.yaml").unlink()
+    _rule(tmp_path, "second", GOOD.replace("id: good", "id: second"))
+    assert live.reload_if_changed() is True
+    assert sorted(r.id for r in live().rules) == ["good", "second"]
+    assert live.reload_if_changed() is False
