@@ -51,7 +51,7 @@ PROBE_KEYS = (
     "completion_interval, degraded_after, failures_to_down, jitter, liveness_interval, "
     "max_tokens, min_tok_s_ratio, prompt, timeout"
 )
-SECTION_KEYS = "defaults, endpoints, hosts, playbook, remediation, store"
+SECTION_KEYS = "defaults, endpoints, hosts, http, notify, playbook, remediation, store"
 HOST_KEYS = "address, check_host_key, key, known_hosts, local, port, service_manager, user"
 ENDPOINT_KEYS = (
     "baseline_tok_s, expect_reasoning, host, kind, model, probe, startup_grace, units, url"

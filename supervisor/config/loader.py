@@ -23,6 +23,8 @@ from supervisor.config.models import (
     Endpoint,
     FleetConfig,
     Host,
+    HttpConfig,
+    NotifyConfig,
     PlaybookConfig,
     RemediationConfig,
     StoreConfig,
@@ -34,7 +36,16 @@ from supervisor.config.yamlsource import parse_yaml
 ENV_VAR = "FLEET_SUPERVISOR_CONFIG"
 DEFAULT_PATH = Path("fleet.yaml")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-SECTIONS = ("store", "defaults", "playbook", "remediation", "hosts", "endpoints")
+SECTIONS = (
+    "store",
+    "defaults",
+    "playbook",
+    "remediation",
+    "notify",
+    "http",
+    "hosts",
+    "endpoints",
+)
 MAX_BYTES = 10_000_000
 _TOP = "a mapping with store, defaults, hosts and endpoints"
 
@@ -98,6 +109,8 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
     remediation, _ = issues.validate(
         RemediationConfig, data.get("remediation", {}), ("remediation",)
     )
+    notify, _ = issues.validate(NotifyConfig, data.get("notify", {}), ("notify",))
+    http, _ = issues.validate(HttpConfig, data.get("http", {}), ("http",))
     host_data = _section(issues, data, "hosts")
     hosts, hosts_to_check = _hosts(issues, host_data)
     if "endpoints" not in data:
@@ -113,7 +126,15 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
         section, name = finding.loc[:2]
         if not any((section, name, used) in issues.bad_fields for used in finding.uses):
             issues.at(finding.loc, finding.message)
-    if issues.found or store is None or defaults is None or playbook is None or remediation is None:
+    if (
+        issues.found
+        or store is None
+        or defaults is None
+        or playbook is None
+        or remediation is None
+        or notify is None
+        or http is None
+    ):
         raise ConfigError(issues.found)
     return FleetConfig(
         source=source,
@@ -121,6 +142,8 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
         defaults=defaults,
         playbook=playbook.model_copy(update={"path": _absolute(playbook.path, base_dir)}),
         remediation=remediation,
+        notify=_resolve_notify_paths(notify, base_dir),
+        http=http,
         hosts={name: _resolve_host_paths(host, base_dir) for name, host in hosts.items()},
         endpoints=endpoints,
     )
@@ -206,6 +229,16 @@ def _endpoints(
 def _absolute(path: Path, base_dir: Path) -> Path:
     """`path` relative to the config's folder, with `..` folded (no symlinks resolved)."""
     return path if path.is_absolute() else Path(os.path.normpath(base_dir / path))
+
+
+def _resolve_notify_paths(notify: NotifyConfig, base_dir: Path) -> NotifyConfig:
+    telegram = notify.telegram
+    if telegram is None or telegram.token_file is None:
+        return notify
+    token_file = _absolute(telegram.token_file, base_dir)
+    return notify.model_copy(
+        update={"telegram": telegram.model_copy(update={"token_file": token_file})}
+    )
 
 
 def _resolve_host_paths(host: Host, base_dir: Path) -> Host:

@@ -175,6 +175,52 @@ class Defaults(_Frozen):
         default=timedelta(minutes=10),
         description="after a (re)start, how long an endpoint may load before anyone acts",
     )
+    reopen_within: Duration = Field(
+        default=timedelta(minutes=10),
+        description="a problem within this of an incident's close continues that incident "
+        "(a flapping endpoint is one incident)",
+    )
+
+
+class TelegramConfig(_Frozen):
+    token_file: FilePath | None = Field(
+        default=None, description="file holding the bot token (else the env var below)"
+    )
+    token_env: Text = Field(
+        default="FLEET_SUPERVISOR_TELEGRAM_TOKEN",
+        description="environment variable holding the bot token when there is no token_file",
+    )
+    chat_ids: tuple[Annotated[int, Field(strict=True)], ...] = Field(
+        default=(), description="chats that get alerts and may send commands"
+    )
+    user_ids: tuple[Annotated[int, Field(strict=True)], ...] = Field(
+        default=(), description="users allowed to send commands (in those chats)"
+    )
+    base_url: Text | None = Field(
+        default=None,
+        description="Bot API server, e.g. a local one (default: Telegram's); the token is appended",
+    )
+
+
+class NotifyConfig(_Frozen):
+    telegram: TelegramConfig | None = Field(
+        default=None, description="Telegram alerts and commands (off when absent)"
+    )
+    remind_every: PositiveDuration = Field(
+        default=timedelta(minutes=30),
+        description="an escalated incident nobody acknowledged is reminded this often",
+    )
+    confirm_timeout: PositiveDuration = Field(
+        default=timedelta(minutes=10),
+        description="a confirm-mode rule's question times out to skipped after this",
+    )
+
+
+class HttpConfig(_Frozen):
+    enabled: Flag = Field(default=True, description="serve /metrics, /healthz and /status")
+    listen: Text = Field(
+        default="127.0.0.1:9464", description="HOST:PORT to listen on (loopback by default)"
+    )
 
 
 class Host(_Frozen):
@@ -274,6 +320,8 @@ class FleetConfig(_Frozen):
     )
     defaults: Defaults = Field(default=Defaults(), description="settings every endpoint inherits")
     playbook: PlaybookConfig = Field(default=PlaybookConfig(), description="the rule playbook")
+    notify: NotifyConfig = Field(default=NotifyConfig(), description="telling people")
+    http: HttpConfig = Field(default=HttpConfig(), description="the daemon's own HTTP endpoint")
     remediation: RemediationConfig = Field(
         default=RemediationConfig(), description="how repairs are run and limited"
     )
