@@ -103,6 +103,7 @@ class Daemon:
                 restored=restored,
                 unreachable_hosts=down_hosts & set(endpoint.hosts()),
                 host_check=self._hosts_answer,
+                reopen_within=self.config.defaults.reopen_within,
             )
             worker.on_problem = self.remediator.schedule
             self.workers[name] = worker

@@ -9,7 +9,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import structlog
@@ -68,7 +68,9 @@ class EndpointWorker:
         restored: Restored,
         unreachable_hosts: set[str],
         host_check: HostCheck | None = None,
+        reopen_within: timedelta | None = None,
     ) -> None:
+        self.reopen_within = reopen_within
         self.endpoint = endpoint
         self.name = endpoint.name
         self._machine = machine
@@ -278,6 +280,7 @@ class EndpointWorker:
             entry=entry,
             open_cause=open_cause,
             close_resolution=close,
+            reopen_within=self.reopen_within,
         )
         if close is not None:
             self.incident_id = None

@@ -13,7 +13,7 @@ from supervisor.config import load_config
 from supervisor.daemon import Daemon
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State
-from supervisor.store import EntryKind
+from supervisor.store import EntryKind, Store, TimelineRow
 from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
@@ -179,3 +179,29 @@ async def test_a_host_that_stops_answering_is_one_incident_and_its_endpoints_wai
     finally:
         await daemon.stop()
         ssh.close()
+
+
+async def test_a_flapping_endpoint_is_one_incident(tmp_path: Path, vllm: VllmSim) -> None:
+    daemon = await _started(write_fleet(tmp_path, {"ds4": _ds4(vllm.url)}))
+    worker = daemon.workers["ds4"]
+    store = daemon.store
+    assert store is not None
+    try:
+        for _ in range(3):
+            await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy")
+            await vllm.stop()
+            await eventually(lambda: _incident(worker) is not None, what="an incident")
+            await _restart(vllm)
+            await eventually(lambda: _incident(worker) is None, what="closed")
+        incidents = await store.incidents(subject="ds4")
+    finally:
+        await daemon.stop()
+    assert len(incidents) == 1
+    transitions = [r.summary.split(":")[0] for r in await _timeline_of(tmp_path, incidents[0].id)]
+    assert transitions.count("healthy -> down") == 3
+    assert transitions.count("down -> healthy") == 3
+
+
+async def _timeline_of(tmp_path: Path, incident_id: int) -> list[TimelineRow]:
+    async with await Store.open(tmp_path / "state" / "supervisor.db", create=False) as store:
+        return [r for r in await store.timeline(incident_id) if r.kind is EntryKind.TRANSITION]

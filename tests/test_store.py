@@ -808,3 +808,28 @@ async def test_attempts_are_counted_per_endpoint_and_window(tmp_path: Path) -> N
         ("kimi", None),
     ]
     assert everything[0].finished_at == t0 + timedelta(minutes=9)
+
+
+@pytest.mark.parametrize(
+    ("back_after_minutes", "same_incident"),
+    [(5.0, True), (10.0, True), (10.5, False)],
+    ids=["flap-within-window", "flap-at-window-edge", "a-new-problem-later"],
+)
+async def test_a_problem_soon_after_a_close_reopens_the_incident(
+    tmp_path: Path, back_after_minutes: float, same_incident: bool
+) -> None:
+    async with await Store.open(tmp_path / "s.db") as store:
+        first = await open_incident_at(store, "ds4", 0)
+        await close_incident_at(store, "ds4", 1)
+        again = await store.transition(
+            snapshot=snap("ds4", "down", 1 + back_after_minutes),
+            entry=entry("ds4", "healthy -> down: refused", 1 + back_after_minutes),
+            open_cause="refused",
+            reopen_within=timedelta(minutes=10),
+        )
+        incidents = await store.incidents(subject="ds4")
+    assert (again == first) is same_incident
+    assert [i.is_open for i in incidents] == ([True] if same_incident else [True, False])
+    if same_incident:
+        assert incidents[0].resolution is None
+        assert incidents[0].entries == 3

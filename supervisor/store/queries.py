@@ -115,6 +115,23 @@ async def open_incident_id(conn: AsyncConnection, kind: SubjectKind, name: str) 
     return found.scalar_one_or_none()
 
 
+async def recently_closed_id(
+    conn: AsyncConnection, kind: SubjectKind, name: str, since: datetime
+) -> int | None:
+    """The subject's latest incident if it closed at or after `since` (a flap reopens it)."""
+    found = await conn.execute(
+        select(incidents.c.id)
+        .where(
+            incidents.c.subject_kind == kind.value,
+            incidents.c.subject == name,
+            incidents.c.closed_at >= since,
+        )
+        .order_by(incidents.c.id.desc())
+        .limit(1)
+    )
+    return found.scalar_one_or_none()
+
+
 async def open_incident(conn: AsyncConnection, kind: SubjectKind, name: str) -> IncidentRow | None:
     m = await _first(conn, select(incidents).where(_is_open(kind, name)))
     return None if m is None else to_incident(m)

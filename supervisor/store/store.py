@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -87,14 +87,28 @@ class Store:
         entry: TimelineEntry,
         open_cause: str | None = None,
         close_resolution: str | None = None,
+        reopen_within: timedelta | None = None,
     ) -> int | None:
         """Open (or reuse) the subject's incident, append `entry`, maybe close it, save state.
 
-        Returns the id of the incident the entry was appended to, or None if there was none
-        (no incident open and no `open_cause`).
+        With `reopen_within`, a problem that comes back within that long of the subject's last
+        incident closing reopens that incident instead of opening a new one (a flapping
+        endpoint is one incident). Returns the id of the incident the entry was appended to, or
+        None if there was none (no incident open and no `open_cause`).
         """
         async with self._tx(write=True) as conn:
             incident_id = await queries.open_incident_id(conn, snapshot.kind, snapshot.name)
+            if incident_id is None and open_cause is not None and reopen_within is not None:
+                since = entry.at - reopen_within
+                incident_id = await queries.recently_closed_id(
+                    conn, snapshot.kind, snapshot.name, since
+                )
+                if incident_id is not None:
+                    await conn.execute(
+                        update(incidents)
+                        .where(incidents.c.id == incident_id)
+                        .values(closed_at=None, resolution=None)
+                    )
             if incident_id is None and open_cause is not None:
                 created = await conn.execute(
                     insert(incidents).values(
