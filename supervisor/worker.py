@@ -128,7 +128,10 @@ class EndpointWorker:
                 if isinstance(event, Stop):
                     return
                 async with self._lock:
-                    await self._handle(event)
+                    try:
+                        await self._handle(event)
+                    except Exception:  # one bad event (the store locked, say) never ends the worker
+                        self._log.exception("event failed", event=type(event).__name__)
             finally:
                 if self._queue.empty():
                     self.idle.set()

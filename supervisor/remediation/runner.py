@@ -66,10 +66,10 @@ class Remediator:
         approver: Approver | None = None,
     ) -> None:
         self.config = config
-        self._store = store
-        self._executor = executor
+        self.store = store
+        self.executor = executor
         self._http = http
-        self._clock = clock
+        self.clock = clock
         self._playbook = playbook
         self._actions = actions
         self.locks = locks or HostLocks()
@@ -99,6 +99,12 @@ class Remediator:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
+    async def request_restart(self, worker: EndpointWorker, *, who: str) -> str:
+        """A person asked for a restart (chat `/restart`): see `remediation.manual`."""
+        from supervisor.remediation.manual import request_restart
+
+        return await request_restart(self, worker, who=who)
+
     async def _guarded(self, worker: EndpointWorker) -> None:
         try:
             await self.handle(worker)
@@ -106,24 +112,24 @@ class Remediator:
             raise
         except Exception as exc:  # a broken repair is recorded, never fatal
             log.exception("repair runner failed", endpoint=worker.name)
-            await self._note(worker, EntryKind.NOTE, f"repair runner failed: {exc!r}")
+            await self.note(worker, EntryKind.NOTE, f"repair runner failed: {exc!r}")
 
-    async def _note(
+    async def note(
         self, worker: EndpointWorker, kind: EntryKind, summary: str, incident: int | None = None
     ) -> None:
-        entry = records.note(kind, worker.name, self._clock.now(), summary)
+        entry = records.note(kind, worker.name, self.clock.now(), summary)
         await worker.record(entry, incident_id=incident)
 
     async def handle(self, worker: EndpointWorker) -> None:
         while worker.state in _ACTIONABLE:
             if self.paused:
-                await self._note(
+                await self.note(
                     worker, EntryKind.DECISION, "automatic action is paused: not acting"
                 )
                 return
             diagnosis = await self._diagnose(worker)
             if worker.state not in _ACTIONABLE:
-                await self._note(worker, EntryKind.DECISION, f"now {worker.state}: not acting")
+                await self.note(worker, EntryKind.DECISION, f"now {worker.state}: not acting")
                 return
             if diagnosis.matched is None:
                 await self._escalate(worker, "no rule matched: a person must look", None)
@@ -139,11 +145,11 @@ class Remediator:
             state=state.value,
             trigger=worker.last_problem,
             playbook=self._playbook(),
-            executor=self._executor,
+            executor=self.executor,
             http=self._http,
             timeout=self.config.remediation.evidence_timeout,
         )
-        now = self._clock.now()
+        now = self.clock.now()
         for run in diagnosis.evidence:
             await worker.record(records.evidence_entry(run, worker.name, now))
         await worker.record(records.diagnosis_entry(diagnosis, worker.name, now))
@@ -161,16 +167,16 @@ class Remediator:
             await self._escalate(worker, _ask_text(rule, matched) or rule.title, rule)
             return False
         if rule.mode is Mode.CONFIRM:
-            plan = await self._plan(worker, rule, matched, scopes)
+            plan = await self.plan(worker, rule, matched, scopes)
             answer = await self.approver(worker.name, rule, plan) if self.approver else None
             if answer is not True:
                 why = "skipped by a person" if answer is False else "nobody confirmed it"
                 await self._escalate(worker, f"{rule.id} needs confirmation: {why}", rule)
                 return False
-        now = self._clock.now()
+        now = self.clock.now()
         settings = self.config.remediation
         spend = await check_budget(
-            self._store,
+            self.store,
             endpoint=worker.name,
             rule_id=rule.id,
             rule_attempts=rule.budget.attempts,
@@ -183,9 +189,9 @@ class Remediator:
             await self._escalate(worker, spend.note, rule)
             return False
         if self.dry_run:
-            plan = await self._plan(worker, rule, matched, scopes)
+            plan = await self.plan(worker, rule, matched, scopes)
             summary = f"dry run: would apply {rule.id} ({spend.note}): " + "; ".join(plan)
-            await self._note(worker, EntryKind.DECISION, summary)
+            await self.note(worker, EntryKind.DECISION, summary)
             return False
         return await self._repair(worker, rule, matched, scopes, spend.note)
 
@@ -201,7 +207,7 @@ class Remediator:
         busy = self.locks.busy(hosts)
         if busy:
             held = ", ".join(f"{h} (by {who})" for h, who in busy.items())
-            await self._note(
+            await self.note(
                 worker, EntryKind.DECISION, f"waiting for hosts busy with a repair: {held}"
             )
         async with self.locks.hold(hosts, worker.name):
@@ -211,27 +217,27 @@ class Remediator:
             if change is None:
                 return False
             incident = worker.incident_id
-            attempt = await self._store.start_attempt(
+            attempt = await self.store.start_attempt(
                 endpoint=worker.name,
                 rule_id=rule.id,
                 incident_id=worker.incident_id,
-                at=self._clock.now(),
+                at=self.clock.now(),
             )
 
             async def record(run: StepRun) -> None:
-                entry = records.step_entry(run, worker.name, self._clock.now(), dry_run=False)
+                entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=False)
                 await worker.record(entry)
 
             result = await run_steps(
                 rule.actions,
-                env=self._env(worker, self._executor, dry_run=False),
+                env=self.env(worker, self.executor, dry_run=False),
                 matched=matched,
                 scopes=scopes,
                 on_run=record,
             )
             if not result.ok:
-                await self._store.finish_attempt(
-                    attempt, at=self._clock.now(), outcome=f"failed: {result.stopped}"
+                await self.store.finish_attempt(
+                    attempt, at=self.clock.now(), outcome=f"failed: {result.stopped}"
                 )
                 await self._escalate(worker, result.needs_person or result.stopped, rule)
                 return False
@@ -242,12 +248,12 @@ class Remediator:
             )
         verified = await self._verify(worker, within)
         outcome = "healed" if verified else f"not verified within {format_duration(within)}"
-        await self._store.finish_attempt(attempt, at=self._clock.now(), outcome=outcome)
+        await self.store.finish_attempt(attempt, at=self.clock.now(), outcome=outcome)
         if verified:
             summary = f"verified: {rule.id} healed it"
-            await self._note(worker, EntryKind.VERIFICATION, summary, incident)
+            await self.note(worker, EntryKind.VERIFICATION, summary, incident)
             return False
-        await self._note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
+        await self.note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
         change = await worker.apply(Trigger.VERIFY_FAILED, f"{rule.id}: {outcome}")
         return change is not None
 
@@ -257,7 +263,7 @@ class Remediator:
         deadline = time.monotonic() + within.total_seconds()
         while worker.state is State.VERIFYING and time.monotonic() < deadline:
             worker.changed.clear()
-            worker.submit(ProbeTick(endpoint=worker.name, tier=Tier.DEEP, at=self._clock.now()))
+            worker.submit(ProbeTick(endpoint=worker.name, tier=Tier.DEEP, at=self.clock.now()))
             remaining = max(0.0, deadline - time.monotonic())
             try:
                 async with asyncio.timeout(min(every, remaining)):
@@ -266,19 +272,19 @@ class Remediator:
                 pass
         return worker.state is State.HEALTHY
 
-    def _env(self, worker: EndpointWorker, executor: Executor, *, dry_run: bool) -> StepEnv:
+    def env(self, worker: EndpointWorker, executor: Executor, *, dry_run: bool) -> StepEnv:
         return StepEnv(
             endpoint=worker.endpoint,
             hosts=self.config.hosts,
             executor=executor,
             timeout=self.config.remediation.command_timeout,
             dry_run=dry_run,
-            clock=self._clock,
+            clock=self.clock,
             probe=lambda: worker.probe_now(Tier.DEEP),
             actions=self._actions,
         )
 
-    async def _plan(
+    async def plan(
         self,
         worker: EndpointWorker,
         rule: Rule,
@@ -286,11 +292,11 @@ class Remediator:
         scopes: list[tuple[Any, Facts]],
     ) -> list[str]:
         """The rule's steps run against a dry-run executor: the commands it would send."""
-        planner = DryRunExecutor(self._executor)
+        planner = DryRunExecutor(self.executor)
         lines: list[str] = []
 
         async def record(run: StepRun) -> None:
-            entry = records.step_entry(run, worker.name, self._clock.now(), dry_run=True)
+            entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=True)
             await worker.record(entry)
             commands = [c.command for c in run.outcome.commands if c.dry_run]
             lines.append(
@@ -299,7 +305,7 @@ class Remediator:
 
         await run_steps(
             rule.actions,
-            env=self._env(worker, planner, dry_run=True),
+            env=self.env(worker, planner, dry_run=True),
             matched=matched,
             scopes=scopes,
             on_run=record,
@@ -310,9 +316,9 @@ class Remediator:
         head = _runbook_head(self._playbook(), rule)
         note = why + (f" (runbook: {rule.runbook})" if rule and rule.runbook else "")
         if self.dry_run:
-            await self._note(worker, EntryKind.DECISION, f"dry run: would escalate: {note}")
+            await self.note(worker, EntryKind.DECISION, f"dry run: would escalate: {note}")
             return
-        await self._note(worker, EntryKind.DECISION, f"escalated: {note}")
+        await self.note(worker, EntryKind.DECISION, f"escalated: {note}")
         data = {"why": why, "rule": rule.id if rule else "", "runbook": head}
         await worker.apply(Trigger.ESCALATE, f"a person is needed: {why}", data=data)
         log.warning("escalated", endpoint=worker.name, why=why)
