@@ -16,7 +16,7 @@ import pytest
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.machine import State
+from supervisor.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
 from supervisor.remediation.guards import HostLocks
 from supervisor.store import EntryKind
@@ -391,3 +391,45 @@ def test_a_broken_rule_file_on_reload_keeps_the_last_good_rules(tmp_path: Path) 
     assert live.reload_if_changed() is True
     assert sorted(r.id for r in live().rules) == ["good", "second"]
     assert live.reload_if_changed() is False
+
+
+async def test_a_restart_asked_for_by_a_person_goes_through_the_guards(tmp_path: Path) -> None:
+    playbook = tmp_path / "playbooks"
+    playbook.mkdir()
+    url = f"http://127.0.0.1:{free_port()}"
+    config = write_fleet(
+        tmp_path,
+        {
+            "bare": {"kind": "openai", "url": url, "model": "m", "host": "forge"},
+            "unit": {
+                "kind": "openai",
+                "url": url,
+                "model": "m",
+                "units": [{"host": "forge", "unit": "vllm-x.service"}],
+            },
+        },
+        remediation={},
+        playbook=str(playbook),
+        startup_grace="1h",
+    )
+    daemon = Daemon(load_config(config))
+    await daemon.start()
+    remediator = daemon.remediator
+    assert remediator is not None
+    bare, unit = daemon.workers["bare"], daemon.workers["unit"]
+    try:
+        await eventually(lambda: _state(unit) is State.STARTING, what="starting")
+        assert await remediator.request_restart(unit, who="alice") == (
+            "not restarting unit: it is inside its startup grace: let it load"
+        )
+        await eventually(lambda: _state(bare) is State.STARTING, what="starting")
+        await bare.apply(Trigger.SILENCE, "silenced by alice")
+        assert await remediator.request_restart(bare, who="alice") == (
+            "not restarting bare: it is in maintenance: /unsilence it first"
+        )
+        await bare.apply(Trigger.UNSILENCE, "unsilenced by alice")
+        assert await remediator.request_restart(bare, who="alice") == (
+            "not restarting bare: it has no units to restart"
+        )
+    finally:
+        await daemon.stop()
