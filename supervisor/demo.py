@@ -118,6 +118,8 @@ def _fleet_file(folder: Path, sims: dict[str, VllmSim]) -> Path:
                 "jitter": "0s",
             },
             "startup_grace": "0s",
+            # each fault is its own incident here; a real fleet keeps a flap in one (10m)
+            "reopen_within": "0s",
         },
         "remediation": {"dry_run": True},
         "hosts": {"forge": {"local": True}},
