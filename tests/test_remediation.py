@@ -433,3 +433,23 @@ async def test_a_restart_asked_for_by_a_person_goes_through_the_guards(tmp_path:
         )
     finally:
         await daemon.stop()
+
+
+async def test_a_broken_rule_file_beside_a_good_one_never_stops_the_daemon(tmp_path: Path) -> None:
+    daemon, worker = await _down_endpoint(tmp_path, ALWAYS.format(argv='"true"', mode="auto"), {})
+    await daemon.stop()
+    (tmp_path / "playbooks" / "broken.yaml").write_text("id: broken\nwhen: [not, a, rule\n")
+    (tmp_path / "state" / "supervisor.db").unlink()
+    daemon = Daemon(load_config(tmp_path / "fleet.yaml"))
+    await daemon.start()
+    worker = daemon.workers["m"]
+    try:
+        assert daemon.playbook is not None
+        assert [r.id for r in daemon.playbook().rules] == ["always"]
+        assert [Path(p.file).name for p in daemon.playbook().errors] == ["broken.yaml"]
+        await eventually(lambda: _state(worker) is State.ESCALATED, within=20, what="escalated")
+        assert daemon.store is not None
+        attempts = await daemon.store.attempts("m")
+    finally:
+        await daemon.stop()
+    assert [a.rule_id for a in attempts] == ["always", "always"]
