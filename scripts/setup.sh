@@ -3,7 +3,7 @@
 # also installs the system packages the tests drive for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-APT_PACKAGES="openssh-server sudo"
+APT_PACKAGES="openssh-server sudo systemd iproute2 procps util-linux"
 missing=""
 for pkg in $APT_PACKAGES; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 import structlog
@@ -20,11 +20,21 @@ from supervisor.executor import Executor
 from supervisor.executor.fleet import FleetExecutor
 from supervisor.hosts import UNREACHABLE, HostWatcher
 from supervisor.machine import FleetMachine, State
+from supervisor.notify.notifier import Notifier, Timing, make_notifier
+from supervisor.ops.runtime import OpsRuntime  # ops hook (issue 6)
 from supervisor.playbook.live import LivePlaybook
 from supervisor.probes import make_client, run_probe
 from supervisor.remediation.runner import Remediator
 from supervisor.schedule import ProbeSchedule
-from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.store import (
+    AttemptRow,
+    EntryKind,
+    Snapshot,
+    Store,
+    SubjectKind,
+    TimelineEntry,
+)
+from supervisor.store.resilient import ResilientStore
 from supervisor.worker import EndpointWorker, Prober, restored_from
 
 log = structlog.get_logger("supervisor.daemon")
@@ -57,13 +67,18 @@ class Daemon:
         self._tasks: list[asyncio.Task[None]] = []
         self._schedule: ProbeSchedule | None = None
         self.on_ready: Callable[[], Awaitable[None] | None] | None = None
+        # notify (Telegram, issue 5): the component, and its timings (tests shorten them)
+        self.notifier: Notifier | None = None
+        self.notify_timing: Timing | None = None
+        self.ops = OpsRuntime(self)  # ops hook (issue 6): HTTP, sd_notify, watchdog
 
     async def _probe(self, endpoint: Endpoint, tier: Tier) -> ProbeResult:
         assert self._client is not None
         return await run_probe(endpoint, tier, self._client, clock=self.clock)
 
     async def start(self) -> None:
-        self.store = store = await Store.open(self.config.store.path)
+        self.store = store = await ResilientStore.open(self.config.store.path)
+        await close_interrupted(store, self.clock.now())
         self._client = make_client()
         self.playbook = LivePlaybook(self.config.playbook.path)
         self.remediator = Remediator(
@@ -117,8 +132,33 @@ class Daemon:
         self._schedule.start()
         for worker in self.workers.values():
             if worker.state in (State.DOWN, State.DEGRADED, State.UNREACHABLE):
-                self.remediator.schedule(worker)  # resume: judge it afresh
+                self._tasks.append(asyncio.create_task(self._resume(worker)))
+        await self.ops.start()  # ops hook (issue 6): HTTP server, READY=1, watchdog pings
+        # notify (Telegram, issue 5): alerts, commands, and the confirm-mode approver
+        self.notifier = make_notifier(
+            self.config,
+            store=store,
+            workers=self.workers,
+            hosts=self.hosts,
+            remediator=self.remediator,
+            clock=self.clock,
+            timing=self.notify_timing,
+        )
+        if self.notifier is not None:
+            self.remediator.approver = self.notifier.approve
+            await self.notifier.start()
+        # end notify
         log.info("started", endpoints=len(self.workers), hosts=len(self.hosts))
+
+    async def _resume(self, worker: EndpointWorker) -> None:
+        """A problem the last run left open: judged afresh from a new probe (a diagnosis needs
+        the failing probe; without one no rule can match)."""
+        assert self.remediator is not None
+        result = await worker.probe_now(Tier.DEEP)
+        if result.ok:
+            return  # the schedule's next probe will see it healthy
+        worker.last_problem = result
+        self.remediator.schedule(worker)
 
     async def _hosts_answer(self, endpoint: Endpoint) -> str:
         for name in endpoint.hosts():
@@ -134,6 +174,12 @@ class Daemon:
         """SIGHUP: reload the playbook (a broken one is refused; the rules in force stay)."""
         return self.playbook.reload() if self.playbook is not None else []
 
+    async def reload_config(self, new: FleetConfig) -> list[str]:
+        """Apply a validated config without losing state (ops hook, issue 6)."""
+        from supervisor.ops.reload import reload_config
+
+        return await reload_config(self, new)
+
     def broadcast(self, event: HostReachability) -> None:
         for worker in self.workers.values():
             if event.host in worker.endpoint.hosts():
@@ -146,6 +192,7 @@ class Daemon:
         self.workers[name].submit(event)
 
     async def stop(self) -> None:
+        await self.ops.stop()  # ops hook (issue 6): STOPPING=1, watchdog and HTTP server off
         if self._schedule is not None:
             self._schedule.shutdown()
         if self.remediator is not None:
@@ -155,6 +202,8 @@ class Daemon:
         for task in self._tasks:
             with suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(task, timeout=_DRAIN_SECONDS)
+        if self.notifier is not None:  # notify (Telegram, issue 5)
+            await self.notifier.stop()
         if self._client is not None:
             await self._client.aclose()
         await self.executor.close()
@@ -170,6 +219,33 @@ class Daemon:
             await self.stop()
 
 
+async def close_interrupted(store: Store, now: datetime) -> list[AttemptRow]:
+    """Repairs a killed daemon left unfinished: marked `interrupted`, in their incident too.
+
+    They still count against the budgets; their steps are never resumed half-way: the endpoint is
+    judged afresh, and a new attempt (if the budget allows) starts from a fresh diagnosis.
+    """
+    interrupted = [a for a in await store.attempts() if a.finished_at is None]
+    for attempt in interrupted:
+        await store.finish_attempt(attempt.id, at=now, outcome=INTERRUPTED)
+        if attempt.incident_id is None:
+            continue
+        summary = (
+            f"attempt {attempt.id} ({attempt.rule_id}) was interrupted: the daemon stopped while "
+            "it ran; its steps are not resumed"
+        )
+        entry = TimelineEntry(
+            kind=EntryKind.DECISION,
+            at=now,
+            subject=attempt.endpoint,
+            summary=summary,
+            data={"attempt": attempt.id, "rule": attempt.rule_id, "outcome": INTERRUPTED},
+        )
+        await store.append(attempt.incident_id, entry)
+        log.warning("attempt interrupted", endpoint=attempt.endpoint, attempt=attempt.id)
+    return interrupted
+
+
 async def _current(store: Store, kind: SubjectKind, name: str) -> Snapshot | None:
     """The stored snapshot, with its incident reattached if the store still has one open."""
     snapshot = await store.snapshot(kind, name)
@@ -180,5 +256,6 @@ async def _current(store: Store, kind: SubjectKind, name: str) -> Snapshot | Non
     return replace(snapshot, incident_id=incident_id)
 
 
+INTERRUPTED = "interrupted"
 _HOST_TIMEOUT = timedelta(seconds=5)
 _DRAIN_SECONDS = 5.0

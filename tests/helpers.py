@@ -49,12 +49,14 @@ def write_fleet(
     startup_grace: str = "0s",
     remediation: Mapping[str, Any] | None = None,
     playbook: str = "playbooks",
+    http: Mapping[str, Any] | None = None,
 ) -> Path:
     """A fleet.yaml in `folder` with fast probes and its store in `folder/state`; observe-only
-    (remediation dry run) unless `remediation` says otherwise."""
+    (remediation dry run) and no HTTP endpoint unless `remediation` and `http` say otherwise."""
     document = {
         "store": {"path": "state/supervisor.db"},
         "playbook": {"path": playbook},
+        "http": dict(http or {"enabled": False}),
         "remediation": dict(remediation or {"dry_run": True}),
         "defaults": {"probe": {**FAST_PROBE, **(probe or {})}, "startup_grace": startup_grace},
         "hosts": dict(hosts or {"forge": {"local": True}}),

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from supervisor import __version__
-from supervisor.cli import check, diagnose, incidents, probe, rules, run, status
+from supervisor.cli import check, diagnose, incidents, lab, notify, probe, rules, run, status
 from supervisor.cli.common import CliError
 from supervisor.config import ConfigError
 from supervisor.durations import DurationError, parse_duration
@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.add_argument("--json", action="store_true")
     rules.add_parser(sub)
+    lab.add_parser(sub)
+    sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
     return parser
 
 
@@ -90,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": _demo,
         "diagnose": diagnose.main,
         "rules": rules.main,
+        "notify-test": notify.main,
+        "lab": lab.main,
     }
     try:
         return handlers[args.command](args)

@@ -51,13 +51,28 @@ def _state_of(results: list[ProbeResult]) -> tuple[str, ProbeResult | None]:
 async def _run(
     config: FleetConfig, endpoint: Endpoint, args: argparse.Namespace
 ) -> tuple[list[str], bool]:
+    return await _report(config, endpoint, state=args.state, dry_run=args.dry_run)
+
+
+async def report(
+    config: FleetConfig, endpoint: Endpoint, *, state: str | None = None, dry_run: bool = True
+) -> list[str]:
+    """What `diagnose NAME` prints (the chat's `/diagnose`): nothing is changed."""
+    lines, _matched = await _report(config, endpoint, state=state, dry_run=dry_run)
+    return lines
+
+
+async def _report(
+    config: FleetConfig, endpoint: Endpoint, *, state: str | None, dry_run: bool
+) -> tuple[list[str], bool]:
     results = await probe_now(endpoint)
-    state, trigger = _state_of(results)
-    lines = [f"probed now: {state}" + (f" ({trigger.reason})" if trigger else "")]
-    if args.state:
-        state = args.state
+    found, trigger = _state_of(results)
+    lines = [f"probed now: {found}" + (f" ({trigger.reason})" if trigger else "")]
+    if state:
         lines.append(f"diagnosing as {state} (--state)")
-    elif state == "healthy":
+    else:
+        state = found
+    if state == "healthy":
         lines.append(
             "it is healthy: nothing to diagnose (use --state down to see what would happen)"
         )
@@ -80,7 +95,7 @@ async def _run(
             lines += diagnosis.lines()
             lines += _evidence_lines(diagnosis)
             if diagnosis.matched is not None:
-                lines += await _plan(config, endpoint, diagnosis, executor, dry_run=args.dry_run)
+                lines += await _plan(config, endpoint, diagnosis, executor, dry_run=dry_run)
         finally:
             await executor.close()
     return lines, diagnosis.matched is not None

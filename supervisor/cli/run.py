@@ -9,6 +9,7 @@ import signal
 from supervisor import logs
 from supervisor.cli.common import load
 from supervisor.daemon import Daemon
+from supervisor.ops.reload import ConfigReloader
 
 
 def main(args: argparse.Namespace) -> int:
@@ -24,5 +25,11 @@ async def _run(daemon: Daemon) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, daemon.reload)
+    reloader = ConfigReloader(daemon)  # ops hook (issue 6): the config file too
+
+    def reload() -> None:
+        daemon.reload()  # the playbook
+        reloader.request()  # the config (a bad one is refused, the running one stays)
+
+    loop.add_signal_handler(signal.SIGHUP, reload)
     await daemon.run_until(stop)

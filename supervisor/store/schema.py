@@ -121,6 +121,67 @@ attempts = Table(
 )
 Index("ix_attempts_endpoint", attempts.c.endpoint, attempts.c.started_at)
 
+# notify (Telegram): the composer's cursor, the outbox, one thread per incident and chat, what
+# the composer knows about each incident, and refused chat users. Created on open when missing
+# (see `supervisor.store.outbox`), so stores made before them gain them without a bump.
+
+notify_metadata = MetaData()
+"""Kept apart from `metadata`: created by `supervisor.store.outbox` when the notifier starts."""
+
+notify_cursor = Table(
+    "notify_cursor",
+    notify_metadata,
+    Column("name", Text, primary_key=True),
+    Column("last_id", Integer, nullable=False),
+)
+
+outbox = Table(
+    "outbox",
+    notify_metadata,
+    Column("id", Integer, primary_key=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("chat_id", Integer, nullable=False),
+    Column("incident_id", Integer, nullable=True),
+    Column("kind", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("parts_sent", Integer, nullable=False, server_default="0"),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text, nullable=False, server_default=""),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Column("message_id", Integer, nullable=True),
+    Column("given_up", Integer, nullable=False, server_default="0"),
+)
+Index("ix_outbox_pending", outbox.c.sent_at, outbox.c.id)
+
+notify_threads = Table(
+    "notify_threads",
+    notify_metadata,
+    Column("incident_id", Integer, primary_key=True),
+    Column("chat_id", Integer, primary_key=True),
+    Column("message_id", Integer, nullable=False),
+)
+
+notify_incidents = Table(
+    "notify_incidents",
+    notify_metadata,
+    Column("incident_id", Integer, primary_key=True),
+    Column("state", JSONData, nullable=False),
+    Column("active", Integer, nullable=False, server_default="0"),
+)
+
+notify_refusals = Table(
+    "notify_refusals",
+    notify_metadata,
+    Column("id", Integer, primary_key=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("user_id", Integer, nullable=True),
+    Column("chat_id", Integer, nullable=True),
+    Column("username", Text, nullable=False),
+    Column("text", Text, nullable=False),
+)
+
+NOTIFY_TABLES = (notify_cursor, outbox, notify_threads, notify_incidents, notify_refusals)
+
 TRIGGERS = (
     f"""CREATE TRIGGER timeline_no_update BEFORE UPDATE ON timeline
     BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END""",

@@ -7,7 +7,7 @@ consistent. Several processes may read the file while one writes (WAL).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -70,6 +70,10 @@ class Store:
         except StatementError as err:
             verb = "write to" if write else "read"
             raise StoreError(f"cannot {verb} store {self.path}: {reason(err)}") from None
+
+    def tx(self, *, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
+        """One transaction for store add-ons (`supervisor.store.outbox`): same errors as ours."""
+        return self._tx(write=write)
 
     # write side
 

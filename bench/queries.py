@@ -1,0 +1,140 @@
+"""Incident queries on a big store: `incidents` and `timeline` with 1 million timeline events.
+
+.venv/bin/python bench/queries.py            # 1,000,000 events, writes bench/RESULTS.md
+.venv/bin/python bench/queries.py --smoke    # 5,000 events, a few seconds, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import insert
+
+from bench.common import RESULTS, median, ms, percentile, write_section
+from supervisor.store import Store
+from supervisor.store.engine import make_engine, transaction
+from supervisor.store.schema import incidents, timeline
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def fill(path: Path, events: int, per_incident: int, subjects: int) -> int:
+    """A store with `events` timeline rows over events/per_incident incidents; returns that."""
+    await (await Store.open(path)).close()  # creates the schema
+    engine = make_engine(path)
+    count = max(1, events // per_incident)
+    try:
+        async with transaction(engine, write=True) as conn:
+            await conn.execute(
+                insert(incidents),
+                [
+                    {
+                        "subject_kind": "endpoint",
+                        "subject": f"e{i % subjects}",
+                        "opened_at": T0 + timedelta(minutes=i),
+                        "closed_at": None if _open(i, count, subjects) else closed(i),
+                        "cause": "connection refused",
+                        "resolution": None if _open(i, count, subjects) else "completion passed",
+                        "last_state": "down" if _open(i, count, subjects) else "healthy",
+                    }
+                    for i in range(count)
+                ],
+            )
+        batch = 50_000
+        done = 0
+        while done < events:
+            rows = [
+                {
+                    "incident_id": n // per_incident + 1,
+                    "at": T0 + timedelta(minutes=n // per_incident, milliseconds=n % per_incident),
+                    "kind": "probe",
+                    "subject": f"e{(n // per_incident) % subjects}",
+                    "summary": "liveness models fail: connection refused (2 of 3 probes failed)",
+                    "data": {"outcome": "fail", "latency_s": 0.001, "n": n},
+                }
+                for n in range(done, min(events, done + batch))
+            ]
+            async with transaction(engine, write=True) as conn:
+                await conn.execute(insert(timeline), rows)
+            done += len(rows)
+    finally:
+        await engine.dispose()
+    return count
+
+
+def _open(i: int, count: int, subjects: int) -> bool:
+    """A third of the endpoints have their latest incident still open (one open per subject)."""
+    return i >= count - subjects and i % 3 == 0
+
+
+def closed(i: int) -> datetime:
+    return T0 + timedelta(minutes=i, seconds=30)
+
+
+async def timed(runs: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
+    out = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        await call()
+        out.append(time.perf_counter() - started)
+    return out
+
+
+async def bench(events: int, runs: int, results: Path | None) -> None:
+    per_incident, subjects = 1000, 50
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.db"
+        started = time.perf_counter()
+        count = await fill(path, events, per_incident, subjects)
+        fill_s = time.perf_counter() - started
+        rng = random.Random(7)
+        async with await Store.open(path, create=False) as store:
+            figures = {
+                "incidents (newest 50)": await timed(runs, lambda: store.incidents(limit=50)),
+                "incidents --subject (one endpoint)": await timed(
+                    runs, lambda: store.incidents(subject=f"e{rng.randrange(subjects)}")
+                ),
+                "incidents --open": await timed(runs, lambda: store.incidents(open_only=True)),
+                f"timeline (one incident, {min(per_incident, events)} events)": await timed(
+                    runs, lambda: store.timeline(rng.randrange(count) + 1)
+                ),
+            }
+            size_mb = path.stat().st_size / 1e6
+    lines = [
+        f"{events:,} timeline events in {count:,} incidents over {subjects} endpoints "
+        f"(store file {size_mb:.0f} MB, filled in {fill_s:.1f} s); {runs} runs of each query "
+        "through the Store API the CLI uses.",
+        "",
+        "| query | median | p95 |",
+        "|---|---|---|",
+        *(f"| {name} | {ms(median(v))} | {ms(percentile(v, 95))} |" for name, v in figures.items()),
+    ]
+    write_section("Incident queries", "\n".join(lines), results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="a few seconds; writes nothing")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--results", type=Path, default=None, help=f"default {RESULTS}")
+    args = parser.parse_args()
+    if args.smoke:
+        asyncio.run(bench(5_000, 10, args.results))
+    else:
+        asyncio.run(bench(args.events, args.runs, args.results or RESULTS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+#!/bin/sh
+# Install fleet-supervisor on this box (forge), idempotently: a second run reports "no change".
+#
+#   sudo deploy/install.sh                 # the real install, then enable --now
+#   deploy/install.sh --root /tmp/r        # into a staging root (DESTDIR style): files, user
+#                                          # (when ROOT/etc/passwd exists), enable (symlink only)
+#   --no-venv                              # skip the venv (/opt/fleet-supervisor/venv)
+#
+# It makes: the system user fleet-supervisor; the venv under /opt/fleet-supervisor; the config
+# dir /etc/fleet-supervisor (0750 root:fleet-supervisor; fleet.yaml and env 0640, never
+# overwritten); the state dir /var/lib/fleet-supervisor (0750 fleet-supervisor); the unit in
+# /etc/systemd/system; and enables it.
+set -eu
+
+ROOT=""
+VENV=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --root|--prefix) ROOT="${2:?--root needs a directory}"; shift 2 ;;
+        --root=*|--prefix=*) ROOT="${1#*=}"; shift ;;
+        --no-venv) VENV=0; shift ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) echo "install.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+ROOT="${ROOT:-${DESTDIR:-}}"
+ROOT="${ROOT%/}"
+SRC="$(cd "$(dirname "$0")/.." && pwd)"
+USER_NAME=fleet-supervisor
+UNIT=fleet-supervisor.service
+CHANGES=0
+
+say() { echo "install.sh: $*"; }
+changed() { CHANGES=$((CHANGES + 1)); say "$*"; }
+
+# --- the user ---------------------------------------------------------------------------
+if [ -z "$ROOT" ]; then
+    if ! getent passwd "$USER_NAME" >/dev/null; then
+        useradd --system --user-group --home-dir /var/lib/fleet-supervisor \
+            --shell /usr/sbin/nologin "$USER_NAME"
+        changed "created user $USER_NAME"
+    fi
+elif [ -f "$ROOT/etc/passwd" ]; then
+    if ! grep -q "^$USER_NAME:" "$ROOT/etc/passwd"; then
+        useradd --prefix "$ROOT" --system --user-group --home-dir /var/lib/fleet-supervisor \
+            --shell /usr/sbin/nologin "$USER_NAME"
+        changed "created user $USER_NAME in $ROOT"
+    fi
+else
+    say "user: skipped ($ROOT/etc/passwd does not exist)"
+fi
+ids() {  # "UID GID" of the user, from the target root's passwd (numeric: works in a staging root)
+    awk -F: -v u="$USER_NAME" '$1 == u { print $3 " " $4 }' "$ROOT/etc/passwd" 2>/dev/null || true
+}
+set -- $(ids)
+OWNER_UID="${1:-0}"
+OWNER_GID="${2:-0}"
+
+# --- directories and files ---------------------------------------------------------------
+ensure_dir() {  # PATH MODE UID GID
+    if [ ! -d "$1" ]; then
+        mkdir -p "$1"; changed "created $1"
+    fi
+    if [ "$(stat -c '%a %u %g' "$1")" != "$2 $3 $4" ]; then
+        chmod "$2" "$1"; chown "$3:$4" "$1"; changed "set $1 to mode $2, owner $3:$4"
+    fi
+}
+ensure_file() {  # SOURCE DEST MODE UID GID REPLACE(1: keep it equal to SOURCE, 0: create only)
+    if [ ! -e "$2" ] || { [ "$6" = 1 ] && ! cmp -s "$1" "$2"; }; then
+        cp "$1" "$2"; changed "wrote $2"
+    fi
+    if [ "$(stat -c '%a %u %g' "$2")" != "$3 $4 $5" ]; then
+        chmod "$3" "$2"; chown "$4:$5" "$2"; changed "set $2 to mode $3, owner $4:$5"
+    fi
+}
+
+ensure_dir "$ROOT/etc/fleet-supervisor" 750 0 "$OWNER_GID"
+ensure_dir "$ROOT/var/lib/fleet-supervisor" 750 "$OWNER_UID" "$OWNER_GID"
+ensure_dir "$ROOT/opt/fleet-supervisor" 755 0 0
+ensure_file "$SRC/deploy/fleet.example.yaml" "$ROOT/etc/fleet-supervisor/fleet.yaml" 640 0 "$OWNER_GID" 0
+ENV_TEMPLATE="$(mktemp)"
+trap 'rm -f "$ENV_TEMPLATE"' EXIT
+printf '# secrets for fleet-supervisor (read by systemd: EnvironmentFile=)\n# FLEET_SUPERVISOR_TELEGRAM_TOKEN=\n' >"$ENV_TEMPLATE"
+ensure_file "$ENV_TEMPLATE" "$ROOT/etc/fleet-supervisor/env" 640 0 "$OWNER_GID" 0
+ensure_dir "$ROOT/opt/fleet-supervisor/docs" 755 0 0
+ensure_file "$SRC/docs/ops.md" "$ROOT/opt/fleet-supervisor/docs/ops.md" 644 0 0 1
+
+# --- the venv ----------------------------------------------------------------------------
+if [ "$VENV" = 1 ]; then
+    VENV_DIR="$ROOT/opt/fleet-supervisor/venv"
+    STAMP="$VENV_DIR/.installed-from"
+    WANT="$(cd "$SRC" && cat pyproject.toml $(find supervisor -name '*.py' | LC_ALL=C sort) | sha256sum | cut -d' ' -f1)"
+    if [ ! -x "$VENV_DIR/bin/python" ]; then
+        python3 -m venv "$VENV_DIR"; changed "created the venv $VENV_DIR"
+    fi
+    if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
+        "$VENV_DIR/bin/pip" install --quiet --upgrade "$SRC"
+        echo "$WANT" >"$STAMP"
+        changed "installed fleet-supervisor from $SRC into $VENV_DIR"
+    fi
+else
+    say "venv: skipped (--no-venv)"
+fi
+
+# --- the unit ----------------------------------------------------------------------------
+ensure_dir "$ROOT/etc/systemd/system" 755 0 0
+UNIT_CHANGED=$CHANGES
+ensure_file "$SRC/deploy/$UNIT" "$ROOT/etc/systemd/system/$UNIT" 644 0 0 1
+if [ -z "$ROOT" ]; then
+    if [ "$CHANGES" != "$UNIT_CHANGED" ]; then
+        systemctl daemon-reload; say "systemctl daemon-reload"
+    fi
+    if ! systemctl is-enabled --quiet "$UNIT"; then
+        systemctl enable --quiet "$UNIT"; changed "enabled $UNIT"
+    fi
+    if ! systemctl is-active --quiet "$UNIT"; then
+        systemctl start "$UNIT"; changed "started $UNIT"
+    elif [ "$CHANGES" != 0 ]; then
+        systemctl restart "$UNIT"; say "restarted $UNIT (something changed)"
+    fi
+else
+    if ! systemctl --root="$ROOT" is-enabled --quiet "$UNIT" 2>/dev/null; then
+        systemctl --root="$ROOT" enable --quiet "$UNIT"; changed "enabled $UNIT in $ROOT"
+    fi
+fi
+
+if [ "$CHANGES" = 0 ]; then
+    say "no change"
+else
+    say "$CHANGES changes"
+fi

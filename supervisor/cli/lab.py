@@ -1,0 +1,73 @@
+"""`fleet-supervisor lab up|down|status|drill NAME`: the fleet lab on this machine (root, Linux).
+
+`up` writes the lab (default folder `/var/lib/fleet-lab`: never under /tmp or the checkout) and
+boots spark1 (127.0.0.11) and spark2 (127.0.0.12) with the fleet's units; `down` stops them and
+leaves nothing running; `status` shows each host and its units. Drills are not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from supervisor.cli.common import CliError
+from supervisor.lab import fleet
+from supervisor.lab.lab import Lab, LabError, check_root
+
+DEFAULT_FOLDER = Path("/var/lib/fleet-lab")
+
+
+def add_parser(sub: Any) -> None:
+    """The `lab` command and its subcommands, on the CLI's subparsers."""
+    lab = sub.add_parser("lab", help="the fleet lab: simulated hosts with real systemd and sshd")
+    lab.add_argument(
+        "--folder", type=Path, default=DEFAULT_FOLDER, help=f"lab folder (default {DEFAULT_FOLDER})"
+    )
+    commands = lab.add_subparsers(dest="lab_command", metavar="SUBCOMMAND", required=True)
+    commands.add_parser("up", help="write and boot the lab hosts")
+    commands.add_parser("down", help="stop every lab host")
+    commands.add_parser("status", help="each lab host and its units")
+    drill = commands.add_parser("drill", help="inject a fault and watch the daemon heal it")
+    drill.add_argument("name")
+
+
+def _up(folder: Path) -> int:
+    if folder.exists() and any(Lab.load(folder).running().values()):
+        raise CliError(f"the lab in {folder} is already up: run `fleet-supervisor lab down` first")
+    lab = fleet.create(folder)
+    lab.up()
+    for name, host in lab.hosts.items():
+        print(f"{name}: up at {host.address} (systemd pid {host.pid})")
+    print(f"ssh -i {lab.client_key} -o UserKnownHostsFile={lab.known_hosts} root@ADDRESS")
+    return 0
+
+
+def _status(folder: Path) -> int:
+    lab = Lab.load(folder)
+    units = fleet.units()
+    for name, host in lab.hosts.items():
+        if host.pid is None:
+            print(f"{name}: down")
+            continue
+        print(f"{name}: up at {host.address} (systemd pid {host.pid})")
+        for unit in ["lab-sshd.service", *units.get(name, {})]:
+            print(f"  {unit}: {host.state(unit)}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        check_root()
+        folder: Path = args.folder.absolute()
+        if args.lab_command == "up":
+            return _up(folder)
+        if args.lab_command == "down":
+            Lab.load(folder).down()
+            print(f"lab in {folder}: down")
+            return 0
+        if args.lab_command == "status":
+            return _status(folder)
+        raise CliError(f"drill {args.name!r}: drills are not built yet (see issue 4)")
+    except LabError as exc:
+        raise CliError(str(exc)) from None

@@ -1,0 +1,166 @@
+"""The boot scripts of a simulated host: a real systemd as PID 1, fenced off from the machine.
+
+`setsid -f unshare --pid --fork --mount-proc --mount --propagation private STAGE1` starts a
+host. Stage 1 runs as PID 1 of the new PID namespace: it moves itself into its own cgroup v2
+group (`/sys/fs/cgroup/unified/fleet-lab/NAME`, or the cgroup2 root's `fleet-lab/NAME`) and
+re-execs itself in new cgroup, UTS and IPC namespaces: systemd sees that group as its root, and
+the hostname it sets (and any SysV IPC) stays the host's own, not the machine's. Stage 2 builds
+the host's filesystem and execs systemd:
+
+- `/` is an **overlay** whose lower layer is the machine's root and whose upper layer is a tmpfs:
+  whatever the host's systemd or its units write (in `/tmp`, `/etc`, `/work`, anywhere) lands in
+  memory and vanishes with the host. The machine's disk cannot be changed from inside.
+- private `/run`, `/tmp`, `/dev` (tmpfs with only null, zero, full, random, urandom, tty bound in,
+  its own devpts and `/dev/shm`), `/var/log/journal` and `/etc/systemd/system` (tmpfs holding only
+  the lab's units and the masks); `/proc/sys` is read-only except for the lab's own
+  `/proc/sys/vm/drop_caches` file; `/sys` is read-only; `/proc/meminfo` is the host folder's
+  `meminfo` file (drills control the free memory the host reports).
+- the host's folder is bound at `/var/lib/lab` (its sshd keys, containers, fault files), and
+  its `bin/docker` (see `supervisor.lab.containers`) becomes the host's `/usr/bin/docker`.
+- every host-touching unit is masked, `container=fleet-lab` is set (so units with
+  `ConditionVirtualization=!container` skip), and systemd starts only `lab.target`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: Where the host's own folder appears inside the host.
+INSIDE = "/var/lib/lab"
+
+#: Units that would touch the machine (its disk, kernel, consoles, logins) and are masked.
+MASKED: tuple[str, ...] = (
+    "systemd-tmpfiles-setup.service",
+    "systemd-tmpfiles-setup-dev.service",
+    "systemd-tmpfiles-clean.service",
+    "systemd-tmpfiles-clean.timer",
+    "systemd-sysctl.service",
+    "systemd-sysusers.service",
+    "systemd-modules-load.service",
+    "systemd-binfmt.service",
+    "proc-sys-fs-binfmt_misc.automount",
+    "proc-sys-fs-binfmt_misc.mount",
+    "systemd-random-seed.service",
+    "systemd-machine-id-commit.service",
+    "systemd-firstboot.service",
+    "systemd-repart.service",
+    "systemd-update-utmp.service",
+    "systemd-update-utmp-runlevel.service",
+    "systemd-journal-flush.service",
+    "systemd-remount-fs.service",
+    "systemd-pcrphase.service",
+    "systemd-pcrphase-sysinit.service",
+    "systemd-pcrphase-initrd.service",
+    "kmod-static-nodes.service",
+    "ldconfig.service",
+    "systemd-hwdb-update.service",
+    "systemd-udevd.service",
+    "systemd-udev-trigger.service",
+    "systemd-udev-settle.service",
+    "systemd-journald-audit.socket",
+    "systemd-journald-dev-log.socket",
+    "systemd-ask-password-console.path",
+    "systemd-ask-password-wall.path",
+    "systemd-user-sessions.service",
+    "sys-fs-fuse-connections.mount",
+    "sys-kernel-config.mount",
+    "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount",
+    "dev-hugepages.mount",
+    "dev-mqueue.mount",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "man-db.timer",
+    "logrotate.timer",
+    "fstrim.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "ssh.service",
+    "ssh.socket",
+    "getty.target",
+    "getty-static.service",
+    "console-getty.service",
+    "systemd-logind.service",
+    "dbus.service",
+    "dbus.socket",
+    "cryptsetup.target",
+    "veritysetup.target",
+    "integritysetup.target",
+    "remote-cryptsetup.target",
+    "remote-veritysetup.target",
+    "packagekit-offline-update.service",
+    "postgresql.service",
+)
+
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+STAGE1 = """\
+#!/bin/bash
+# fleet lab host {name}, stage 1: PID 1 of its own PID and mount namespace.
+set -euo pipefail
+mount --make-rprivate /
+if [ -d /sys/fs/cgroup/unified ]; then CG=/sys/fs/cgroup/unified; else CG=/sys/fs/cgroup; fi
+mkdir -p "$CG/fleet-lab/{name}"
+echo $$ > "$CG/fleet-lab/{name}/cgroup.procs"
+exec unshare --cgroup --uts --ipc {folder}/stage2.sh
+"""
+
+STAGE2 = """\
+#!/bin/bash
+# fleet lab host {name}, stage 2: build a fenced-off root, then exec systemd.
+set -euo pipefail
+S={folder}/stage
+mkdir -p "$S"
+mount -t tmpfs -o mode=755 fleet-lab-stage "$S"
+mkdir "$S/upper" "$S/work" "$S/root"
+mount -t overlay fleet-lab-root -o "lowerdir=/,upperdir=$S/upper,workdir=$S/work" "$S/root"
+R=$S/root
+mount --rbind /proc "$R/proc"
+mount --bind "$R/proc/sys" "$R/proc/sys"
+mount --bind {folder}/drop_caches "$R/proc/sys/vm/drop_caches"
+mount -o remount,bind,ro "$R/proc/sys"
+mount --bind {folder}/meminfo "$R/proc/meminfo"
+mount -t tmpfs -o mode=755,nosuid fleet-lab-dev "$R/dev"
+for d in {devices}; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
+mkdir "$R/dev/pts" "$R/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts "$R/dev/pts"
+ln -s pts/ptmx "$R/dev/ptmx"
+ln -s /proc/self/fd "$R/dev/fd"
+mount -t tmpfs -o mode=1777 fleet-lab-shm "$R/dev/shm"
+mount --rbind /sys "$R/sys"
+umount -R "$R/sys/fs/cgroup"
+mount -o remount,bind,ro "$R/sys"
+mount -t cgroup2 cgroup2 "$R/sys/fs/cgroup"
+mount -t tmpfs -o mode=755 fleet-lab-run "$R/run"
+mount -t tmpfs -o mode=1777 fleet-lab-tmp "$R/tmp"
+mkdir -p "$R/var/log/journal" "$R{inside}"
+mount -t tmpfs fleet-lab-journal "$R/var/log/journal"
+mount --bind {folder} "$R{inside}"
+mount -t tmpfs -o mode=755 fleet-lab-units "$R/etc/systemd/system"
+cp -a {folder}/units/. "$R/etc/systemd/system/"
+echo {name} > "$R/etc/hostname"
+cp {folder}/bin/docker "$R/usr/bin/docker"
+mkdir -p "$R/oldroot"
+cd "$R"
+pivot_root . oldroot
+umount -l /oldroot
+rmdir /oldroot
+export container=fleet-lab
+exec /lib/systemd/systemd --system --unit=lab.target
+"""
+
+
+def stage1(name: str, folder: str) -> str:
+    """Stage 1 of host `name` whose files live in `folder` (an absolute path, no spaces)."""
+    return STAGE1.format(name=name, folder=folder)
+
+
+def stage2(name: str, folder: str) -> str:
+    """Stage 2 of host `name`: the fenced-off root and the exec of systemd."""
+    return STAGE2.format(name=name, folder=folder, inside=INSIDE, devices=" ".join(_DEVICES))
+
+
+def lab_target(wants: Iterable[str]) -> str:
+    """`lab.target`: journald, the host's sshd and its model units, nothing else."""
+    units = " ".join(["systemd-journald.service", *wants])
+    return f"[Unit]\nDescription=fleet lab host\nWants={units}\n"

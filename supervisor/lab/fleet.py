@@ -1,0 +1,122 @@
+"""The fleet in the lab: the units, containers and launch scripts that mirror the real one.
+
+- spark1 (127.0.0.11): `vllm-ds4-head.service` runs `docker exec vllm_ds4 bash
+  /workspace/vllm-head.sh`: binds the rendezvous port 29501 and serves DeepSeek (the vLLM sim)
+  on :8000; `vllm-qwen.service`, a single-node model on :8001.
+- spark2 (127.0.0.12): `vllm-ds4-worker.service` runs `docker exec vllm_ds4 bash
+  /workspace/vllm-worker.sh` (a headless worker that joins the head's 29501);
+  `ollama.service` (the sim as Ollama on :11434) and `parakeet.service` (health only, :8765).
+
+Both `vllm_ds4` trees hold the launch scripts, a known-good copy under `/workspace/known-good/`
+and vLLM's `mxfp4.py` (with the GPU-cache patch applied once) at the path the shipped rule greps.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from supervisor.lab.containers import write_tree
+from supervisor.lab.lab import ADDRESSES, Lab
+from supervisor.lab.launch import MXFP4
+
+DS4_MODEL = "deepseek-v4-flash"
+CONTAINER = "vllm_ds4"
+HEAD_SCRIPT = "/workspace/vllm-head.sh"
+WORKER_SCRIPT = "/workspace/vllm-worker.sh"
+KNOWN_GOOD = "/workspace/known-good"
+COLD_START = "1s"
+
+#: vLLM's mxfp4 post-load step, cut down to the part the fleet patched (2 lines say empty_cache).
+MXFP4_TEXT = '''\
+"""vLLM mxfp4 MoE quantization (lab copy: the post-load step only)."""
+
+import gc
+
+
+def _setup_kernel(w13: bytearray, w2: bytearray) -> bytes:
+    return bytes(w13[:8]) + bytes(w2[:8])
+
+
+def process_weights_after_loading() -> bytes:
+    w13 = bytearray(4096)
+    w2 = bytearray(4096)
+    kernel = _setup_kernel(w13, w2)
+    # GPU-cache fix: drop the unpadded weights, then torch.cuda.empty_cache()
+    del w13, w2
+    gc.collect()  # stands in for torch.cuda.empty_cache()
+    return kernel
+'''
+
+#: A healthy GB10's memory: 119.67 GiB total, 116 GiB free.
+MEMINFO_HEALTHY = "MemTotal:       125483008 kB\nMemFree:        121634816 kB\n"
+
+
+def _python() -> str:
+    return sys.executable
+
+
+def _launch_script(role: str, address: str, extra: str = "") -> str:
+    title = "exec"
+    return (
+        "#!/bin/bash\n"
+        f"# known-good launch of the DeepSeek {role} (lab)\n"
+        f"{title} {_python()} -m supervisor.lab.launch {role} --host {address} "
+        f"--head-address {ADDRESSES['spark1']} --port 8000 --model {DS4_MODEL} "
+        f"--mxfp4 {MXFP4}{extra} -- --cold-start {COLD_START}\n"
+    )
+
+
+def _unit(description: str, exec_start: str) -> str:
+    return (
+        f"[Unit]\nDescription={description}\nStartLimitIntervalSec=0\n\n"
+        f"[Service]\nExecStart={exec_start}\nRestart=on-failure\nRestartSec=1\n"
+        "KillMode=control-group\nTimeoutStopSec=5\n"
+    )
+
+
+def _sim(address: str, port: int, model: str, flags: str = "") -> str:
+    return (
+        f"{_python()} -m supervisor.lab.vllm_sim --host {address} --port {port} "
+        f"--model {model} --cold-start {COLD_START}{flags}"
+    )
+
+
+def units() -> dict[str, dict[str, str]]:
+    """Every lab host's units (file name -> text)."""
+    spark1, spark2 = ADDRESSES["spark1"], ADDRESSES["spark2"]
+    return {
+        "spark1": {
+            "vllm-ds4-head.service": _unit(
+                "vLLM DeepSeek V4 head", f"/usr/bin/docker exec {CONTAINER} bash {HEAD_SCRIPT}"
+            ),
+            "vllm-qwen.service": _unit("vLLM single node", _sim(spark1, 8001, "qwen")),
+        },
+        "spark2": {
+            "vllm-ds4-worker.service": _unit(
+                "vLLM DeepSeek V4 worker", f"/usr/bin/docker exec {CONTAINER} bash {WORKER_SCRIPT}"
+            ),
+            "ollama.service": _unit("Ollama", _sim(spark2, 11434, "gemma", " --flavour ollama")),
+            "parakeet.service": _unit("Parakeet ASR (health only)", _sim(spark2, 8765, "asr")),
+        },
+    }
+
+
+def containers(host: str) -> Mapping[str, str]:
+    """The files of host `host`'s `vllm_ds4` tree (path inside the container -> text)."""
+    address = ADDRESSES[host]
+    role, script = ("head", HEAD_SCRIPT) if host == "spark1" else ("worker", WORKER_SCRIPT)
+    text = _launch_script(role, address)
+    name = script.rsplit("/", 1)[1]
+    return {script: text, f"{KNOWN_GOOD}/{name}": text, MXFP4: MXFP4_TEXT}
+
+
+def create(folder: Path) -> Lab:
+    """Write the fleet lab under `folder` (boots nothing): hosts, units, containers, meminfo."""
+    all_units = units()
+    lab = Lab.create(folder, ADDRESSES, all_units, {h: list(u) for h, u in all_units.items()})
+    for name, host in lab.hosts.items():
+        write_tree(host.folder, CONTAINER, dict(containers(name)))
+        (host.folder / "meminfo").write_text(MEMINFO_HEALTHY)
+    return lab

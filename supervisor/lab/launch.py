@@ -1,0 +1,171 @@
+"""`python -m supervisor.lab.launch ROLE ...`: what a lab launch script runs inside its container.
+
+It walks vLLM's start-up in vLLM's order and fails from the same real causes, with vLLM's texts:
+
+1. `head`: bind the pair's rendezvous (TCPStore) port, 29501, on its address. If something holds
+   it, print c10d's bind line and torch's `DistNetworkError ... EADDRINUSE` and exit 1. `worker`:
+   connect to the head's rendezvous port (retrying), like a headless worker.
+2. read free memory from `/proc/meminfo` (in a lab host, the host's own file that drills set):
+   `MemFree` below `--gpu-memory-utilization` of `MemTotal` prints vLLM's `ValueError: Free
+   memory on device cuda:0 ... on startup is less than desired GPU memory utilization` and exits 1.
+3. import the real `mxfp4.py` from the container tree (`--mxfp4 PATH`) and run its
+   `process_weights_after_loading()`; a duplicated patch block raises its `UnboundLocalError`.
+4. `head`/`single`: exec the vLLM-shaped server (`supervisor.lab.vllm_sim`), which inherits the
+   rendezvous socket so the port stays bound while it serves; `worker`: stay up until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+RENDEZVOUS_PORT = 29501
+MEMINFO = Path("/proc/meminfo")
+GIB_KB = 1024 * 1024
+PR_SET_NAME = 15
+
+MXFP4 = "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/quantization/mxfp4.py"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="launch", description="A lab launch: vLLM's start-up checks, then the server."
+    )
+    parser.add_argument("role", choices=("head", "worker", "single"))
+    parser.add_argument("--host", required=True, help="the address this node serves on")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model", default="sim-model")
+    parser.add_argument("--head-address", help="worker: the head's address")
+    parser.add_argument("--rendezvous-port", type=int, default=RENDEZVOUS_PORT)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--mxfp4", help="the mxfp4.py to import (a path in the container)")
+    parser.add_argument("--connect-within", type=float, default=60.0)
+    return parser
+
+
+def bind_rendezvous(address: str, port: int) -> socket.socket:
+    """The TCPStore's listening socket, or torch's EADDRINUSE failure and exit 1."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((address, port))
+    except OSError:
+        sock.close()
+        print(
+            f"[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:{port} "
+            "(errno: 98 - Address already in use).",
+            file=sys.stderr,
+        )
+        print(
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+            f"local network address. port: {port}, useIpv6: false, code: -98, name: EADDRINUSE, "
+            "message: address already in use",
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
+    sock.listen(16)
+    os.set_inheritable(sock.fileno(), True)
+    return sock
+
+
+def connect_rendezvous(address: str, port: int, within: float) -> socket.socket:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return socket.create_connection((address, port), timeout=1.0)
+        except OSError:
+            if time.monotonic() > deadline:
+                print(
+                    f"torch.distributed.DistStoreError: Timed out after {within:g} seconds "
+                    f"waiting for clients. {address}:{port}",
+                    file=sys.stderr,
+                )
+                raise SystemExit(1) from None
+            time.sleep(0.2)
+
+
+def check_memory(utilization: float, meminfo: Path = MEMINFO) -> None:
+    """vLLM's start-up memory check against the (lab-controlled) meminfo."""
+    fields: dict[str, int] = {}
+    for line in meminfo.read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if rest.split():
+            fields[key] = int(rest.split()[0])
+    total, free = fields["MemTotal"] / GIB_KB, fields["MemFree"] / GIB_KB
+    if free < utilization * total:
+        print(
+            f"ValueError: Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup "
+            f"is less than desired GPU memory utilization ({utilization}, "
+            f"{utilization * total:.1f} GiB). Decrease GPU memory utilization or reduce GPU "
+            "memory used by other processes.",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
+
+
+def load_mxfp4(path: str) -> None:
+    """Import the container's mxfp4.py and run its post-load step (its errors are vLLM's)."""
+    spec = importlib.util.spec_from_file_location("vllm_mxfp4", path)
+    if spec is None or spec.loader is None:
+        print(f"ModuleNotFoundError: cannot load {path}", file=sys.stderr)
+        raise SystemExit(1)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        module.process_weights_after_loading()
+    except Exception:  # print vLLM's traceback as vLLM would, then fail
+        traceback.print_exc()
+        raise SystemExit(1) from None
+
+
+def set_title(title: str) -> None:
+    """Name this process like vLLM names its workers (`comm`, what `ss -p` and `ps` show;
+    the kernel keeps 15 bytes: `VLLM::Worker_TP`)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
+
+
+def _wait_for_term() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        signal.pause()
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    given = list(sys.argv[1:] if argv is None else argv)
+    cut = given.index("--") if "--" in given else len(given)
+    args = _parser().parse_args(given[:cut])  # after `--`: the vllm_sim flags
+    print(f"launch {args.role} on {args.host}", flush=True)
+    held: socket.socket | None = None
+    if args.role == "head":
+        held = bind_rendezvous(args.host, args.rendezvous_port)
+    elif args.role == "worker":
+        held = connect_rendezvous(
+            args.head_address or args.host, args.rendezvous_port, args.connect_within
+        )
+    check_memory(args.gpu_memory_utilization)
+    if args.mxfp4:
+        load_mxfp4(args.mxfp4)
+    if args.role == "worker":
+        set_title("VLLM::Worker_TP1")
+        _wait_for_term()
+    sim = given[cut + 1 :]
+    command = [sys.executable, "-m", "supervisor.lab.vllm_sim"]
+    command += ["--host", args.host, "--port", str(args.port), "--model", args.model, *sim]
+    sys.stdout.flush()
+    if held is not None:  # the rendezvous socket stays open (and bound) across exec
+        os.set_inheritable(held.fileno(), True)
+    os.execv(sys.executable, command)  # noqa: S606 - argv built here, no shell
+
+
+if __name__ == "__main__":
+    main()

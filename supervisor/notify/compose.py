@@ -1,0 +1,221 @@
+"""Which timeline entries deserve a message, and what the composer remembers per incident.
+
+Pure functions: `compose` turns one timeline row into drafts, `tick` releases what waits on
+time (a flapping incident's held "resolved", reminders of an escalation nobody acknowledged).
+One thread per incident; a reopened incident (flapping) gives at most one "flapping" update per
+`flap_every` and one "resolved" once it has stayed up for `settle`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from supervisor.notify import texts
+from supervisor.store import EntryKind, IncidentRow, JSONValue, SubjectKind, TimelineRow
+from supervisor.store.outbox import Draft
+
+_TRANSITION = re.compile(r"^(?:host )?(\S+) -> (\S+): (.*)$", re.DOTALL)
+_PROBLEMS = ("down", "degraded")
+_SEEN_MAX = 50
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    remind_every: timedelta
+    flap_every: timedelta = timedelta(minutes=5)  #: at most one "flapping" update this often
+    settle: timedelta = timedelta(minutes=10)  #: a flapping incident's "resolved" waits this
+    host_endpoints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    """What the composer knows about one incident (stored as JSON)."""
+
+    downs: int = 0  #: times it went down (a reopen counts one more)
+    first_down: datetime | None = None
+    closed: bool = False  #: the last thing seen was its recovery
+    flap_sent_at: datetime | None = None
+    held: str = ""  #: a "resolved" held back while it may flap again
+    held_at: datetime | None = None
+    escalated_at: datetime | None = None
+    why: str = ""
+    reminded_at: datetime | None = None
+    acked_by: str = ""
+    fixed_by: str = ""
+    seen: tuple[str, ...] = ()  #: keys of informational messages already sent
+
+    @property
+    def active(self) -> bool:
+        """Something is waiting on time (a held message, a reminder)."""
+        waiting = self.escalated_at is not None and not self.acked_by and not self.closed
+        return bool(self.held) or waiting
+
+    def to_json(self) -> dict[str, JSONValue]:
+        out: dict[str, JSONValue] = {}
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSONValue] | None) -> Memory:
+        if not data:
+            return cls()
+        values: dict[str, object] = {}
+        for name in _FIELDS:
+            if name not in data:
+                continue
+            value = data[name]
+            if name in _TIMES and isinstance(value, str):
+                values[name] = datetime.fromisoformat(value)
+            elif name == "seen" and isinstance(value, list):
+                values[name] = tuple(str(v) for v in value)
+            else:
+                values[name] = value
+        return cls(**values)  # type: ignore[arg-type]
+
+
+_FIELDS = tuple(Memory.__dataclass_fields__)
+_TIMES = frozenset({"first_down", "flap_sent_at", "held_at", "escalated_at", "reminded_at"})
+
+Result = tuple[list[Draft], Memory]
+
+
+def compose(row: TimelineRow, incident: IncidentRow, memory: Memory, settings: Settings) -> Result:
+    """The drafts one timeline row gives (often none) and the incident's new memory."""
+    if row.subject != incident.subject:
+        return [], memory  # an endpoint's entry copied into its host's incident: the host speaks
+    if row.kind is EntryKind.TRANSITION:
+        return _transition(row, incident, memory, settings)
+    name = incident.subject
+    if row.kind is EntryKind.DIAGNOSIS:
+        return _once(memory, "diagnosis", row.summary, texts.diagnosis(name, row.summary), incident)
+    if row.kind is EntryKind.DECISION and row.summary.startswith("dry run: would"):
+        return _once(memory, "plan", row.summary, texts.plan(name, row.summary), incident)
+    if row.kind is EntryKind.VERIFICATION:
+        ok = row.summary.startswith("verified")
+        if ok:
+            memory = replace(memory, fixed_by=row.summary.removeprefix("verified: "))
+        text = texts.repair_result(name, ok, row.summary)
+        return _once(memory, "repair", row.summary, text, incident)
+    return [], memory
+
+
+def _transition(
+    row: TimelineRow, incident: IncidentRow, memory: Memory, settings: Settings
+) -> Result:
+    match = _TRANSITION.match(row.summary)
+    if match is None:
+        return [], memory
+    _source, dest, note = match.groups()
+    name = incident.subject
+    if incident.subject_kind is SubjectKind.HOST:
+        if dest == "unreachable":
+            endpoints = list(settings.host_endpoints.get(name, ()))
+            text = texts.host_opened(name, note, endpoints, incident.id)
+            return _problem(row, incident, memory, settings, text)
+        if dest == "reachable":
+            return _resolve(row, memory, texts.host_resolved(name, row.at - incident.opened_at))
+        return [], memory
+    trigger = row.data.get("trigger")
+    if dest in _PROBLEMS and "probes" in row.data:
+        text = texts.opened(name, dest, _symptom(row, incident), incident.id)
+        return _problem(row, incident, memory, settings, text)
+    if trigger == "remediate":
+        return _once(memory, "repairing", note, texts.repairing(name, note), incident)
+    if trigger == "escalate":
+        why = _text(row.data.get("why")) or note
+        memory = replace(
+            memory, escalated_at=row.at, why=why, reminded_at=None, acked_by="", closed=False
+        )
+        text = texts.escalated(name, why, _text(row.data.get("runbook")), incident.id)
+        return _once(memory, "escalated", why, text, incident)
+    if dest == "healthy":
+        took = row.at - incident.opened_at
+        text = texts.resolved(name, took, _how(row), memory.fixed_by, memory.downs)
+        return _resolve(row, memory, text)
+    return [], memory
+
+
+def _problem(
+    row: TimelineRow, incident: IncidentRow, memory: Memory, settings: Settings, text: str
+) -> Result:
+    if memory.downs == 0:
+        memory = replace(memory, downs=1, first_down=row.at, closed=False)
+        return [Draft(kind="opened", text=text, incident_id=incident.id)], memory
+    if not memory.closed:
+        return [], memory  # e.g. degraded, then down: the thread already says it is a problem
+    downs = memory.downs + 1
+    memory = replace(memory, downs=downs, closed=False, held="", held_at=None)
+    last = memory.flap_sent_at
+    if last is not None and row.at - last < settings.flap_every:
+        return [], memory
+    first = memory.first_down or incident.opened_at
+    text = texts.flapping(incident.subject, downs, row.at - first)
+    draft = Draft(kind="flapping", text=text, incident_id=incident.id)
+    return [draft], replace(memory, flap_sent_at=row.at)
+
+
+def _resolve(row: TimelineRow, memory: Memory, text: str) -> Result:
+    incident_id = row.incident_id
+    memory = replace(memory, closed=True, escalated_at=None, reminded_at=None)
+    if memory.downs > 1:
+        return [], replace(memory, held=text, held_at=row.at)
+    return [Draft(kind="resolved", text=text, incident_id=incident_id)], memory
+
+
+def tick(incident: IncidentRow, memory: Memory, now: datetime, settings: Settings) -> Result:
+    """What time releases: a held "resolved" once it stayed up, reminders while escalated."""
+    drafts: list[Draft] = []
+    if memory.held and memory.held_at is not None and now - memory.held_at >= settings.settle:
+        if incident.closed_at is not None:
+            drafts.append(Draft(kind="resolved", text=memory.held, incident_id=incident.id))
+        memory = replace(memory, held="", held_at=None)
+    if memory.escalated_at is not None and not memory.acked_by and not memory.closed:
+        last = memory.reminded_at or memory.escalated_at
+        if incident.closed_at is None and now - last >= settings.remind_every:
+            waiting = now - memory.escalated_at
+            text = texts.reminder(incident.subject, memory.why, incident.id, waiting)
+            drafts.append(Draft(kind="reminder", text=text, incident_id=incident.id))
+            memory = replace(memory, reminded_at=now)
+    return drafts, memory
+
+
+def _once(memory: Memory, kind: str, key: str, text: str, incident: IncidentRow) -> Result:
+    """An informational message, at most once per incident for the same words."""
+    seen_key = f"{kind}:{key}"
+    if seen_key in memory.seen:
+        return [], memory
+    memory = replace(memory, seen=(*memory.seen, seen_key)[-_SEEN_MAX:])
+    return [Draft(kind=kind, text=text, incident_id=incident.id)], memory
+
+
+def _text(value: JSONValue | None) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _symptom(row: TimelineRow, incident: IncidentRow) -> str:
+    probe = row.data.get("probe")
+    if isinstance(probe, dict) and isinstance(probe.get("reason"), str) and probe["reason"]:
+        return str(probe["reason"])
+    return incident.cause
+
+
+def _how(row: TimelineRow) -> str:
+    probe = row.data.get("probe")
+    if not isinstance(probe, dict):
+        return "it passes its checks again"
+    figures = []
+    if isinstance(probe.get("ttft_s"), int | float):
+        figures.append(f"ttft {probe['ttft_s']}s")
+    if isinstance(probe.get("tok_s"), int | float):
+        figures.append(f"{probe['tok_s']} tok/s")
+    what = probe.get("check", "check")
+    return f"{what} passed" + (f" ({', '.join(figures)})" if figures else "")

@@ -1,0 +1,197 @@
+"""The Telegram component the daemon starts and stops: composer, sender, commands and the
+confirm-mode Approver, all inside the daemon's own event loop (initialize, start polling,
+start; stop in reverse). A Bot API that is down at start-up is retried in the background: the
+composer keeps queueing meanwhile, and the sender delivers once the bot is up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from telegram.error import TelegramError
+from telegram.ext import ApplicationBuilder
+
+from supervisor.clock import Clock
+from supervisor.config import FleetConfig
+from supervisor.config.models import TelegramConfig
+from supervisor.hosts import HostWatcher
+from supervisor.notify.auth import NotifyError, load_token, quiet_http_logs
+from supervisor.notify.bot import App, Commands
+from supervisor.notify.compose import Settings
+from supervisor.notify.composer import Composer
+from supervisor.notify.sender import Pacing, Sender
+from supervisor.playbook.model import Rule
+from supervisor.remediation.runner import Remediator
+from supervisor.store import Store
+from supervisor.store.outbox import OutboxStore
+from supervisor.worker import EndpointWorker
+
+log = structlog.get_logger("supervisor.notify")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timing:
+    """How often things happen (tests shorten them)."""
+
+    pacing: Pacing = field(default_factory=Pacing)
+    compose_every: float = 1.0
+    flap_every: timedelta = timedelta(minutes=5)
+    settle: timedelta | None = None  #: default: `defaults.reopen_within`
+    poll_timeout: float = 10.0  #: getUpdates long-poll
+    startup_retry: float = 5.0
+
+
+class Notifier:
+    def __init__(
+        self,
+        *,
+        config: FleetConfig,
+        telegram: TelegramConfig,
+        token: str,
+        store: Store,
+        workers: Mapping[str, EndpointWorker],
+        hosts: Mapping[str, HostWatcher],
+        remediator: Remediator | None,
+        clock: Clock,
+        timing: Timing | None = None,
+        diagnose: Callable[[str], Awaitable[list[str]]] | None = None,
+    ) -> None:
+        self.timing = timing or Timing()
+        self._telegram = telegram
+        quiet_http_logs(token)
+        builder = ApplicationBuilder().token(token).concurrent_updates(True)
+        if telegram.base_url:
+            builder = builder.base_url(telegram.base_url)
+        self.app: App = builder.build()
+        self.outbox = OutboxStore(store)
+        host_endpoints = {
+            name: tuple(e for e, w in workers.items() if name in w.endpoint.hosts())
+            for name in hosts
+        }
+        settings = Settings(
+            remind_every=config.notify.remind_every,
+            flap_every=self.timing.flap_every,
+            settle=self.timing.settle or config.defaults.reopen_within,
+            host_endpoints=host_endpoints,
+        )
+        self.sender = Sender(self.app.bot, self.outbox, store, clock, self.timing.pacing)
+        self.composer = Composer(
+            self.outbox,
+            clock,
+            settings,
+            telegram.chat_ids,
+            every=self.timing.compose_every,
+            on_queued=self.sender.kick,
+        )
+        self.commands = Commands(
+            config=config,
+            telegram=telegram,
+            store=store,
+            outbox=self.outbox,
+            workers=workers,
+            hosts=hosts,
+            remediator=remediator,
+            clock=clock,
+            memory_lock=self.composer.lock,
+            diagnose=diagnose,
+        )
+        self.commands.install(self.app)
+        self.ready = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def start(self) -> None:
+        await self.outbox.ensure()
+        self._tasks.append(asyncio.create_task(self.composer.run(), name="notify:composer"))
+        self._tasks.append(asyncio.create_task(self._bring_up(), name="notify:bot"))
+
+    async def _bring_up(self) -> None:
+        while True:
+            try:
+                await self.app.initialize()
+                break
+            except TelegramError as exc:
+                log.warning("telegram: Bot API not reachable; retrying", error=str(exc))
+                await asyncio.sleep(self.timing.startup_retry)
+        self._tasks.append(asyncio.create_task(self.sender.run(), name="notify:sender"))
+        updater = self.app.updater
+        assert updater is not None
+        while True:
+            try:
+                await self.commands.register(self.app)
+                await updater.start_polling(timeout=timedelta(seconds=self.timing.poll_timeout))
+                break
+            except TelegramError as exc:
+                log.warning("telegram: cannot start polling; retrying", error=str(exc))
+                await asyncio.sleep(self.timing.startup_retry)
+        await self.app.start()
+        self.ready.set()
+        log.info("telegram: bot up", chats=len(self._telegram.chat_ids))
+
+    async def approve(self, endpoint: str, rule: Rule, plan: list[str]) -> bool | None:
+        """The Remediator's Approver: Apply/Skip buttons; None when the bot is not up or
+        nobody answered within `notify.confirm_timeout`."""
+        if not self.ready.is_set():
+            log.warning("telegram: not up; cannot ask", endpoint=endpoint, rule=rule.id)
+            return None
+        return await self.commands.approve(self.app, endpoint, rule, plan)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.commands.stop()
+        if self.ready.is_set():
+            updater = self.app.updater
+            if updater is not None and updater.running:
+                with suppress(TelegramError):
+                    await updater.stop()
+            if self.app.running:
+                await self.app.stop()
+        with suppress(TelegramError, RuntimeError):
+            await self.app.shutdown()
+
+
+def make_notifier(
+    config: FleetConfig,
+    *,
+    store: Store,
+    workers: Mapping[str, EndpointWorker],
+    hosts: Mapping[str, HostWatcher],
+    remediator: Remediator | None,
+    clock: Clock,
+    timing: Timing | None = None,
+) -> Notifier | None:
+    """The daemon's notifier, or None (logged) when Telegram is not configured or has no
+    token: the daemon keeps supervising without it."""
+    telegram = config.notify.telegram
+    if telegram is None:
+        return None
+    try:
+        token = load_token(telegram, os.environ)
+    except NotifyError as exc:
+        log.error("telegram disabled", reason=str(exc))
+        return None
+
+    async def diagnose(name: str) -> list[str]:
+        from supervisor.cli.diagnose import report
+
+        return await report(config, config.endpoints[name], dry_run=True)
+
+    return Notifier(
+        config=config,
+        telegram=telegram,
+        token=token,
+        store=store,
+        workers=workers,
+        hosts=hosts,
+        remediator=remediator,
+        clock=clock,
+        timing=timing,
+        diagnose=diagnose,
+    )

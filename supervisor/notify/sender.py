@@ -1,0 +1,150 @@
+"""Delivers the outbox in order: each message (split under 4096 characters) as a reply in its
+incident's thread, each marked sent. While the Bot API is unreachable it retries the same
+message with a growing pause, so nothing is skipped or sent twice; the outbox is in SQLite, so
+that holds across a restart too. Telegram's flood control (RetryAfter) is obeyed; a message
+Telegram refuses for good (chat not found, bot blocked) is marked given up and the rest go on."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import structlog
+from telegram import Bot, ReplyParameters
+from telegram.constants import ParseMode
+from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
+
+from supervisor.clock import Clock
+from supervisor.notify.texts import split
+from supervisor.store import EntryKind, Store, TimelineEntry
+from supervisor.store.outbox import OutboxRow, OutboxStore
+
+log = structlog.get_logger("supervisor.notify")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pacing:
+    retry_first: float = 1.0  #: seconds before the first retry after a failure
+    retry_max: float = 60.0  #: the pause stops growing here
+    per_chat: float = 1.0  #: at least this long between two messages to one chat
+    idle_poll: float = 1.0  #: how often an idle sender looks at the outbox anyway
+
+
+class Sender:
+    def __init__(
+        self, bot: Bot, outbox: OutboxStore, store: Store, clock: Clock, pacing: Pacing
+    ) -> None:
+        self._bot = bot
+        self._outbox = outbox
+        self._store = store
+        self._clock = clock
+        self._pacing = pacing
+        self._wake = asyncio.Event()
+        self._last: dict[int, float] = {}
+        self.failures = 0  #: consecutive failed tries (tests and /status read it)
+
+    def kick(self) -> None:
+        """New rows are queued: look now."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        delay = self._pacing.retry_first
+        while True:
+            self._wake.clear()
+            rows = await self._outbox.pending()
+            if not rows:
+                await self._idle(self._pacing.idle_poll)
+                continue
+            delivered = True
+            for row in rows:
+                delivered = await self._deliver(row)
+                if not delivered:
+                    break
+            if delivered:
+                delay = self._pacing.retry_first
+                continue
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._pacing.retry_max)
+
+    async def _idle(self, seconds: float) -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    async def _deliver(self, row: OutboxRow) -> bool:
+        """True when the row is done with (sent or given up); False: retry it later."""
+        parts = split(row.text)
+        first_id = row.message_id
+        for index in range(row.parts_sent, len(parts)):
+            await self._pace(row.chat_id)
+            try:
+                message_id = await self._send(row, parts[index])
+            except RetryAfter as exc:
+                wait = exc.retry_after
+                seconds = wait.total_seconds() if not isinstance(wait, int) else float(wait)
+                self._fail(row, f"flood control: retry after {seconds:g}s")
+                await self._outbox.failed(row.id, error=str(exc), give_up=False)
+                await asyncio.sleep(seconds)
+                return False
+            except (BadRequest, Forbidden, ChatMigrated) as exc:
+                self._fail(row, f"Telegram refused it: {exc}; giving up on this message")
+                await self._outbox.failed(row.id, error=str(exc), give_up=True)
+                return True
+            except TelegramError as exc:  # network, timeout, 5xx, bad token: keep it, retry
+                self._fail(row, str(exc))
+                await self._outbox.failed(row.id, error=str(exc), give_up=False)
+                return False
+            self.failures = 0
+            if first_id is None:
+                first_id = message_id
+                if row.incident_id is not None:
+                    await self._outbox.start_thread(row.incident_id, row.chat_id, message_id)
+            done = index == len(parts) - 1
+            await self._outbox.part_sent(
+                row.id, parts=index + 1, message_id=first_id, at=self._clock.now(), done=done
+            )
+        await self._record(row)
+        return True
+
+    async def _send(self, row: OutboxRow, text: str) -> int:
+        reply_to = None
+        if row.incident_id is not None:
+            reply_to = await self._outbox.thread(row.incident_id, row.chat_id)
+        message = await self._bot.send_message(
+            row.chat_id,
+            text,
+            parse_mode=ParseMode.HTML,
+            reply_parameters=(
+                ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+                if reply_to is not None
+                else None
+            ),
+        )
+        return message.message_id
+
+    async def _pace(self, chat_id: int) -> None:
+        last = self._last.get(chat_id)
+        if last is not None:
+            wait = last + self._pacing.per_chat - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        self._last[chat_id] = time.monotonic()
+
+    def _fail(self, row: OutboxRow, why: str) -> None:
+        self.failures += 1
+        log.warning("telegram send failed", message=row.id, chat=row.chat_id, error=why)
+
+    async def _record(self, row: OutboxRow) -> None:
+        if row.incident_id is None:
+            return
+        entry = TimelineEntry(
+            kind=EntryKind.NOTIFICATION,
+            at=self._clock.now(),
+            subject="telegram",
+            summary=f"telegram: {row.kind} message sent to chat {row.chat_id}",
+            data={"outbox_id": row.id, "chat_id": row.chat_id, "kind": row.kind},
+        )
+        await self._store.append(row.incident_id, entry)

@@ -1,0 +1,223 @@
+"""Config reload on SIGHUP, without losing state.
+
+The new file is validated first; a bad one is refused, its errors logged, and the running config
+stays. A good one is applied: endpoints added get a worker and probe jobs, removed ones are
+stopped, changed ones are restarted from their stored snapshot (state, incident, streaks carry
+over) with the new settings. An endpoint in the middle of a repair keeps its old settings until
+a later reload. `store`, `http` and `playbook.path` take effect only when the daemon restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+
+from supervisor.config import ConfigError, Endpoint, FleetConfig, load_config
+from supervisor.events import Stop
+from supervisor.executor.fleet import FleetExecutor
+from supervisor.hosts import UNREACHABLE, HostWatcher
+from supervisor.machine import State
+from supervisor.schedule import ProbeSchedule
+from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.worker import EndpointWorker, restored_from
+
+if TYPE_CHECKING:
+    from supervisor.daemon import Daemon
+
+log = structlog.get_logger("supervisor.ops.reload")
+
+_DRAIN_SECONDS = 10.0
+_HOST_TIMEOUT = timedelta(seconds=5)  # as the daemon's
+_RESTART_ONLY = ("store", "http", "playbook")
+_BUSY = (State.REMEDIATING, State.VERIFYING)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReloadResult:
+    errors: tuple[str, ...] = ()  #: why the new file was refused (nothing applied)
+    changes: tuple[str, ...] = ()  #: what was applied, and what waits for a restart
+
+    @property
+    def applied(self) -> bool:
+        return not self.errors
+
+
+async def reload_from_file(daemon: Daemon, path: Path | None = None) -> ReloadResult:
+    """Re-read the config file (default: the one the daemon runs) and apply it."""
+    source = path or daemon.config.source
+    try:
+        new = load_config(source)
+    except ConfigError as exc:
+        errors = tuple(str(issue) for issue in exc.issues)
+        for error in errors:
+            log.error("config reload refused", error=error)
+        log.error("config reload refused: the running config stays", file=str(source))
+        return ReloadResult(errors=errors)
+    changes = await reload_config(daemon, new)
+    return ReloadResult(changes=tuple(changes))
+
+
+async def reload_config(daemon: Daemon, new: FleetConfig) -> list[str]:
+    """Apply a validated config to the running daemon; returns what changed, one line each."""
+    store = daemon.store
+    if store is None:
+        raise RuntimeError("the daemon is not running")
+    old = daemon.config
+    notes = [
+        f"{key} changed: it takes effect when the daemon restarts"
+        for key in _RESTART_ONLY
+        if getattr(old, key) != getattr(new, key)
+    ]
+    effective = new.model_copy(update={key: getattr(old, key) for key in _RESTART_ONLY})
+    notes += await _reload_hosts(daemon, store, effective)
+    notes += await _reload_endpoints(daemon, store, effective)
+    daemon.config = effective
+    if daemon.remediator is not None:
+        daemon.remediator.config = effective
+    if isinstance(daemon.executor, FleetExecutor):
+        daemon.executor.hosts = effective.hosts
+    if daemon._schedule is not None:
+        daemon._schedule.shutdown()
+    daemon._schedule = ProbeSchedule(
+        effective, daemon.workers, daemon.hosts, store, daemon.clock, daemon.playbook
+    )
+    daemon._schedule.start()
+    for note in notes:
+        log.info("config reloaded", change=note)
+    if not notes:
+        log.info("config reloaded", change="nothing changed")
+    return notes
+
+
+async def _reload_hosts(daemon: Daemon, store: Store, new: FleetConfig) -> list[str]:
+    notes = []
+    for name in [n for n in daemon.hosts if n not in new.hosts or new.hosts[n].local]:
+        del daemon.hosts[name]
+        notes.append(f"host {name} is no longer watched")
+    for name, host in new.hosts.items():
+        current = daemon.hosts.get(name)
+        if host.local or (current is not None and current.host == host):
+            continue
+        daemon.hosts[name] = HostWatcher(
+            host,
+            store=store,
+            clock=daemon.clock,
+            broadcast=daemon.broadcast,
+            failures_to_down=new.defaults.probe.failures_to_down,
+            timeout=min(new.defaults.probe.timeout, _HOST_TIMEOUT),
+            restored=await _current(store, SubjectKind.HOST, name),
+        )
+        notes.append(f"host {name} {'added' if current is None else 'changed'}")
+    return notes
+
+
+async def _reload_endpoints(daemon: Daemon, store: Store, new: FleetConfig) -> list[str]:
+    notes = []
+    for name in [n for n in daemon.workers if n not in new.endpoints]:
+        if _busy(daemon, name):
+            notes.append(f"endpoint {name} is being repaired: it is removed at a later reload")
+            continue
+        await _stop_worker(daemon, store, name)
+        notes.append(f"endpoint {name} removed")
+    for name, endpoint in new.endpoints.items():
+        worker = daemon.workers.get(name)
+        if worker is not None and _same(worker, endpoint, new):
+            continue
+        if worker is not None:
+            if _busy(daemon, name):
+                notes.append(f"endpoint {name} is being repaired: its new settings wait")
+                continue
+            await _stop_worker(daemon, store, name)
+        await _start_worker(daemon, store, endpoint, new)
+        notes.append(f"endpoint {name} {'added' if worker is None else 'changed'}")
+    return notes
+
+
+def _same(worker: EndpointWorker, endpoint: Endpoint, new: FleetConfig) -> bool:
+    return worker.endpoint == endpoint and worker.reopen_within == new.defaults.reopen_within
+
+
+def _busy(daemon: Daemon, name: str) -> bool:
+    """A repair task runs for the endpoint, or it is remediating/verifying."""
+    repair = daemon.remediator._tasks.get(name) if daemon.remediator is not None else None
+    return daemon.workers[name].state in _BUSY or (repair is not None and not repair.done())
+
+
+async def _stop_worker(daemon: Daemon, store: Store, name: str) -> None:
+    worker = daemon.workers.pop(name)
+    worker.submit(Stop(endpoint=name, at=daemon.clock.now()))
+    for task in [t for t in daemon._tasks if t.get_name() == f"endpoint:{name}"]:
+        with suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout=_DRAIN_SECONDS)
+        daemon._tasks.remove(task)
+    await store.save_snapshot(worker.snapshot())  # what the restarted worker starts from
+    daemon.machine.remove(name)
+
+
+async def _start_worker(
+    daemon: Daemon, store: Store, endpoint: Endpoint, new: FleetConfig
+) -> EndpointWorker:
+    now = daemon.clock.now()
+    snapshot = await _current(store, SubjectKind.ENDPOINT, endpoint.name)
+    restored = restored_from(snapshot, now=now, grace_until=now + endpoint.startup_grace)
+    down_hosts = {n for n, w in daemon.hosts.items() if w.state == UNREACHABLE}
+    prober = daemon._prober or daemon._probe
+    worker = EndpointWorker(
+        endpoint,
+        machine=daemon.machine,
+        store=store,
+        prober=prober,
+        clock=daemon.clock,
+        restored=restored,
+        unreachable_hosts=down_hosts & set(endpoint.hosts()),
+        host_check=daemon._hosts_answer,
+        reopen_within=new.defaults.reopen_within,
+    )
+    on_problem: Callable[[EndpointWorker], None] | None = (
+        daemon.remediator.schedule if daemon.remediator is not None else None
+    )
+    worker.on_problem = on_problem
+    daemon.workers[endpoint.name] = worker
+    daemon._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{endpoint.name}"))
+    log.info("supervising", endpoint=endpoint.name, state=worker.state.value)
+    return worker
+
+
+async def _current(store: Store, kind: SubjectKind, name: str) -> Snapshot | None:
+    """The stored snapshot, with its incident reattached if the store still has one open."""
+    snapshot = await store.snapshot(kind, name)
+    if snapshot is None:
+        return None
+    incident = await store.open_incident(kind, name)
+    return replace(snapshot, incident_id=incident.id if incident is not None else None)
+
+
+class ConfigReloader:
+    """Runs `reload_from_file` in the background on request (SIGHUP), one at a time."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[ReloadResult]] = set()
+        self.last: ReloadResult | None = None
+
+    def request(self) -> None:
+        task = asyncio.create_task(self._run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self) -> ReloadResult:
+        async with self._lock:
+            try:
+                self.last = await reload_from_file(self._daemon)
+            except Exception:  # a failed reload must not end the daemon
+                log.exception("config reload failed")
+                self.last = ReloadResult(errors=("the reload failed: see the log",))
+            return self.last

@@ -1,0 +1,58 @@
+"""The daemon's ops side, started and stopped by two hooks in `Daemon.start`/`Daemon.stop`:
+the HTTP server (when `http.enabled`), READY=1 once the first probe round is scheduled, the
+watchdog pings, and STOPPING=1 on the way down."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+import structlog
+
+from supervisor.ops.http import ListenError, OpsServer
+from supervisor.ops.sdnotify import Notifier, ping_forever, watchdog_interval
+
+if TYPE_CHECKING:
+    from supervisor.daemon import Daemon
+
+log = structlog.get_logger("supervisor.ops")
+
+
+class OpsRuntime:
+    def __init__(self, daemon: Daemon, notifier: Notifier | None = None) -> None:
+        self._daemon = daemon
+        self.notifier = notifier or Notifier.from_env()
+        self.server: OpsServer | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """After the first probe round is scheduled: serve HTTP, say READY=1, start pinging."""
+        daemon = self._daemon
+        http = daemon.config.http
+        if http.enabled:
+            try:
+                server = OpsServer(daemon, listen=http.listen, started_at=daemon.clock.now())
+                await server.start()
+                self.server = server
+            except (ListenError, OSError) as exc:
+                # supervising matters more than metrics: keep running, say so loudly
+                log.error("http not served", listen=http.listen, error=str(exc))
+        endpoints = len(daemon.workers)
+        self.notifier.ready(f"supervising {endpoints} endpoint{'s' * (endpoints != 1)}")
+        interval = watchdog_interval()
+        if interval is not None and self.notifier.enabled:
+            self._watchdog = asyncio.create_task(
+                ping_forever(self.notifier, interval), name="watchdog"
+            )
+
+    async def stop(self) -> None:
+        self.notifier.stopping()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._watchdog
+            self._watchdog = None
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None

@@ -1,0 +1,26 @@
+"""The lab fixture: two simulated hosts (spark1 127.0.0.11, spark2 127.0.0.12), booted once per
+test session, each a real systemd as PID 1 with its own sshd and the fleet's units (see
+`supervisor.lab.fleet`); stopped at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from supervisor.lab import fleet
+from supervisor.lab.lab import Lab, LabError, check_root
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    try:
+        check_root()
+    except LabError as exc:
+        pytest.skip(str(exc))
+    built = fleet.create(tmp_path_factory.mktemp("lab"))
+    built.up()
+    try:
+        yield built
+    finally:
+        built.down()

@@ -1,0 +1,399 @@
+"""The Telegram side end to end: the real python-telegram-bot client inside a real daemon,
+talking over HTTP to the Bot API stub; real vLLM-shaped servers; a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from supervisor.config import load_config
+from supervisor.daemon import Daemon
+from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.machine import State
+from supervisor.notify.notifier import Notifier, Timing
+from supervisor.notify.sender import Pacing
+from supervisor.playbook.model import All, Mode, Rule, Severity
+from supervisor.store.outbox import OutboxStore
+from supervisor.worker import EndpointWorker
+from tests.botapi import BotApiStub, Sent
+from tests.helpers import eventually, write_fleet
+
+TOKEN = "123456:SECRET-token-never-logged"
+CHAT, USER, STRANGER = -1001, 11, 99
+FAST = Timing(
+    pacing=Pacing(retry_first=0.05, retry_max=0.2, per_chat=0.0, idle_poll=0.1),
+    compose_every=0.05,
+    settle=timedelta(seconds=1),
+    poll_timeout=1.0,
+    startup_retry=0.1,
+)
+
+
+@pytest.fixture
+async def stub() -> AsyncIterator[BotApiStub]:
+    api = BotApiStub(token=TOKEN)
+    await api.start()
+    yield api
+    await api.stop()
+
+
+@pytest.fixture
+async def vllm() -> AsyncIterator[VllmSim]:
+    sim = VllmSim(SimBehaviour(tok_s=2000.0), model="m", flavour="vllm")
+    await sim.start("127.0.0.1", 0)
+    yield sim
+    await sim.stop()
+
+
+def _fleet(tmp_path: Path, stub: BotApiStub, url: str, **notify: Any) -> Path:
+    path = write_fleet(tmp_path, {"ds4": {"kind": "openai", "url": url, "model": "m"}})
+    document = yaml.safe_load(path.read_text())
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    document["notify"] = {
+        "telegram": {
+            "token_file": str(tmp_path / "token"),
+            "chat_ids": [CHAT],
+            "user_ids": [USER],
+            "base_url": stub.base_url,
+        },
+        **notify,
+    }
+    document["defaults"]["reopen_within"] = "10m"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+async def _daemon(path: Path) -> Daemon:
+    daemon = Daemon(load_config(path))
+    daemon.notify_timing = FAST
+    await daemon.start()
+    return daemon
+
+
+def _notifier(daemon: Daemon) -> Notifier:
+    assert daemon.notifier is not None
+    return daemon.notifier
+
+
+def _state(worker: EndpointWorker) -> State:
+    return worker.state  # read through a call: it changes while the test awaits
+
+
+def _paused(daemon: Daemon) -> bool:
+    assert daemon.remediator is not None
+    return daemon.remediator.paused
+
+
+async def _restart(sim: VllmSim) -> None:
+    await sim.start("127.0.0.1", int(sim.url.rsplit(":", 1)[1]))
+
+
+def _alerts(stub: BotApiStub) -> list[Sent]:
+    return [s for s in stub.sent if s.text[:1] in "🔴✅🔁🆘⏰🔎📝🔧❌"]
+
+
+async def _command(stub: BotApiStub, text: str, *, user: int = USER, chat: int = CHAT) -> str:
+    asked = stub.message(chat_id=chat, user_id=user, text=text)
+
+    def answers() -> list[Sent]:
+        return [s for s in stub.sent if s.reply_to == asked]
+
+    await eventually(lambda: bool(answers()), within=5, what=f"an answer to {text}")
+    return answers()[0].text
+
+
+async def test_down_then_up_gives_opened_and_resolved_in_one_thread(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim
+) -> None:
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url))
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+        await eventually(_notifier(daemon).ready.is_set, what="bot up")
+        assert stub.commands == [
+            "status",
+            "restart",
+            "incidents",
+            "timeline",
+            "diagnose",
+            "ack",
+            "silence",
+            "unsilence",
+            "pause",
+            "resume",
+            "help",
+        ]
+        assert _alerts(stub) == []  # silence while healthy
+        await vllm.stop()
+        await eventually(lambda: worker.incident_id is not None, what="an incident")
+        incident = worker.incident_id
+        await _restart(vllm)
+        await eventually(
+            lambda: any(s.text.startswith("✅ <b>ds4") for s in stub.sent), what="resolved"
+        )
+        alerts = _alerts(stub)
+        assert alerts[0].text == f"🔴 <b>ds4</b> is down: connection refused\nincident #{incident}"
+        assert alerts[0].reply_to is None
+        assert alerts[0].parse_mode == "HTML"
+        assert all(a.reply_to == alerts[0].message_id for a in alerts[1:])
+        assert alerts[-1].text.startswith("✅ <b>ds4</b> is healthy again after ")
+        assert "fixed by: nothing we did: it recovered by itself" in alerts[-1].text
+    finally:
+        await daemon.stop()
+
+
+async def test_every_command(tmp_path: Path, stub: BotApiStub, vllm: VllmSim) -> None:
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url))
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+        await eventually(_notifier(daemon).ready.is_set, what="bot up")
+        await eventually(lambda: worker.last_tok_s is not None, what="a completion")
+        status = await _command(stub, "/status")
+        assert status.startswith("<b>ds4</b>: healthy for ")
+        assert "tok/s)" in status
+        assert status.endswith("automatic action: on")
+        assert (await _command(stub, "/help")).startswith("/status every endpoint")
+        assert await _command(stub, "/incidents") == "no incidents"
+        assert (
+            await _command(stub, "/incidents x") == "N must be a whole number from 1 to 50, got 'x'"
+        )
+        assert await _command(stub, "/timeline 99") == "no incident 99"
+        assert await _command(stub, "/timeline") == "usage: /timeline ID"
+        assert await _command(stub, "/pause") == "automatic action is paused: /resume to resume"
+        assert _paused(daemon)
+        assert (await _command(stub, "/status")).endswith("automatic action: paused (/resume)")
+        assert await _command(stub, "/resume") == "automatic action is on again"
+        assert not _paused(daemon)
+        assert await _command(stub, "/silence ds4 soon") == (
+            "expected a duration like 90s, 15m or 2h, got 'soon'"
+        )
+        assert await _command(stub, "/silence ds4 2h") == (
+            "silenced ds4 for 2h: nothing is acted on until then"
+        )
+        assert _state(worker) is State.MAINTENANCE
+        assert await _command(stub, "/unsilence ds4") == "unsilenced ds4: it is judged afresh"
+        assert _state(worker) is not State.MAINTENANCE
+        assert await _command(stub, "/unsilence ds4") == "ds4 is not silenced"
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy again")
+        assert await _command(stub, "/diagnose ds4") == (
+            "probed now: healthy\n"
+            "it is healthy: nothing to diagnose (use --state down to see what would happen)"
+        )
+        await vllm.stop()
+        await eventually(lambda: worker.incident_id is not None, what="an incident")
+        incident = worker.incident_id
+        listing = await _command(stub, "/incidents 1")
+        assert listing.startswith(f"#{incident} ds4 ")
+        timeline = await _command(stub, f"/timeline {incident}")
+        assert timeline.startswith(f"incident #{incident}: ds4: connection refused\n")
+        assert "transition: healthy -&gt; down: connection refused" in timeline
+        assert await _command(stub, f"/ack {incident}") == (
+            f"acknowledged incident #{incident}: no more reminders"
+        )
+        assert daemon.store is not None
+        notes = [r.summary for r in await daemon.store.timeline(incident or 0)]
+        assert "acknowledged by @op on Telegram: no more reminders" in notes
+    finally:
+        await daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("/restart nope", "no endpoint 'nope' (endpoints: ds4)"),
+        ("/diagnose nope", "no endpoint 'nope' (endpoints: ds4)"),
+        ("/silence nope 2h", "no endpoint 'nope' (endpoints: ds4)"),
+        ("/restart", "usage: /restart NAME"),
+        ("/silence ds4", "usage: /silence NAME 2h"),
+        ("/ack abc", "an incident id is a number, got 'abc'"),
+    ],
+)
+async def test_bad_arguments_are_named(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim, text: str, answer: str
+) -> None:
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url))
+    try:
+        await eventually(_notifier(daemon).ready.is_set, what="bot up")
+        assert await _command(stub, text) == answer
+    finally:
+        await daemon.stop()
+
+
+@pytest.mark.parametrize(("user", "chat"), [(STRANGER, CHAT), (USER, -5)])
+async def test_strangers_are_refused_and_recorded(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim, user: int, chat: int
+) -> None:
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url))
+    try:
+        await eventually(_notifier(daemon).ready.is_set, what="bot up")
+        answer = await _command(stub, "/pause", user=user, chat=chat)
+        assert answer == "Sorry, you are not allowed to use this bot."
+        assert daemon.remediator is not None
+        assert not daemon.remediator.paused
+        refusals = await _notifier(daemon).outbox.refusals()
+        assert [(r.user_id, r.chat_id, r.text) for r in refusals] == [(user, chat, "/pause")]
+    finally:
+        await daemon.stop()
+
+
+async def test_restart_asks_first_then_takes_the_guarded_path(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim
+) -> None:
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url))
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+        await eventually(_notifier(daemon).ready.is_set, what="bot up")
+        question = await _command(stub, "/restart ds4")
+        assert question.startswith("Restart <b>ds4</b> (now healthy)?")
+        asked = stub.sent[-1]
+        assert [label for label, _ in asked.buttons] == ["Confirm restart", "Cancel"]
+        stub.press(asked, "Confirm restart", user_id=USER)
+        await eventually(
+            lambda: len(stub.sent) > len(asked.text) * 0 + stub.sent.index(asked) + 1,
+            what="the restart's answer",
+        )
+        assert stub.sent[-1].text == "not restarting ds4: it has no units to restart"
+        assert stub.edits[-1][2] == "restarting ds4 (asked by @op)…"
+        # the same button again: the question is gone
+        stub.press(asked, "Confirm restart", user_id=USER)
+        await eventually(lambda: len(stub.answers) >= 2, what="an answer to the button")
+        assert stub.answers[-1][1] == "this question has expired"
+        # a stranger's press changes nothing
+        second = await _command(stub, "/restart ds4")
+        assert second.startswith("Restart")
+        before = len(await _notifier(daemon).outbox.refusals())
+        stub.press(stub.sent[-1], "Confirm restart", user_id=STRANGER)
+        await eventually(lambda: len(stub.answers) >= 3, what="the refusal")
+        assert stub.answers[-1][1] == "Sorry, you are not allowed to use this bot."
+        assert len(await _notifier(daemon).outbox.refusals()) == before + 1
+    finally:
+        await daemon.stop()
+
+
+RULE = Rule(
+    id="risky-fix",
+    title="clear the page cache",
+    severity=Severity.WARNING,
+    when=All(all=()),
+    actions=(),
+    mode=Mode.CONFIRM,
+)
+
+
+async def test_confirm_mode_asks_apply_or_skip_and_times_out_to_none(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim
+) -> None:
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url, confirm_timeout="500ms"))
+    notifier = _notifier(daemon)
+    try:
+        await eventually(notifier.ready.is_set, what="bot up")
+        asked = asyncio.create_task(notifier.approve("ds4", RULE, ["drop_caches on forge: sync"]))
+        await eventually(lambda: bool(stub.sent and stub.sent[-1].buttons), what="the question")
+        question = stub.sent[-1]
+        assert question.text == (
+            "❓ <b>ds4</b>: rule risky-fix matched: clear the page cache\n"
+            "1. drop_caches on forge: sync\nApply it?"
+        )
+        stub.press(question, "Apply", user_id=USER)
+        assert await asyncio.wait_for(asked, 5) is True
+        await eventually(lambda: bool(stub.edits), what="the question edited")
+        assert stub.edits[-1][2] == "ds4: applying (@op)"
+        skipped = asyncio.create_task(notifier.approve("ds4", RULE, []))
+        await eventually(lambda: stub.sent[-1] is not question, what="a second question")
+        stub.press(stub.sent[-1], "Skip", user_id=USER)
+        assert await asyncio.wait_for(skipped, 5) is False
+        assert await asyncio.wait_for(notifier.approve("ds4", RULE, []), 5) is None
+        assert stub.edits[-1][2] == "no answer within 500ms: risky-fix skipped"
+    finally:
+        await daemon.stop()
+
+
+async def test_bot_api_down_loses_nothing_across_a_restart(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    path = _fleet(tmp_path, stub, vllm.url)
+    daemon = await _daemon(path)
+    worker = daemon.workers["ds4"]
+    await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+    await eventually(_notifier(daemon).ready.is_set, what="bot up")
+    await stub.down("502")
+    await vllm.stop()
+    await eventually(lambda: worker.incident_id is not None, what="an incident")
+    outbox = _notifier(daemon).outbox
+    await eventually(lambda: _has_pending(outbox), what="a message waiting")
+    await eventually(lambda: _notifier(daemon).sender.failures >= 2, what="failed tries")
+    await daemon.stop()
+    await stub.down("refused")  # the daemon comes back while the Bot API is still away
+    daemon = await _daemon(path)
+    worker = daemon.workers["ds4"]
+    try:
+        await _restart(vllm)
+        await eventually(lambda: worker.incident_id is None, what="closed")
+        await eventually(lambda: _composed(_notifier(daemon).outbox, "resolved"), what="queued")
+        assert [s for s in stub.sent if s.text.startswith("🔴")] == []
+        await stub.up()
+        await eventually(
+            lambda: any(s.text.startswith("✅ <b>ds4") for s in stub.sent), what="resolved arrives"
+        )
+        alerts = _alerts(stub)
+        assert next(a.text[:1] for a in alerts) == "🔴"
+        assert alerts[-1].text[:1] == "✅"
+        outbox = _notifier(daemon).outbox
+        await eventually(lambda: _all_sent(outbox), what="every row marked sent")
+        rows = await outbox.messages()
+        assert [r.text for r in rows] == [a.text for a in alerts]  # in order, none twice
+        assert all(a.reply_to == alerts[0].message_id for a in alerts[1:])
+    finally:
+        await daemon.stop()
+    assert TOKEN not in caplog.text
+    assert "SECRET" not in caplog.text
+
+
+async def _has_pending(outbox: OutboxStore) -> bool:
+    return bool(await outbox.pending())
+
+
+async def _all_sent(outbox: OutboxStore) -> bool:
+    return all(r.sent_at is not None for r in await outbox.messages())
+
+
+async def _composed(outbox: OutboxStore, kind: str) -> bool:
+    return any(r.kind == kind for r in await outbox.messages())
+
+
+async def test_a_flapping_endpoint_gives_a_handful_of_messages(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim
+) -> None:
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url))
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+        for _ in range(6):
+            await vllm.stop()
+            await eventually(lambda: worker.incident_id is not None, what="down")
+            await _restart(vllm)
+            await eventually(lambda: worker.incident_id is None, what="up")
+        await eventually(
+            lambda: _alerts(stub)[-1:] != [] and "went down 6 times" in _alerts(stub)[-1].text,
+            what="the settled message",
+        )
+        kinds = [a.text[:1] for a in _alerts(stub)]
+        assert len(kinds) <= 6, kinds  # opened, diagnosis, plan, resolved, flapping, settled
+        assert (kinds[0], kinds.count("🔴"), kinds.count("🔁"), kinds.count("✅")) == (
+            "🔴",
+            1,
+            1,
+            2,
+        )
+    finally:
+        await daemon.stop()

@@ -1,0 +1,156 @@
+"""The store's file refuses writes for a while (another process holds its write lock): probing
+goes on, the error is reported, and every queued write lands, in order, once it clears."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from supervisor.clock import SystemClock
+from supervisor.config import Endpoint, load_config
+from supervisor.daemon import Daemon
+from supervisor.events import ProbeResult, Tier
+from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.machine import State
+from supervisor.probes import make_client, run_probe
+from supervisor.store import EntryKind, Store, StoreError, TimelineEntry
+from supervisor.store import engine as store_engine
+from supervisor.store.resilient import ResilientStore, refused
+from tests.helpers import eventually, write_fleet
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused write fails after 100 ms instead of the daemon's 5 s (same code path)."""
+    monkeypatch.setattr(store_engine, "BUSY_TIMEOUT_MS", 100)
+
+
+class WriteLock:
+    """Another process's view: a plain sqlite3 connection holding the file's write lock."""
+
+    def __init__(self, db: Path) -> None:
+        self._conn = sqlite3.connect(db, isolation_level=None, timeout=10, check_same_thread=False)
+
+    def take(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def release(self) -> None:
+        self._conn.execute("COMMIT")
+        self._conn.close()
+
+
+async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_path: Path) -> None:
+    sim = VllmSim(SimBehaviour(tok_s=2000.0), model="m")
+    await sim.start("127.0.0.1", 0)
+    port = int(sim.url.rsplit(":", 1)[1])
+    (tmp_path / "playbooks").mkdir()
+    config = write_fleet(tmp_path, {"m": {"kind": "openai", "url": sim.url, "model": "m"}})
+    db = tmp_path / "state" / "supervisor.db"
+    probed: list[ProbeResult] = []
+    client = make_client()
+
+    async def prober(endpoint: Endpoint, tier: Tier) -> ProbeResult:
+        result = await run_probe(endpoint, tier, client, clock=SystemClock())
+        probed.append(result)
+        return result
+
+    daemon = Daemon(load_config(config), prober=prober)
+    await daemon.start()
+    store, worker = daemon.store, daemon.workers["m"]
+    assert isinstance(store, ResilientStore)
+    store.retry_every = 0.05
+    reported: list[str] = []
+    store.on_outage = reported.append
+    try:
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+        lock = WriteLock(db)
+        await asyncio.to_thread(lock.take)
+        try:
+            await eventually(lambda: store.queued > 0, what="a queued write")
+            assert store.outage == f"cannot write to store {db}: database is locked"
+            await sim.stop()  # the endpoint fails while nothing can be written
+            await eventually(lambda: worker.state is State.DOWN, what="down (in memory)")
+            placeholder = worker.incident_id
+            assert placeholder is not None
+            assert placeholder < 0  # the store will give it its id when the file clears
+            await sim.start("127.0.0.1", port)
+            await eventually(lambda: worker.state is State.HEALTHY, what="healthy again")
+            assert store.queued > 0
+            assert store.outage != ""
+        finally:
+            await asyncio.to_thread(lock.release)
+        await eventually(lambda: store.queued == 0, what="the queue flushed")
+        seen = len(probed)
+        assert daemon.remediator is not None
+        await daemon.remediator.wait()
+        incidents = await store.incidents(subject="m")
+        timeline = await store.timeline(incidents[0].id)
+        saved = await store.samples("m", limit=100_000)
+    finally:
+        await daemon.stop()
+        await client.aclose()
+        await sim.stop()
+    assert reported == [f"cannot write to store {db}: database is locked", ""]
+    assert store.outage == ""
+    assert store.outages == 1
+    assert [(i.is_open, i.cause) for i in incidents] == [(False, "connection refused")]
+    transitions = [r.summary.split(":")[0] for r in timeline if r.kind is EntryKind.TRANSITION]
+    assert transitions == ["healthy -> down", "down -> healthy"]
+    assert len(saved) >= seen  # every probe taken while locked was saved
+    saved_order = [(s.at, s.tier) for s in reversed(saved)][:seen]
+    assert saved_order == [(p.at, p.tier.value) for p in probed[:seen]]
+
+
+async def test_a_write_that_is_wrong_is_not_queued(tmp_path: Path) -> None:
+    store = await ResilientStore.open(tmp_path / "s.db")
+    try:
+        entry = TimelineEntry(
+            kind=EntryKind.NOTE, at=SystemClock().now(), subject="m", summary="hello"
+        )
+        with pytest.raises(StoreError, match=r"^no incident 42$"):
+            await store.append(42, entry)
+        assert store.queued == 0
+        assert store.outage == ""
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "retry"),
+    [
+        ("cannot write to store /x.db: database is locked", True),
+        ("cannot write to store /x.db: attempt to write a readonly database", True),
+        ("cannot read store /x.db: disk I/O error", True),
+        ("no incident 42", False),
+        ("limit must be 0 or more, got -1", False),
+    ],
+)
+def test_only_the_file_refusing_is_retried(message: str, retry: bool) -> None:
+    assert refused(StoreError(message)) is retry
+
+
+async def test_closing_with_the_file_still_locked_reports_the_lost_writes(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = await ResilientStore.open(db)
+    store.retry_every = 60.0
+    lock = WriteLock(db)
+    await asyncio.to_thread(lock.take)
+    try:
+        entry = TimelineEntry(kind=EntryKind.NOTE, at=SystemClock().now(), subject="m", summary="x")
+        await store.prune_samples(SystemClock().now())
+        assert store.queued == 1
+        assert await store.append(-1, entry) == -1  # a placeholder id: nothing was written yet
+        await store.close()
+        assert store.queued == 2
+    finally:
+        await asyncio.to_thread(lock.release)
+    reopened = await Store.open(db)
+    try:
+        assert await reopened.incidents() == []
+    finally:
+        await reopened.close()
