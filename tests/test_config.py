@@ -874,3 +874,8 @@ def test_only_true_and_false_are_booleans() -> None:
     assert error_lines(text) == [
         "fleet.yaml:2: hosts.spark1.check_host_key: expected true or false, got 'yes'"
     ]
+
+
+def test_the_readme_documents_every_config_key() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    assert render_config_table().strip() in readme
