@@ -542,6 +542,8 @@ def test_judge(
         (404, '{"error": "model not found"}', None, "HTTP 404: model not found"),
         (422, '{"detail": [{"loc": ["body"]}]}', None, 'HTTP 422: {"detail": [{"loc": ["body"]}]}'),
         (500, "  spread\n over\tlines ", "/x", "HTTP 500 from /x: spread over lines"),
+        # cut at 200 characters right after a space: no trailing blank (found by the fuzzer)
+        (404, "x" * 199 + " tail", "/health", "HTTP 404 from /health: " + "x" * 199),
     ],
 )
 def test_http_error_reason(status: int, body: str, where: str | None, expected: str) -> None:

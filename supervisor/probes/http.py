@@ -37,7 +37,7 @@ def error_message(body: str) -> str:
     try:
         data = json.loads(body)
     except ValueError:
-        return one_line(body)[:_ERROR_TEXT]
+        return one_line(body)[:_ERROR_TEXT].rstrip()
     if isinstance(data, dict):
         error = data.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
@@ -45,7 +45,7 @@ def error_message(body: str) -> str:
         for value in (error, data.get("detail"), data.get("message")):
             if isinstance(value, str) and value.strip():
                 return one_line(value)
-    return one_line(body)[:_ERROR_TEXT]
+    return one_line(body)[:_ERROR_TEXT].rstrip()
 
 
 def http_error_reason(status: int, body: str, *, where: str | None = None) -> str:
