@@ -139,6 +139,8 @@ class EndpointWorker:
     async def _handle(self, event: Event) -> None:
         if isinstance(event, ProbeTick):
             self._pending.discard(event.tier)
+            if self.state is State.MAINTENANCE and not await self._silence_over():
+                return
             await self._probe(event.tier, is_reprobe=False)
         elif isinstance(event, ProbeResult):
             await self._on_result(event, is_reprobe=False)
@@ -235,6 +237,25 @@ class EndpointWorker:
         if change is not None:
             await self._record_change(change, note, None, extra=data)
 
+    async def silence(self, until: datetime, note: str) -> Change | None:
+        """Maintenance until `until` (kept in the snapshot, so a restart does not forget it)."""
+        async with self._lock:
+            change = await self._machine.fire(self.name, Trigger.SILENCE)
+            if change is not None:
+                self.grace_until = until
+                await self._record_change(change, note, None, extra={"until": until.isoformat()})
+            return change
+
+    async def _silence_over(self) -> bool:
+        """In maintenance: end it when its time is up (then probing goes on)."""
+        if self.grace_until is None or self._clock.now() < self.grace_until:
+            return False
+        change = await self._machine.fire(self.name, Trigger.UNSILENCE)
+        if change is not None:
+            self.grace_until = None
+            await self._record_change(change, "silence ended", None)
+        return True
+
     async def apply(
         self, trigger: Trigger, note: str, *, data: dict[str, str] | None = None
     ) -> Change | None:
@@ -242,6 +263,8 @@ class EndpointWorker:
         async with self._lock:
             if trigger is Trigger.RESTARTED:
                 self._begin_grace()
+            if trigger is Trigger.UNSILENCE:
+                self.grace_until = None
             change = await self._machine.fire(self.name, trigger)
             if change is not None:
                 await self._record_change(change, note, None, extra=data or {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,24 @@ async def test_a_flapping_endpoint_is_one_incident(tmp_path: Path, vllm: VllmSim
 async def _timeline_of(tmp_path: Path, incident_id: int) -> list[TimelineRow]:
     async with await Store.open(tmp_path / "state" / "supervisor.db", create=False) as store:
         return [r for r in await store.timeline(incident_id) if r.kind is EntryKind.TRANSITION]
+
+
+async def test_a_silence_survives_a_restart_and_ends_on_time(tmp_path: Path, vllm: VllmSim) -> None:
+    path = write_fleet(tmp_path, {"ds4": _ds4(vllm.url)})
+    daemon = await _started(path)
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy")
+        until = daemon.clock.now() + timedelta(seconds=1)
+        assert await worker.silence(until, "silenced for 1s by alice") is not None
+    finally:
+        await daemon.stop()
+    daemon = await _started(path)  # a restart inside the silence
+    worker = daemon.workers["ds4"]
+    try:
+        assert _state(worker) is State.MAINTENANCE
+        assert worker.grace_until == until
+        await eventually(lambda: _state(worker) is State.HEALTHY, what="the silence ended")
+        assert worker.grace_until is None
+    finally:
+        await daemon.stop()

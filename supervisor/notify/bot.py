@@ -97,7 +97,6 @@ class Commands:
         self._memory_lock = memory_lock
         self._diagnose = diagnose
         self._questions: dict[str, _Question] = {}
-        self._silences: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def install(self, app: App) -> None:
@@ -112,9 +111,9 @@ class Commands:
         await app.bot.set_my_commands([BotCommand(n, d) for n, d in COMMANDS])
 
     async def stop(self) -> None:
-        for task in [*self._silences.values(), *self._tasks]:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._silences.values(), *self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for question in self._questions.values():
             if question.answer is not None and not question.answer.done():
                 question.answer.cancel()
@@ -266,27 +265,14 @@ class Commands:
         if length <= timedelta(0):
             raise UsageError("the silence must last longer than 0s")
         span = format_duration(length)
-        change = await worker.apply(Trigger.SILENCE, f"silenced for {span} by {who}")
+        until = self.clock.now() + length
+        change = await worker.silence(until, f"silenced for {span} by {who}")
         if change is None:
             return f"{h(worker.name)} is already silenced: /unsilence it first"
-        self._cancel_silence(worker.name)
-        task = asyncio.create_task(self._unsilence_after(worker, length.total_seconds()))
-        self._silences[worker.name] = task
         return f"silenced {h(worker.name)} for {span}: nothing is acted on until then"
-
-    async def _unsilence_after(self, worker: EndpointWorker, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        self._silences.pop(worker.name, None)
-        await worker.apply(Trigger.UNSILENCE, "silence ended")
-
-    def _cancel_silence(self, name: str) -> None:
-        task = self._silences.pop(name, None)
-        if task is not None:
-            task.cancel()
 
     async def cmd_unsilence(self, args: list[str], who: str) -> str:
         worker = self._endpoint(args, "/unsilence NAME")
-        self._cancel_silence(worker.name)
         change = await worker.apply(Trigger.UNSILENCE, f"unsilenced by {who}")
         if change is None:
             return f"{h(worker.name)} is not silenced"
