@@ -83,7 +83,7 @@ trap 'rm -f "$ENV_TEMPLATE"' EXIT
 printf '# secrets for fleet-supervisor (read by systemd: EnvironmentFile=)\n# FLEET_SUPERVISOR_TELEGRAM_TOKEN=\n' >"$ENV_TEMPLATE"
 ensure_file "$ENV_TEMPLATE" "$ROOT/etc/fleet-supervisor/env" 640 0 "$OWNER_GID" 0
 ensure_dir "$ROOT/opt/fleet-supervisor/docs" 755 0 0
-ensure_file "$SRC/docs/ops.md" "$ROOT/opt/fleet-supervisor/docs/ops.md" 644 0 0 1
+ensure_file "$SRC/README.md" "$ROOT/opt/fleet-supervisor/docs/README.md" 644 0 0 1
 
 # --- the venv ----------------------------------------------------------------------------
 if [ "$VENV" = 1 ]; then

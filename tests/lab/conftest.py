@@ -1,5 +1,5 @@
 """The lab fixture: two simulated hosts (spark1 127.0.0.11, spark2 127.0.0.12), booted once per
-test session, each a real systemd as PID 1 with its own sshd and the fleet's units (see
+test run of this package, each a real systemd as PID 1 with its own sshd and the fleet's units (see
 `supervisor.lab.fleet`); stopped at the end."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from supervisor.lab import fleet
 from supervisor.lab.lab import Lab, LabError, check_root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     try:
         check_root()
