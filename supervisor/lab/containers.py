@@ -57,7 +57,11 @@ lay() {
   for entry in "$TREE$1"/* "$TREE$1"/.[!.]*; do
     [ -e "$entry" ] || [ -L "$entry" ] || continue
     target=${entry#"$TREE"}
-    if [ -d "$entry" ] && [ -d "$target" ] && [ ! -L "$target" ]; then
+    # recurse only into a host folder with content: an empty one is a mount point an earlier
+    # exec made (mkdir below lands on the host), and recursing into it would end in a bind of
+    # the file itself, which a rename (sed -i) cannot replace
+    if [ -d "$entry" ] && [ -d "$target" ] && [ ! -L "$target" ] \\
+      && [ -n "$(ls -A "$target")" ]; then
       lay "$target"
     elif [ -d "$entry" ]; then
       mkdir -p "$target"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from supervisor.lab.containers import write_tree
 from supervisor.lab.lab import ADDRESSES, Lab
-from supervisor.lab.launch import MXFP4
+from supervisor.lab.launch import DROP_CACHES, MXFP4
 
 DS4_MODEL = "deepseek-v4-flash"
 CONTAINER = "vllm_ds4"
@@ -52,6 +52,16 @@ def process_weights_after_loading() -> bytes:
 #: A healthy GB10's memory: 119.67 GiB total, 116 GiB free.
 MEMINFO_HEALTHY = "MemTotal:       125483008 kB\nMemFree:        121634816 kB\n"
 
+#: A GB10 starved by the page cache (FAILURES.md): 4.75 of 119.67 GiB free, ~110 GiB cached
+#: by earlier model loads. `echo 3 > /proc/sys/vm/drop_caches` gives it back (see launch).
+MEMINFO_STARVED = (
+    "MemTotal:       125483008 kB\n"
+    "MemFree:          4980736 kB\n"
+    "MemAvailable:     5505024 kB\n"
+    "Buffers:          1048576 kB\n"
+    "Cached:         114294784 kB\n"
+)
+
 
 def _python() -> str:
     return sys.executable
@@ -64,7 +74,7 @@ def _launch_script(role: str, address: str, extra: str = "") -> str:
         f"# known-good launch of the DeepSeek {role} (lab)\n"
         f"{title} {_python()} -m supervisor.lab.launch {role} --host {address} "
         f"--head-address {ADDRESSES['spark1']} --port 8000 --model {DS4_MODEL} "
-        f"--mxfp4 {MXFP4}{extra} -- --cold-start {COLD_START}\n"
+        f"--mxfp4 {MXFP4} --drop-caches {DROP_CACHES}{extra} -- --cold-start {COLD_START}\n"
     )
 
 
@@ -110,6 +120,27 @@ def containers(host: str) -> Mapping[str, str]:
     text = _launch_script(role, address)
     name = script.rsplit("/", 1)[1]
     return {script: text, f"{KNOWN_GOOD}/{name}": text, MXFP4: MXFP4_TEXT}
+
+
+def prepare(lab: Lab) -> None:
+    """Fix-ups a running host needs before the daemon talks to it (idempotent; they land in the
+    host's in-memory overlay, never on the machine's disk):
+
+    - the lab's `docker` must be the one every PATH finds, sudo's secure_path included: boot
+      installs it as /usr/bin/docker only, and a real docker client in /usr/local/bin would
+      shadow it;
+    - the host's name must resolve (its address in /etc/hosts), else sudo warns on stderr
+      ("unable to resolve host") and the collectors read the warning as a failed command.
+    """
+    for host in lab.hosts.values():
+        if host.pid is None:
+            continue
+        script = (
+            "cmp -s /var/lib/lab/bin/docker /usr/local/bin/docker || "
+            "cp /var/lib/lab/bin/docker /usr/local/bin/docker; "
+            f'grep -qw "{host.name}" /etc/hosts || echo "{host.address} {host.name}" >> /etc/hosts'
+        )
+        host.nsenter("sh", "-c", script)
 
 
 def create(folder: Path) -> Lab:

@@ -6,8 +6,11 @@ It walks vLLM's start-up in vLLM's order and fails from the same real causes, wi
    it, print c10d's bind line and torch's `DistNetworkError ... EADDRINUSE` and exit 1. `worker`:
    connect to the head's rendezvous port (retrying), like a headless worker.
 2. read free memory from `/proc/meminfo` (in a lab host, the host's own file that drills set):
-   `MemFree` below `--gpu-memory-utilization` of `MemTotal` prints vLLM's `ValueError: Free
-   memory on device cuda:0 ... on startup is less than desired GPU memory utilization` and exits 1.
+   with `--drop-caches PATH` (the lab host's own `/proc/sys/vm/drop_caches` file), a `3` (or
+   `1`) written there since the last launch is applied first, as the kernel would have done at
+   once: the page cache (`Cached`, `Buffers`) is given back to `MemFree`; then `MemFree` below
+   `--gpu-memory-utilization` of `MemTotal` prints vLLM's `ValueError: Free memory on device
+   cuda:0 ... on startup is less than desired GPU memory utilization` and exits 1.
 3. import the real `mxfp4.py` from the container tree (`--mxfp4 PATH`) and run its
    `process_weights_after_loading()`; a duplicated patch block raises its `UnboundLocalError`.
 4. `head`/`single`: exec the vLLM-shaped server (`supervisor.lab.vllm_sim`), which inherits the
@@ -31,6 +34,9 @@ from typing import NoReturn
 
 RENDEZVOUS_PORT = 29501
 MEMINFO = Path("/proc/meminfo")
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+#: Values of drop_caches that free the page cache (2 frees only dentries and inodes).
+DROPS_PAGE_CACHE = frozenset({"1", "3"})
 GIB_KB = 1024 * 1024
 PR_SET_NAME = 15
 
@@ -50,12 +56,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--mxfp4", help="the mxfp4.py to import (a path in the container)")
     parser.add_argument("--connect-within", type=float, default=60.0)
+    parser.add_argument(
+        "--drop-caches", type=Path, help="the drop_caches file whose `3` frees the page cache"
+    )
     return parser
 
 
 def bind_rendezvous(address: str, port: int) -> socket.socket:
     """The TCPStore's listening socket, or torch's EADDRINUSE failure and exit 1."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # like c10d's TCPStore: a restart may bind over its own TIME_WAIT leftovers, never over a
+    # socket that still listens
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((address, port))
     except OSError:
@@ -112,6 +124,35 @@ def check_memory(utilization: float, meminfo: Path = MEMINFO) -> None:
         raise SystemExit(1)
 
 
+def apply_dropped_caches(drop_caches: Path, meminfo: Path = MEMINFO) -> bool:
+    """If `1` or `3` was written into `drop_caches`, give the page cache back to `MemFree` in
+    `meminfo` (a lab host's own file) and clear `drop_caches`. True when something was applied."""
+    try:
+        written = drop_caches.read_text().split()
+    except OSError:
+        return False
+    if not written or written[-1] not in DROPS_PAGE_CACHE:
+        return False
+    kib: dict[str, int] = {}
+    lines = meminfo.read_text().splitlines()
+    for line in lines:
+        key, _, rest = line.partition(":")
+        if rest.split() and rest.split()[0].isdigit():
+            kib[key] = int(rest.split()[0])
+    freed = kib.get("Cached", 0) + kib.get("Buffers", 0)
+    new = {"Cached": 0, "Buffers": 0}
+    for key in ("MemFree", "MemAvailable"):
+        if key in kib:
+            new[key] = kib[key] + freed
+    out = []
+    for line in lines:
+        key = line.partition(":")[0]
+        out.append(f"{key + ':':<16}{new[key]:>9} kB" if key in new and key in kib else line)
+    meminfo.write_text("\n".join(out) + "\n")  # in place: the host's /proc/meminfo is a bind
+    drop_caches.write_text("")
+    return True
+
+
 def load_mxfp4(path: str) -> None:
     """Import the container's mxfp4.py and run its post-load step (its errors are vLLM's)."""
     spec = importlib.util.spec_from_file_location("vllm_mxfp4", path)
@@ -152,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         held = connect_rendezvous(
             args.head_address or args.host, args.rendezvous_port, args.connect_within
         )
+    if args.drop_caches is not None:
+        apply_dropped_caches(args.drop_caches)
     check_memory(args.gpu_memory_utilization)
     if args.mxfp4:
         load_mxfp4(args.mxfp4)

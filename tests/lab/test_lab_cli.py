@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
         (["down"], "fleet-supervisor: no lab in {f}: run `fleet-supervisor lab up` first\n"),
         (
             ["drill", "ghost-execstart"],
-            "fleet-supervisor: drill 'ghost-execstart': drills are not built yet (see issue 4)\n",
+            "fleet-supervisor: no lab in {f}: run `fleet-supervisor lab up` first\n",
         ),
     ],
 )
