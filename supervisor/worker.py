@@ -16,6 +16,7 @@ import structlog
 
 from supervisor.clock import Clock
 from supervisor.config import Endpoint
+from supervisor.durations import format_duration
 from supervisor.events import (
     EndpointRestarted,
     Event,
@@ -30,6 +31,9 @@ from supervisor.machine import Change, FleetMachine, State, Trigger
 from supervisor.policy import Limits, Streaks, judge
 from supervisor.store import EntryKind, JSONValue, Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.summaries import probe_data, resolution_text
+
+CLOCK_JUMP_TOLERANCE = timedelta(seconds=1)
+"""Wall and monotonic time may drift apart this much before it counts as a clock jump."""
 
 
 class Prober(Protocol):
@@ -87,6 +91,8 @@ class EndpointWorker:
         self.since = restored.since
         self.incident_id = restored.incident_id
         self.streaks = restored.streaks
+        self._grace_wall: datetime | None = None
+        self._grace_deadline: float | None = None  #: the same instant on the monotonic clock
         self.grace_until = restored.grace_until
         self.last_ok_at = restored.last_ok_at
         self.last_ttft_s = restored.last_ttft_s
@@ -111,6 +117,36 @@ class EndpointWorker:
     @property
     def state(self) -> State:
         return self._machine.state(self.name)
+
+    @property
+    def grace_until(self) -> datetime | None:
+        """When the startup grace (or, in maintenance, the silence) ends, in wall time.
+
+        Kept on the monotonic clock too while the process runs: when the wall clock jumps (NTP
+        stepping, a wrong RTC set right) the wall value is moved with it, so a jump neither
+        ends a grace at once nor stretches it by hours. The stored wall time is what a restart
+        goes on."""
+        if self._grace_wall is None or self._grace_deadline is None:
+            return self._grace_wall
+        left = timedelta(seconds=self._grace_deadline - self._clock.monotonic())
+        anchored = self._clock.now() + left
+        if abs(anchored - self._grace_wall) > CLOCK_JUMP_TOLERANCE:
+            self._log.warning(
+                "wall clock jumped: grace end moved",
+                by=format_duration(abs(anchored - self._grace_wall)),
+                until=anchored.isoformat(),
+            )
+            self._grace_wall = anchored
+        return self._grace_wall
+
+    @grace_until.setter
+    def grace_until(self, value: datetime | None) -> None:
+        self._grace_wall = value
+        if value is None:
+            self._grace_deadline = None
+        else:
+            left = (value - self._clock.now()).total_seconds()
+            self._grace_deadline = self._clock.monotonic() + left
 
     def submit(self, event: Event) -> None:
         """Queue an event; a probe tick already waiting for the same tier is not queued twice."""

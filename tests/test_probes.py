@@ -22,8 +22,10 @@ from supervisor.lab.vllm_sim import Flavour, SimBehaviour, VllmSim
 from supervisor.lab.vllm_sim_chat import plan_reply
 from supervisor.probes import CHECKS, make_client, run_probe
 from supervisor.probes.completion import CompletionStats, judge, slow_reason
+from supervisor.probes.context import ProbeError
 from supervisor.probes.http import http_error_reason
 from supervisor.probes.liveness import ollama_name
+from supervisor.probes.transcript import Transcript
 from tests.conftest import FAST_TOK_S, SimFactory
 from tests.helpers import eventually
 
@@ -561,3 +563,20 @@ def test_http_error_reason(status: int, body: str, where: str | None, expected: 
 )
 def test_ollama_name(name: str, same_as: str) -> None:
     assert ollama_name(name) == same_as
+
+
+@pytest.mark.parametrize(
+    ("record", "key", "expected"),
+    [
+        ({"error": {"message": "EngineCore died"}}, "delta", "stream error: EngineCore died"),
+        ({"usage": {}, "error": ""}, "message", "error in response (no message)"),
+        ({"error": "  "}, "delta", "stream error (no message)"),
+    ],
+    ids=["message", "empty-found-by-the-fuzzer", "blank"],
+)
+def test_an_error_record_is_one_clean_line(
+    record: dict[str, object], key: str, expected: str
+) -> None:
+    with pytest.raises(ProbeError) as caught:
+        Transcript().take_record(record, 1.0, key=key)
+    assert str(caught.value) == expected

@@ -66,7 +66,8 @@ class Transcript:
         error = record.get("error")
         if error is not None:
             prefix = "stream error" if key == "delta" else "error in response"
-            raise ProbeError(f"{prefix}: {_error_text(error)}")
+            text = _error_text(error).strip()
+            raise ProbeError(f"{prefix}: {text}" if text else f"{prefix} (no message)")
         usage = record.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]

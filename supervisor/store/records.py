@@ -79,8 +79,11 @@ class IncidentRow:
 
     @property
     def duration(self) -> timedelta | None:
-        """How long it was open; None while it still is."""
-        return None if self.closed_at is None else self.closed_at - self.opened_at
+        """How long it was open (never negative, even across a backward clock jump); None while
+        it still is."""
+        if self.closed_at is None:
+            return None
+        return max(self.closed_at - self.opened_at, timedelta(0))
 
     @property
     def is_open(self) -> bool:
