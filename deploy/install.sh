@@ -79,7 +79,8 @@ ensure_dir "$ROOT/var/lib/fleet-supervisor" 750 "$OWNER_UID" "$OWNER_GID"
 ensure_dir "$ROOT/opt/fleet-supervisor" 755 0 0
 ensure_file "$SRC/deploy/fleet.example.yaml" "$ROOT/etc/fleet-supervisor/fleet.yaml" 640 0 "$OWNER_GID" 0
 ENV_TEMPLATE="$(mktemp)"
-trap 'rm -f "$ENV_TEMPLATE"' EXIT
+BUILD_DIR=""
+trap 'rm -f "$ENV_TEMPLATE"; [ -z "$BUILD_DIR" ] || rm -rf "$BUILD_DIR"' EXIT
 printf '# secrets for fleet-supervisor (read by systemd: EnvironmentFile=)\n# FLEET_SUPERVISOR_TELEGRAM_TOKEN=\n' >"$ENV_TEMPLATE"
 ensure_file "$ENV_TEMPLATE" "$ROOT/etc/fleet-supervisor/env" 640 0 "$OWNER_GID" 0
 ensure_dir "$ROOT/opt/fleet-supervisor/docs" 755 0 0
@@ -94,7 +95,14 @@ if [ "$VENV" = 1 ]; then
         python3 -m venv "$VENV_DIR"; changed "created the venv $VENV_DIR"
     fi
     if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
-        "$VENV_DIR/bin/pip" install --quiet --upgrade "$SRC"
+        # built from a copy: pip builds in the source tree, and a build/ left in the checkout
+        # would ship modules deleted since (and dirty the checkout)
+        BUILD_DIR="$(mktemp -d)"
+        cp "$SRC/pyproject.toml" "$SRC/README.md" "$BUILD_DIR/"
+        cp -R "$SRC/supervisor" "$BUILD_DIR/supervisor"
+        find "$BUILD_DIR/supervisor" -name __pycache__ -prune -exec rm -rf {} +
+        "$VENV_DIR/bin/pip" install --quiet --upgrade "$BUILD_DIR"
+        rm -rf "$BUILD_DIR"
         echo "$WANT" >"$STAMP"
         changed "installed fleet-supervisor from $SRC into $VENV_DIR"
     fi

@@ -59,6 +59,42 @@ def test_install_twice_into_a_staging_root_changes_nothing_the_second_time(
     assert (staging_root / "etc/systemd/system/multi-user.target.wants").is_dir()
 
 
+@pytest.mark.slow
+@needs_root
+def test_install_with_a_real_venv_twice_changes_nothing_the_second_time(
+    staging_root: Path, tmp_path: Path
+) -> None:
+    """The venv is built from a copy of this checkout (a copy, so edits made meanwhile do not
+    count as a change); pip resolves the dependencies through whatever index this machine's pip
+    is configured for (a box without one cannot run this spec)."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(DEPLOY.parent / name, checkout / name)
+    for name in ("supervisor", "deploy"):
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(DEPLOY.parent / name, checkout / name, ignore=ignore)
+    install = checkout / "deploy/install.sh"
+    first = _run(install, "--root", staging_root)
+    assert first.returncode == 0, first.stderr
+    venv = staging_root / "opt/fleet-supervisor/venv"
+    assert f"install.sh: created the venv {venv}" in first.stdout
+    assert f"install.sh: installed fleet-supervisor from {checkout} into {venv}" in first.stdout
+    version = _run(venv / "bin/fleet-supervisor", "--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("fleet-supervisor ")
+    assert len(list(venv.glob("lib/python3.*/site-packages/supervisor/py.typed"))) == 1
+    before = _tree(staging_root)
+    second = _run(install, "--root", staging_root)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == ["install.sh: no change"]
+    assert _tree(staging_root) == before
+    # the checkout is left as it was: pip built from a copy, no build/ or egg-info in it
+    assert sorted(p.name for p in checkout.iterdir()) == [
+        "README.md", "deploy", "pyproject.toml", "supervisor",
+    ]  # fmt: skip
+
+
 def test_install_refuses_an_unknown_option() -> None:
     result = _run(DEPLOY / "install.sh", "--frobnicate")
     assert result.returncode == 2

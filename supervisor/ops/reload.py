@@ -1,10 +1,13 @@
 """Config reload on SIGHUP, without losing state.
 
 The new file is validated first; a bad one is refused, its errors logged, and the running config
-stays. A good one is applied: endpoints added get a worker and probe jobs, removed ones are
-stopped, changed ones are restarted from their stored snapshot (state, incident, streaks carry
-over) with the new settings. An endpoint in the middle of a repair keeps its old settings until
-a later reload. `store`, `http` and `playbook.path` take effect only when the daemon restarts.
+stays. A good one is applied, one reload at a time: endpoints added get a worker, removed ones
+are stopped, changed ones drain their queue and are replaced by a worker started from the old
+one's snapshot (state, incident, streaks carry over) with the new settings; then new probe jobs
+replace the old ones. A worker being replaced stays listed until its successor takes its place,
+and never starts a repair while it drains (the successor does). An
+endpoint in the middle of a repair keeps its old settings until a later reload. `store`, `http`
+and `playbook.path` take effect only when the daemon restarts.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 import structlog
 
@@ -37,6 +41,7 @@ _DRAIN_SECONDS = 10.0
 _HOST_TIMEOUT = timedelta(seconds=5)  # as the daemon's
 _RESTART_ONLY = ("store", "http", "playbook")
 _BUSY = (State.REMEDIATING, State.VERIFYING)
+_LOCKS: WeakKeyDictionary[Daemon, asyncio.Lock] = WeakKeyDictionary()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +70,16 @@ async def reload_from_file(daemon: Daemon, path: Path | None = None) -> ReloadRe
 
 
 async def reload_config(daemon: Daemon, new: FleetConfig) -> list[str]:
-    """Apply a validated config to the running daemon; returns what changed, one line each."""
+    """Apply a validated config to the running daemon; returns what changed, one line each.
+
+    One reload at a time per daemon: two at once would each see the other's half-replaced
+    endpoint as new and start a second worker for it."""
+    lock = _LOCKS.setdefault(daemon, asyncio.Lock())
+    async with lock:
+        return await _apply(daemon, new)
+
+
+async def _apply(daemon: Daemon, new: FleetConfig) -> list[str]:
     store = daemon.store
     if store is None:
         raise RuntimeError("the daemon is not running")
@@ -76,19 +90,29 @@ async def reload_config(daemon: Daemon, new: FleetConfig) -> list[str]:
         if getattr(old, key) != getattr(new, key)
     ]
     effective = new.model_copy(update={key: getattr(old, key) for key in _RESTART_ONLY})
-    notes += await _reload_hosts(daemon, store, effective)
-    notes += await _reload_endpoints(daemon, store, effective)
-    daemon.config = effective
-    if daemon.remediator is not None:
-        daemon.remediator.config = effective
-    if isinstance(daemon.executor, FleetExecutor):
-        daemon.executor.hosts = effective.hosts
-    if daemon._schedule is not None:
-        daemon._schedule.shutdown()
-    daemon._schedule = ProbeSchedule(
-        effective, daemon.workers, daemon.hosts, store, daemon.clock, daemon.playbook
-    )
-    daemon._schedule.start()
+    removed: list[EndpointWorker] = []
+    try:
+        notes += await _reload_hosts(daemon, store, effective)
+        notes += await _reload_endpoints(daemon, store, effective, removed)
+        daemon.config = effective
+        if daemon.remediator is not None:
+            daemon.remediator.config = effective
+        if isinstance(daemon.executor, FleetExecutor):
+            daemon.executor.hosts = effective.hosts
+    finally:
+        # the old jobs tick on (other endpoints keep being probed while one drains) until the
+        # new ones replace them; only then do removed endpoints leave the daemon
+        if daemon._schedule is not None:
+            daemon._schedule.shutdown()
+        for worker in removed:
+            last = worker.snapshot()
+            del daemon.workers[worker.name]
+            daemon.machine.remove(worker.name)
+            await store.save_snapshot(last)
+        daemon._schedule = ProbeSchedule(
+            daemon.config, daemon.workers, daemon.hosts, store, daemon.clock, daemon.playbook
+        )
+        daemon._schedule.start()
     for note in notes:
         log.info("config reloaded", change=note)
     if not notes:
@@ -118,25 +142,39 @@ async def _reload_hosts(daemon: Daemon, store: Store, new: FleetConfig) -> list[
     return notes
 
 
-async def _reload_endpoints(daemon: Daemon, store: Store, new: FleetConfig) -> list[str]:
+async def _reload_endpoints(
+    daemon: Daemon, store: Store, new: FleetConfig, removed: list[EndpointWorker]
+) -> list[str]:
+    """Add, replace and stop workers; stopped ones of removed endpoints go to `removed`."""
     notes = []
     for name in [n for n in daemon.workers if n not in new.endpoints]:
         if _busy(daemon, name):
             notes.append(f"endpoint {name} is being repaired: it is removed at a later reload")
             continue
-        await _stop_worker(daemon, store, name)
+        worker, _ = await _stop_worker(daemon, name)
+        removed.append(worker)
         notes.append(f"endpoint {name} removed")
     for name, endpoint in new.endpoints.items():
-        worker = daemon.workers.get(name)
-        if worker is not None and _same(worker, endpoint, new):
+        current = daemon.workers.get(name)
+        if current is not None and _same(current, endpoint, new):
             continue
-        if worker is not None:
-            if _busy(daemon, name):
-                notes.append(f"endpoint {name} is being repaired: its new settings wait")
-                continue
-            await _stop_worker(daemon, store, name)
-        await _start_worker(daemon, store, endpoint, new)
-        notes.append(f"endpoint {name} {'added' if worker is None else 'changed'}")
+        if current is None:
+            stored = await _current(store, SubjectKind.ENDPOINT, name)
+            _start_worker(daemon, store, endpoint, new, stored)
+            notes.append(f"endpoint {name} added")
+            continue
+        if _busy(daemon, name):
+            notes.append(f"endpoint {name} is being repaired: its new settings wait")
+            continue
+        old, problem = await _stop_worker(daemon, name)
+        snapshot = old.snapshot()  # taken, the model removed and the new one added in one step
+        daemon.machine.remove(name)
+        worker = _start_worker(daemon, store, endpoint, new, snapshot)
+        worker.last_problem = old.last_problem
+        await store.save_snapshot(snapshot)
+        if problem and daemon.remediator is not None:
+            daemon.remediator.schedule(worker)  # the problem the old worker saw while draining
+        notes.append(f"endpoint {name} changed")
     return notes
 
 
@@ -150,22 +188,31 @@ def _busy(daemon: Daemon, name: str) -> bool:
     return daemon.workers[name].state in _BUSY or (repair is not None and not repair.done())
 
 
-async def _stop_worker(daemon: Daemon, store: Store, name: str) -> None:
-    worker = daemon.workers.pop(name)
+async def _stop_worker(daemon: Daemon, name: str) -> tuple[EndpointWorker, bool]:
+    """Let the worker finish what it has queued, then end its task. It stays in
+    `daemon.workers` (and its model in the machine) for the caller to replace or remove.
+
+    While it drains it must not start a repair: the repair would hold this worker, not the
+    one that replaces it. Returns the worker and whether it ran into a problem meanwhile."""
+    worker = daemon.workers[name]
+    problems: list[EndpointWorker] = []
+    worker.on_problem = problems.append
     worker.submit(Stop(endpoint=name, at=daemon.clock.now()))
     for task in [t for t in daemon._tasks if t.get_name() == f"endpoint:{name}"]:
         with suppress(TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=_DRAIN_SECONDS)
         daemon._tasks.remove(task)
-    await store.save_snapshot(worker.snapshot())  # what the restarted worker starts from
-    daemon.machine.remove(name)
+    return worker, bool(problems)
 
 
-async def _start_worker(
-    daemon: Daemon, store: Store, endpoint: Endpoint, new: FleetConfig
+def _start_worker(
+    daemon: Daemon,
+    store: Store,
+    endpoint: Endpoint,
+    new: FleetConfig,
+    snapshot: Snapshot | None,
 ) -> EndpointWorker:
     now = daemon.clock.now()
-    snapshot = await _current(store, SubjectKind.ENDPOINT, endpoint.name)
     restored = restored_from(snapshot, now=now, grace_until=now + endpoint.startup_grace)
     down_hosts = {n for n, w in daemon.hosts.items() if w.state == UNREACHABLE}
     prober = daemon._prober or daemon._probe
