@@ -312,6 +312,10 @@ class EndpointWorker:
         target = incident_id if incident_id is not None else self.incident_id
         if target is not None:
             await self._store.append(target, entry)
+        elif self.state is State.UNREACHABLE or self._host_incidents:
+            # no incident of its own: the host's incident is where its story is told
+            for host_incident in sorted(set(self._host_incidents.values())):
+                await self._store.append(host_incident, entry)
 
     async def _record_change(
         self,
@@ -346,8 +350,9 @@ class EndpointWorker:
         )
         if close is not None:
             self.incident_id = None
-        if change.dest is State.UNREACHABLE:
-            for incident in set(self._host_incidents.values()):
+        if change.dest is State.UNREACHABLE or self.incident_id is None:
+            # the host's incident tells the story of the endpoints it took down with it
+            for incident in sorted(set(self._host_incidents.values())):
                 await self._store.append(incident, entry)
         await self._store.save_snapshot(self.snapshot())
         self._last_recorded = (result.outcome, result.reason) if result else None

@@ -4,8 +4,10 @@ against it, and report what it detected, diagnosed, did and verified, with the t
 
 Each drill settles the lab first (the pair serving a real completion), starts a `Daemon` on a
 fleet config generated into the lab's folder (`drills/NAME/fleet.yaml`, a fresh store each run),
-waits for `ds4` to be healthy, injects the fault, waits for the incident to open and close, and
-always undoes its fault afterwards so the next drill (or test) finds a healthy lab.
+waits for `ds4` to be healthy, injects the fault, waits for the incident to open and for what the
+fault expects (healed; left alone yet healthy again; escalated, then a quiet spell in which
+nothing more happens), and always undoes its fault afterwards so the next drill (or test) finds a
+healthy lab.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import asyncio
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -26,17 +26,24 @@ from supervisor.daemon import Daemon
 from supervisor.lab import faults
 from supervisor.lab.fleet import DS4_MODEL, prepare
 from supervisor.lab.lab import ADDRESSES, Lab, LabError
+from supervisor.lab.report import DETECTED, DrillReport, DrillStep, first, seconds, steps_of
 from supervisor.machine import State
-from supervisor.store import EntryKind, TimelineRow
+from supervisor.store import EntryKind, SubjectKind
 
 ENDPOINT = "ds4"
 DS4_URL = f"http://{ADDRESSES['spark1']}:8000"
 PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks"
 SETTLE_WITHIN_S = 40.0
 DRILL_WITHIN_S = 60.0
+#: After an escalation: how long nothing more must happen (several probe rounds).
+QUIET_S = 3.0
+
+__all__ = ["DrillReport", "DrillStep", "run_drill", "settle", "write_config"]
 
 
-def write_config(lab: Lab, folder: Path, *, playbook: Path = PLAYBOOK) -> Path:
+def write_config(
+    lab: Lab, folder: Path, *, playbook: Path = PLAYBOOK, startup_grace: str = "20s"
+) -> Path:
     """A fleet config for the lab in `folder` (store in `folder/state`): the DeepSeek pair `ds4`,
     spark1/spark2 over SSH with the lab's key, short probes, remediation for real."""
     hosts: dict[str, object] = {"forge": {"local": True}}
@@ -69,7 +76,7 @@ def write_config(lab: Lab, folder: Path, *, playbook: Path = PLAYBOOK) -> Path:
                 "timeout": "2s",
                 "jitter": "0s",
             },
-            "startup_grace": "20s",
+            "startup_grace": startup_grace,
         },
         "hosts": hosts,
         "endpoints": {
@@ -86,45 +93,6 @@ def write_config(lab: Lab, folder: Path, *, playbook: Path = PLAYBOOK) -> Path:
     path = folder / "fleet.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
-
-
-@dataclass(frozen=True)
-class DrillStep:
-    summary: str
-    exit_statuses: tuple[int | None, ...]
-
-
-@dataclass(frozen=True)
-class DrillReport:
-    """What the daemon did about one injected fault."""
-
-    drill: str
-    rule: str
-    incident: int | None
-    diagnosis: str
-    steps: tuple[DrillStep, ...]
-    outcome: str | None
-    detect_s: float | None
-    heal_s: float | None
-    problem: str = ""
-
-    @property
-    def healed(self) -> bool:
-        return not self.problem and self.outcome == "healed" and self.detect_s is not None
-
-    def lines(self) -> list[str]:
-        """detected / diagnosed / acted / verified, one line each, with the two times."""
-        detect = f"{self.detect_s:.1f}s" if self.detect_s is not None else "-"
-        heal = f"{self.heal_s:.1f}s" if self.heal_s is not None else "-"
-        acted = "; ".join(s.summary for s in self.steps) or "nothing"
-        lines = [
-            f"drill {self.drill}: {'healed' if self.healed else 'NOT healed'}",
-            f"  detected:  incident {self.incident} after {detect}",
-            f"  diagnosed: {self.diagnosis or '-'}",
-            f"  acted:     {acted}",
-            f"  verified:  attempt {self.outcome or '-'}; healed {heal} after it was down",
-        ]
-        return lines + ([f"  problem:   {self.problem}"] if self.problem else [])
 
 
 def _completes() -> bool:
@@ -161,12 +129,31 @@ async def _until(predicate: Callable[[], bool], within: float, what: str) -> str
     return ""
 
 
-def _first(timeline: list[TimelineRow], kind: EntryKind, text: str) -> TimelineRow | None:
-    return next((r for r in timeline if r.kind is kind and text in r.summary), None)
+async def _escalated(daemon: Daemon, within: float) -> str:
+    """Wait until ds4 is escalated and the repair finished; then nothing more may happen for
+    `QUIET_S` (several probe rounds): still escalated, no new repair."""
+    worker = daemon.workers[ENDPOINT]
+    assert daemon.remediator is not None
+    problem = await _until(lambda: worker.state is State.ESCALATED, within, "ds4 to be escalated")
+    if problem:
+        return problem
+    await daemon.remediator.wait()
+    await asyncio.sleep(QUIET_S)  # the absence of action is what is checked: a fixed spell
+    if worker.state is not State.ESCALATED:
+        return f"ds4 left escalated within {QUIET_S:g}s: now {worker.state}"
+    return ""
 
 
-def _seconds(start: datetime | None, end: datetime | None) -> float | None:
-    return (end - start).total_seconds() if start and end else None
+async def _healed(daemon: Daemon, within: float) -> str:
+    worker = daemon.workers[ENDPOINT]
+    assert daemon.remediator is not None
+    problem = await _until(lambda: worker.incident_id is not None, within, "an incident")
+    if not problem:
+        healed = lambda: worker.incident_id is None and worker.state is State.HEALTHY  # noqa: E731
+        problem = await _until(healed, within, "ds4 to heal")
+    if not problem:
+        await daemon.remediator.wait()
+    return problem
 
 
 async def run_drill(
@@ -177,56 +164,58 @@ async def run_drill(
     fault = faults.get(name)
     folder = folder or lab.folder / "drills" / name
     shutil.rmtree(folder / "state", ignore_errors=True)
-    config = load_config(write_config(lab, folder))
+    config = load_config(write_config(lab, folder, startup_grace=fault.startup_grace))
     await asyncio.to_thread(settle, lab)
     daemon = Daemon(config)
     await daemon.start()
     worker = daemon.workers[ENDPOINT]
     incident: int | None = None
+    host_incident: int | None = None
     try:
         problem = await _until(lambda: worker.state is State.HEALTHY, 30, "ds4 to be healthy")
         if problem:
             raise LabError(f"drill {name}: {problem} before the fault")
         injected = daemon.clock.now()
         await asyncio.to_thread(fault.inject, lab)
-        problem = await _until(lambda: worker.incident_id is not None, within, "an incident")
-        incident = worker.incident_id
-        if not problem:
-            healed = lambda: worker.incident_id is None and worker.state is State.HEALTHY  # noqa: E731
-            problem = await _until(healed, within, "ds4 to heal")
-        assert daemon.remediator is not None
+        if fault.expect is faults.Expect.ESCALATE:
+            problem = await _escalated(daemon, within)
+        else:
+            problem = await _healed(daemon, within)
         assert daemon.store is not None
-        if not problem:
-            await daemon.remediator.wait()
-        timeline = await daemon.store.timeline(incident) if incident is not None else []
+        found = await daemon.store.incidents()
+        mine = [i.id for i in found if i.subject_kind is SubjectKind.ENDPOINT]
+        hosts = [i.id for i in found if i.subject_kind is SubjectKind.HOST]
+        incident = mine[-1] if mine else None  # newest first: the drill's first incident
+        host_incident = hosts[-1] if hosts else None
+        # an unreachable endpoint has no incident of its own: the host's holds its timeline
+        shown = incident if incident is not None else host_incident
+        timeline = await daemon.store.timeline(shown) if shown is not None else []
         attempts = await daemon.store.attempts(ENDPOINT)
+        final_state = worker.state.value
     finally:
         await daemon.stop()
         await asyncio.to_thread(fault.clean, lab)
         await asyncio.to_thread(settle, lab)
-    down = _first(timeline, EntryKind.TRANSITION, "-> down")
-    up = _first(timeline, EntryKind.TRANSITION, "-> healthy")
-    diagnosis = _first(timeline, EntryKind.DIAGNOSIS, "")
-    steps = tuple(
-        DrillStep(
-            summary=row.summary,
-            exit_statuses=tuple(
-                c.get("exit_status")  # type: ignore[misc]
-                for c in row.data.get("commands", [])  # type: ignore[union-attr]
-                if isinstance(c, dict)
-            ),
-        )
-        for row in timeline
-        if row.kind is EntryKind.ACTION
-    )
+    own = [r for r in timeline if r.subject == ENDPOINT]  # a host incident holds the host's too
+    down = first(own, EntryKind.TRANSITION, *DETECTED)
+    up = first(own, EntryKind.TRANSITION, "-> healthy")
+    escalated = first(own, EntryKind.TRANSITION, "-> escalated")
+    diagnosis = first(timeline, EntryKind.DIAGNOSIS)
+    escalation = first(timeline, EntryKind.DECISION, "escalated: ")
     return DrillReport(
         drill=name,
         rule=fault.rule,
         incident=incident,
         diagnosis=diagnosis.summary if diagnosis else "",
-        steps=steps,
+        steps=steps_of(timeline),
         outcome=attempts[-1].outcome if attempts else None,
-        detect_s=_seconds(injected, down.at if down else None),
-        heal_s=_seconds(down.at if down else None, up.at if up else None),
+        detect_s=seconds(injected, down.at if down else None),
+        heal_s=seconds(down.at if down else None, up.at if up else None),
         problem=problem,
+        expect=fault.expect,
+        escalate_s=seconds(down.at if down else None, escalated.at if escalated else None),
+        escalation=escalation.summary.removeprefix("escalated: ") if escalation else "",
+        host_incident=host_incident,
+        final_state=final_state,
+        attempts=len(attempts),
     )

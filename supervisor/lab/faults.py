@@ -1,6 +1,6 @@
 """The faults the drills inject into the running lab, each from its real cause, and how each is
-undone. Every fault ends with the DeepSeek head restarted into it (a relaunch is when the fleet
-met each of them)."""
+undone. Every fault but the hang ends with the DeepSeek head (re)started into it (a relaunch is
+when the fleet met each of them); the hang (`ssh-lost`) freezes spark1 instead."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from supervisor.lab import fleet
+from supervisor.lab.host import SSHD_UNIT
 from supervisor.lab.lab import ADDRESSES, Lab, LabError, LabHost
 from supervisor.lab.launch import MXFP4, RENDEZVOUS_PORT
 
@@ -43,6 +45,18 @@ while True:
 s.listen(16)
 signal.pause()
 """
+
+#: The head's launch delayed like a real 9-minute load: several probe intervals, inside the
+#: startup grace the drills configure (20s).
+LONG_COLD_START = "6s"
+
+#: A launch failure no rule knows: a pre-start step of the head exits 1 with a text no rule
+#: matches. (Not the launch script itself: a unit looping on a script that exits 1 at once is
+#: `active/running` for a few ms of every cycle, and the shipped cold-start rule matches a
+#: sample taken then; a failing ExecStartPre never reaches `running`.)
+UNKNOWN_TEXT = "RuntimeError: lab preflight: the accelerator refused the context (code 0x5eed)"
+UNKNOWN_DROPIN = f"/etc/systemd/system/{HEAD_UNIT}.d/30-lab-preflight.conf"
+UNKNOWN_CONF = f"""[Service]\nExecStartPre=/bin/sh -c "echo '{UNKNOWN_TEXT}' >&2; exit 1"\n"""
 
 #: The GPU-cache block of the lab's mxfp4.py (applied once: 2 lines say empty_cache).
 MXFP4_BLOCK = (
@@ -85,25 +99,41 @@ def _mxfp4_path(host: LabHost) -> Path:
     return host.folder / "containers" / CONTAINER / MXFP4.lstrip("/")
 
 
-def inject_ghost(lab: Lab) -> None:
-    command = f"/usr/bin/docker exec {CONTAINER} bash {GHOST_SCRIPT}"
-    text = f"[Service]\nExecStart=\nExecStart={command}\n"
+def _script_path(host: LabHost, script: str) -> Path:
+    return host.folder / "containers" / CONTAINER / script.lstrip("/")
+
+
+def _write_head_script(lab: Lab, text: str) -> None:
+    path = _script_path(lab.host("spark1"), HEAD_SCRIPT)
+    path.write_text(text)  # in place: the container's /workspace is a bind of this tree
+
+
+def _write_dropin(lab: Lab, path: str, text: str) -> None:
     write = 'mkdir -p "${1%/*}" && printf %s "$2" > "$1"'
     host = lab.host("spark1")
-    _run(host, "sh", "-c", write, "sh", GHOST_DROPIN, text)
+    _run(host, "sh", "-c", write, "sh", path, text)
     _run(host, "systemctl", "daemon-reload")
+
+
+def inject_ghost(lab: Lab) -> None:
+    command = f"/usr/bin/docker exec {CONTAINER} bash {GHOST_SCRIPT}"
+    _write_dropin(lab, GHOST_DROPIN, f"[Service]\nExecStart=\nExecStart={command}\n")
     _restart_head(lab)
 
 
 def inject_stale_listener(lab: Lab) -> None:
-    """A leftover worker that grabs 29501 while the head restarts (it keeps trying to bind, so it
-    wins the gap between the old head's exit and the new one's bind), then the head loops."""
+    """A leftover worker of the previous run holds 29501 when the head relaunches: the head is
+    stopped, the stale `VLLM::Worker_TP0` binds and listens, then the head starts into it and
+    loops (exit 1, `Restart=on-failure`) with torch's EADDRINUSE text in its journal."""
     host = lab.host("spark1")
+    _run(host, "systemctl", "stop", HEAD_UNIT)
     launch = 'exec -a VLLM::Worker_TP0 "$1" -c "$2"'
     _run(
         host,
         "systemd-run",
         f"--unit={STALE_UNIT}",
+        # argv[0] is the worker's title, so Python cannot find its stdlib from it: say where
+        f"--setenv=PYTHONHOME={sys.base_prefix}",
         "--collect",
         "--quiet",
         "bash",
@@ -113,7 +143,6 @@ def inject_stale_listener(lab: Lab) -> None:
         sys.executable,
         STALE_CODE,
     )
-    _restart_head(lab)
     listening = f"{ADDRESSES['spark1']}:{RENDEZVOUS_PORT}"
     _wait(
         lambda: (
@@ -123,6 +152,32 @@ def inject_stale_listener(lab: Lab) -> None:
         10,
         "the stale worker to listen on 29501",
     )
+    _run(host, "systemctl", "start", "--no-block", HEAD_UNIT)
+
+
+def inject_cold_start(lab: Lab) -> None:
+    """Relaunch the head with a long cold start: active/running, its port refusing meanwhile."""
+    text = fleet.containers("spark1")[HEAD_SCRIPT]
+    slow = text.replace(f"--cold-start {fleet.COLD_START}", f"--cold-start {LONG_COLD_START}")
+    if slow == text:
+        raise LabError("the head's launch script does not set --cold-start")
+    _write_head_script(lab, slow)
+    _restart_head(lab)
+
+
+def inject_ssh_loss(lab: Lab) -> None:
+    """spark1 hangs (the GSP-hang class): its sshd stops answering and the head's processes
+    freeze (SIGSTOP: the kernel still accepts on :8000, nothing answers), as when the GPU
+    firmware takes the box with it."""
+    host = lab.host("spark1")
+    _run(host, "systemctl", "kill", "--signal=SIGSTOP", HEAD_UNIT)
+    _run(host, "systemctl", "stop", SSHD_UNIT)
+
+
+def inject_unknown(lab: Lab) -> None:
+    """The head's start fails with exit 1 and a text no rule knows, on every relaunch."""
+    _write_dropin(lab, UNKNOWN_DROPIN, UNKNOWN_CONF)
+    _restart_head(lab)
 
 
 def inject_starvation(lab: Lab) -> None:
@@ -140,16 +195,24 @@ def inject_duplicate_patch(lab: Lab) -> None:
 
 
 def reset(lab: Lab) -> None:
-    """Undo every fault: drop-ins, the stale listener, meminfo and drop_caches, mxfp4.py."""
+    """Undo every fault: sshd, drop-ins, the stale listener, the head's launch script, meminfo
+    and drop_caches, mxfp4.py."""
     for name, host in lab.hosts.items():
+        if host.systemctl("is-active", "--quiet", SSHD_UNIT).returncode != 0:
+            _run(host, "systemctl", "start", SSHD_UNIT)
         unit = HEAD_UNIT if name == "spark1" else WORKER_UNIT
-        paths = [GHOST_DROPIN, f"/etc/systemd/system/{unit}.d/{FIX_DROPIN}"]
+        paths = [GHOST_DROPIN, UNKNOWN_DROPIN, f"/etc/systemd/system/{unit}.d/{FIX_DROPIN}"]
         if host.nsenter("ls", *paths).stdout.strip():
             _run(host, "rm", "-f", *paths)
             _run(host, "systemctl", "daemon-reload")
             _run(host, "systemctl", "restart", "--no-block", unit)
         if name == "spark1":
+            host.nsenter("systemctl", "kill", "--signal=SIGCONT", HEAD_UNIT)
             host.nsenter("systemctl", "stop", STALE_UNIT)
+            script = _script_path(host, HEAD_SCRIPT)
+            if script.read_text() != fleet.containers(name)[HEAD_SCRIPT]:
+                script.write_text(fleet.containers(name)[HEAD_SCRIPT])
+                _run(host, "systemctl", "restart", "--no-block", HEAD_UNIT)
             if host.systemctl("is-active", "--quiet", HEAD_UNIT).returncode != 0:
                 _run(host, "systemctl", "start", "--no-block", HEAD_UNIT)
         if (host.folder / "meminfo").read_text() != fleet.MEMINFO_HEALTHY:
@@ -160,13 +223,24 @@ def reset(lab: Lab) -> None:
             path.write_text(fleet.MXFP4_TEXT)
 
 
+class Expect(StrEnum):
+    """What the daemon must do about a fault."""
+
+    HEAL = "heal"  #: repair it over SSH and prove it with a real completion
+    LEAVE_ALONE = "leave alone"  #: run no action step; the endpoint comes back on its own
+    ESCALATE = "escalate"  #: call a person (after at most the rule's budget of steps)
+
+
 @dataclass(frozen=True)
 class Fault:
-    """A drill's fault: `inject` it into the running lab; `rule` is the rule that must fix it."""
+    """A drill's fault: `inject` it into the running lab; `rule` is the rule that must match,
+    `expect` what the daemon must then do, `startup_grace` the drill config's grace."""
 
     name: str
     rule: str
     inject: Callable[[Lab], None]
+    expect: Expect = Expect.HEAL
+    startup_grace: str = "20s"
 
     def clean(self, lab: Lab) -> None:
         reset(lab)
@@ -179,6 +253,9 @@ FAULTS: Mapping[str, Fault] = {
         Fault("eaddrinuse-29501", "eaddrinuse-29501", inject_stale_listener),
         Fault("page-cache-starvation", "page-cache-starvation", inject_starvation),
         Fault("duplicated-mxfp4-patch", "duplicated-mxfp4-patch", inject_duplicate_patch),
+        Fault("cold-start", "cold-start", inject_cold_start, Expect.LEAVE_ALONE),
+        Fault("ssh-lost", "gsp-firmware-hang", inject_ssh_loss, Expect.ESCALATE),
+        Fault("unknown-failure", "unknown-failure", inject_unknown, Expect.ESCALATE, "8s"),
     )
 }
 

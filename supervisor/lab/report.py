@@ -1,0 +1,112 @@
+"""What a drill saw the daemon do about one injected fault, built from the incident's timeline:
+detected, diagnosed, acted, verified (or escalated), with the times between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from supervisor.lab.faults import Expect
+from supervisor.store import EntryKind, TimelineRow
+
+#: The transitions that say the daemon noticed the fault.
+DETECTED = ("-> down", "-> unreachable", "-> degraded")
+
+
+@dataclass(frozen=True)
+class DrillStep:
+    summary: str
+    exit_statuses: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class DrillReport:
+    """What the daemon did about one injected fault."""
+
+    drill: str
+    rule: str
+    incident: int | None
+    diagnosis: str
+    steps: tuple[DrillStep, ...]
+    outcome: str | None
+    detect_s: float | None
+    heal_s: float | None
+    problem: str = ""
+    expect: Expect = Expect.HEAL
+    escalate_s: float | None = None  #: detected -> escalated
+    escalation: str = ""  #: the decision that called a person
+    host_incident: int | None = None  #: a host's own incident opened during the drill
+    final_state: str = ""
+    attempts: int = 0  #: repair attempts the daemon started for the endpoint
+
+    @property
+    def healed(self) -> bool:
+        return not self.problem and self.outcome == "healed" and self.detect_s is not None
+
+    @property
+    def passed(self) -> bool:
+        """The daemon did what the fault's `expect` asks (the tests check the details)."""
+        if self.problem or self.detect_s is None:
+            return False
+        if self.expect is Expect.HEAL:
+            return self.healed
+        if self.expect is Expect.LEAVE_ALONE:
+            return not self.steps and not self.escalation and self.heal_s is not None
+        return bool(self.escalation) and self.final_state == "escalated" and self.attempts <= 1
+
+    def lines(self) -> list[str]:
+        """detected / diagnosed / acted / verified, one line each, with the times."""
+        detect = f"{self.detect_s:.1f}s" if self.detect_s is not None else "-"
+        heal = f"{self.heal_s:.1f}s" if self.heal_s is not None else "-"
+        acted = "; ".join(s.summary for s in self.steps) or "nothing"
+        verdict = "passed" if self.passed else "FAILED"
+        if self.expect is Expect.HEAL:
+            verdict = "healed" if self.healed else "NOT healed"
+        lines = [
+            f"drill {self.drill} (must {self.expect}): {verdict}",
+            f"  detected:  incident {self.incident} after {detect}"
+            + (f" (host incident {self.host_incident})" if self.host_incident else ""),
+            f"  diagnosed: {self.diagnosis or '-'}",
+            f"  acted:     {acted}",
+        ]
+        if self.expect is Expect.ESCALATE:
+            after = f"{self.escalate_s:.1f}s" if self.escalate_s is not None else "-"
+            lines.append(f"  escalated: {self.escalation or '-'} ({after} after it was detected)")
+            lines.append(f"  finally:   {self.final_state or '-'}")
+        else:
+            lines.append(
+                f"  verified:  attempt {self.outcome or '-'}; healed {heal} after detection"
+            )
+        return lines + ([f"  problem:   {self.problem}"] if self.problem else [])
+
+
+def first(timeline: list[TimelineRow], kind: EntryKind, *texts: str) -> TimelineRow | None:
+    """The first row of `kind` whose summary holds any of `texts` (any row when none given)."""
+    return next(
+        (
+            r
+            for r in timeline
+            if r.kind is kind and (not texts or any(t in r.summary for t in texts))
+        ),
+        None,
+    )
+
+
+def seconds(start: datetime | None, end: datetime | None) -> float | None:
+    return (end - start).total_seconds() if start and end else None
+
+
+def steps_of(timeline: list[TimelineRow]) -> tuple[DrillStep, ...]:
+    """The action steps the daemon ran, with each command's exit status."""
+    return tuple(
+        DrillStep(
+            summary=row.summary,
+            exit_statuses=tuple(
+                c.get("exit_status")  # type: ignore[misc]
+                for c in row.data.get("commands", [])  # type: ignore[union-attr]
+                if isinstance(c, dict)
+            ),
+        )
+        for row in timeline
+        if row.kind is EntryKind.ACTION
+    )
