@@ -15,6 +15,7 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 
+from supervisor.aio import wait_event
 from supervisor.clock import Clock
 from supervisor.notify.texts import split
 from supervisor.store import EntryKind, Store, TimelineEntry
@@ -68,11 +69,7 @@ class Sender:
             delay = min(delay * 2, self._pacing.retry_max)
 
     async def _idle(self, seconds: float) -> None:
-        try:
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+        await wait_event(self._wake, seconds)
 
     async def _deliver(self, row: OutboxRow) -> bool:
         """True when the row is done with (sent or given up); False: retry it later."""

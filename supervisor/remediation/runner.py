@@ -21,6 +21,7 @@ import httpx
 import structlog
 
 from supervisor.actions.base import Action
+from supervisor.aio import wait_event
 from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.durations import format_duration
@@ -77,9 +78,12 @@ class Remediator:
         self.approver = approver
         self.paused = False
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopped = False
 
     def schedule(self, worker: EndpointWorker) -> None:
         """The worker's `on_problem` hook: one repair task per endpoint at a time."""
+        if self._stopped:
+            return
         running = self._tasks.get(worker.name)
         if running is not None and not running.done():
             return
@@ -95,6 +99,7 @@ class Remediator:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def stop(self) -> None:
+        self._stopped = True
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
@@ -265,11 +270,7 @@ class Remediator:
             worker.changed.clear()
             worker.submit(ProbeTick(endpoint=worker.name, tier=Tier.DEEP, at=self.clock.now()))
             remaining = max(0.0, deadline - time.monotonic())
-            try:
-                async with asyncio.timeout(min(every, remaining)):
-                    await worker.changed.wait()
-            except TimeoutError:
-                pass
+            await wait_event(worker.changed, min(every, remaining))
         return worker.state is State.HEALTHY
 
     def env(self, worker: EndpointWorker, executor: Executor, *, dry_run: bool) -> StepEnv:
