@@ -91,8 +91,6 @@ class Daemon:
             actions=ACTIONS,
             dry_run=self.dry_run,
         )
-        prober: Prober = self._prober or self._probe
-        now = self.clock.now()
         for name, host in self.config.hosts.items():
             if host.local:
                 continue
@@ -105,27 +103,9 @@ class Daemon:
                 timeout=min(self.config.defaults.probe.timeout, _HOST_TIMEOUT),
                 restored=await _current(store, SubjectKind.HOST, name),
             )
-        down_hosts = {n for n, w in self.hosts.items() if w.state == UNREACHABLE}
         for name, endpoint in self.config.endpoints.items():
             snapshot = await _current(store, SubjectKind.ENDPOINT, name)
-            restored = restored_from(snapshot, now=now, grace_until=now + endpoint.startup_grace)
-            worker = EndpointWorker(
-                endpoint,
-                machine=self.machine,
-                store=store,
-                prober=prober,
-                clock=self.clock,
-                restored=restored,
-                unreachable_hosts=down_hosts & set(endpoint.hosts()),
-                host_check=self._hosts_answer,
-                reopen_within=self.config.defaults.reopen_within,
-            )
-            worker.on_problem = self.remediator.schedule
-            self.workers[name] = worker
-            self._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{name}"))
-            log.info(
-                "supervising", endpoint=name, state=worker.state.value, incident=worker.incident_id
-            )
+            self.start_worker(endpoint, snapshot, reopen_within=self.config.defaults.reopen_within)
         self._schedule = ProbeSchedule(
             self.config, self.workers, self.hosts, store, self.clock, self.playbook
         )
@@ -159,6 +139,35 @@ class Daemon:
             return  # the schedule's next probe will see it healthy
         worker.last_problem = result
         self.remediator.schedule(worker)
+
+    def start_worker(
+        self, endpoint: Endpoint, snapshot: Snapshot | None, *, reopen_within: timedelta
+    ) -> EndpointWorker:
+        """A worker for `endpoint` from its stored (or handed-over) snapshot, running and
+        registered; used at start and by a config reload."""
+        assert self.store is not None
+        now = self.clock.now()
+        restored = restored_from(snapshot, now=now, grace_until=now + endpoint.startup_grace)
+        down_hosts = {n for n, w in self.hosts.items() if w.state == UNREACHABLE}
+        worker = EndpointWorker(
+            endpoint,
+            machine=self.machine,
+            store=self.store,
+            prober=self._prober or self._probe,
+            clock=self.clock,
+            restored=restored,
+            unreachable_hosts=down_hosts & set(endpoint.hosts()),
+            host_check=self._hosts_answer,
+            reopen_within=reopen_within,
+        )
+        worker.on_problem = self.remediator.schedule if self.remediator is not None else None
+        self.workers[endpoint.name] = worker
+        name = endpoint.name
+        self._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{name}"))
+        log.info(
+            "supervising", endpoint=name, state=worker.state.value, incident=worker.incident_id
+        )
+        return worker
 
     async def _hosts_answer(self, endpoint: Endpoint) -> str:
         for name in endpoint.hosts():

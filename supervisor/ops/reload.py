@@ -13,9 +13,8 @@ and `playbook.path` take effect only when the daemon restarts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,13 +23,14 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from supervisor.config import ConfigError, Endpoint, FleetConfig, load_config
+from supervisor.daemon import _current
 from supervisor.events import Stop
 from supervisor.executor.fleet import FleetExecutor
-from supervisor.hosts import UNREACHABLE, HostWatcher
+from supervisor.hosts import HostWatcher
 from supervisor.machine import State
 from supervisor.schedule import ProbeSchedule
 from supervisor.store import Snapshot, Store, SubjectKind
-from supervisor.worker import EndpointWorker, restored_from
+from supervisor.worker import EndpointWorker
 
 if TYPE_CHECKING:
     from supervisor.daemon import Daemon
@@ -212,38 +212,7 @@ def _start_worker(
     new: FleetConfig,
     snapshot: Snapshot | None,
 ) -> EndpointWorker:
-    now = daemon.clock.now()
-    restored = restored_from(snapshot, now=now, grace_until=now + endpoint.startup_grace)
-    down_hosts = {n for n, w in daemon.hosts.items() if w.state == UNREACHABLE}
-    prober = daemon._prober or daemon._probe
-    worker = EndpointWorker(
-        endpoint,
-        machine=daemon.machine,
-        store=store,
-        prober=prober,
-        clock=daemon.clock,
-        restored=restored,
-        unreachable_hosts=down_hosts & set(endpoint.hosts()),
-        host_check=daemon._hosts_answer,
-        reopen_within=new.defaults.reopen_within,
-    )
-    on_problem: Callable[[EndpointWorker], None] | None = (
-        daemon.remediator.schedule if daemon.remediator is not None else None
-    )
-    worker.on_problem = on_problem
-    daemon.workers[endpoint.name] = worker
-    daemon._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{endpoint.name}"))
-    log.info("supervising", endpoint=endpoint.name, state=worker.state.value)
-    return worker
-
-
-async def _current(store: Store, kind: SubjectKind, name: str) -> Snapshot | None:
-    """The stored snapshot, with its incident reattached if the store still has one open."""
-    snapshot = await store.snapshot(kind, name)
-    if snapshot is None:
-        return None
-    incident = await store.open_incident(kind, name)
-    return replace(snapshot, incident_id=incident.id if incident is not None else None)
+    return daemon.start_worker(endpoint, snapshot, reopen_within=new.defaults.reopen_within)
 
 
 class ConfigReloader:
