@@ -4,6 +4,7 @@ for the shapes the sim does not make (truncated streams, odd error bodies, redir
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import re
 import socket
@@ -23,7 +24,7 @@ from supervisor.lab.vllm_sim_chat import plan_reply
 from supervisor.probes import CHECKS, make_client, run_probe
 from supervisor.probes.completion import CompletionStats, judge, slow_reason
 from supervisor.probes.context import ProbeError
-from supervisor.probes.http import http_error_reason
+from supervisor.probes.http import connect_reason, http_error_reason
 from supervisor.probes.liveness import ollama_name
 from supervisor.probes.transcript import Transcript
 from tests.conftest import FAST_TOK_S, SimFactory
@@ -563,6 +564,24 @@ def test_http_error_reason(status: int, body: str, where: str | None, expected: 
 )
 def test_ollama_name(name: str, same_as: str) -> None:
     assert ollama_name(name) == same_as
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 9)"),
+         "connection refused"),
+        (OSError(errno.ECONNRESET, "Connect call failed ('127.0.0.1', 9)"),
+         "cannot connect: Connection reset by peer"),
+        (OSError("All connection attempts failed"),
+         "cannot connect: All connection attempts failed"),
+    ],
+    ids=["refused", "reset-while-the-server-stops", "no-errno"],
+)  # fmt: skip
+def test_a_connect_failure_is_named_by_its_errno(error: OSError, expected: str) -> None:
+    with pytest.raises(httpx.ConnectError) as caught:
+        raise httpx.ConnectError(str(error)) from error  # as httpcore maps it
+    assert connect_reason(caught.value) == expected
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from typing import Any
 
 import httpx
@@ -75,8 +76,9 @@ def connect_reason(exc: BaseException) -> str:
     cause = _innermost_os_error(exc)
     if cause is not None and cause.errno == errno.ECONNREFUSED:
         return "connection refused"
-    if cause is not None and cause.strerror:
-        return f"cannot connect: {cause.strerror}"
+    if cause is not None and cause.errno is not None:
+        # the OS's words for the errno: asyncio's strerror is "Connect call failed (addr)"
+        return f"cannot connect: {os.strerror(cause.errno)}"
     return f"cannot connect: {one_line(str(exc)) or type(exc).__name__}"
 
 
