@@ -15,6 +15,7 @@ import yaml
 
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
+from supervisor.lab.botapi import BotApiStub, Sent
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State
 from supervisor.notify.notifier import Notifier, Timing
@@ -22,7 +23,6 @@ from supervisor.notify.sender import Pacing
 from supervisor.playbook.model import All, Mode, Rule, Severity
 from supervisor.store.outbox import OutboxStore
 from supervisor.worker import EndpointWorker
-from tests.botapi import BotApiStub, Sent
 from tests.helpers import eventually, write_fleet
 
 TOKEN = "123456:SECRET-token-never-logged"

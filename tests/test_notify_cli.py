@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.botapi import BotApiStub
+from supervisor.lab.botapi import BotApiStub
 from tests.helpers import write_fleet
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,6 @@
-"""A local Telegram Bot API server over real HTTP, for the real python-telegram-bot client
-(pointed at it with `base_url`). It answers getMe, sendMessage, editMessageText,
+"""A local Telegram Bot API server over real HTTP (the cloud cannot run here: the lab, the demo,
+the benchmarks and the tests use this), for the real python-telegram-bot client (pointed at it
+with `base_url`). It answers getMe, sendMessage, editMessageText,
 answerCallbackQuery, setMyCommands, deleteWebhook and getUpdates (long-polling the updates a
 test queues: messages and button presses), records what the bot sent, and can be switched down
 (connection refused, or 502 Bad Gateway) and back up on the same port."""
