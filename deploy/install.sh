@@ -5,11 +5,13 @@
 #   deploy/install.sh --root /tmp/r        # into a staging root (DESTDIR style): files, user
 #                                          # (when ROOT/etc/passwd exists), enable (symlink only)
 #   --no-venv                              # skip the venv (/opt/fleet-supervisor/venv)
+#   PYTHON=/usr/bin/python3                # the interpreter the venv is made from
 #
-# It makes: the system user fleet-supervisor; the venv under /opt/fleet-supervisor; the config
-# dir /etc/fleet-supervisor (0750 root:fleet-supervisor; fleet.yaml and env 0640, never
-# overwritten); the state dir /var/lib/fleet-supervisor (0750 fleet-supervisor); the unit in
-# /etc/systemd/system; and enables it.
+# It makes: the system user fleet-supervisor; the venv under /opt/fleet-supervisor; the shipped
+# rules and runbooks in /opt/fleet-supervisor/{playbooks,runbooks} (kept equal to this checkout);
+# the config dir /etc/fleet-supervisor (0750 root:fleet-supervisor; fleet.yaml, from the example,
+# and env 0640, never overwritten); the state dir /var/lib/fleet-supervisor (0750
+# fleet-supervisor); the unit in /etc/systemd/system; then enables and starts it.
 set -eu
 
 ROOT=""
@@ -19,7 +21,7 @@ while [ $# -gt 0 ]; do
         --root|--prefix) ROOT="${2:?--root needs a directory}"; shift 2 ;;
         --root=*|--prefix=*) ROOT="${1#*=}"; shift ;;
         --no-venv) VENV=0; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '/^set -eu/q; 2,$p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -28,10 +30,37 @@ ROOT="${ROOT%/}"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 USER_NAME=fleet-supervisor
 UNIT=fleet-supervisor.service
+OPT=/opt/fleet-supervisor
+PYTHON="${PYTHON:-python3}"
 CHANGES=0
 
 say() { echo "install.sh: $*"; }
+fail() { echo "install.sh: $*" >&2; exit 1; }
 changed() { CHANGES=$((CHANGES + 1)); say "$*"; }
+
+# --- checks, before anything changes ----------------------------------------------------
+for part in playbooks runbooks; do
+    [ -d "$SRC/$part" ] || fail "$SRC/$part is missing: run install.sh from a full checkout"
+done
+# the installed fleet.yaml points at the installed rules (the example's ../playbooks is the
+# checkout's folder, relative to deploy/)
+EXAMPLE="$(mktemp)"
+ENV_TEMPLATE="$(mktemp)"
+BUILD_DIR=""
+trap 'rm -f "$EXAMPLE" "$ENV_TEMPLATE"; [ -z "$BUILD_DIR" ] || rm -rf "$BUILD_DIR"' EXIT
+sed "s|^  path: \.\./playbooks\$|  path: $OPT/playbooks|" "$SRC/deploy/fleet.example.yaml" >"$EXAMPLE"
+grep -q "^  path: $OPT/playbooks\$" "$EXAMPLE" \
+    || fail "deploy/fleet.example.yaml has no playbook line '  path: ../playbooks' to point at $OPT/playbooks"
+if [ -z "$ROOT" ] && [ "$VENV" = 1 ]; then
+    # the unit's ProtectHome=yes hides /home, /root and /run/user from the service: a venv made
+    # from an interpreter there (pyenv, a user's build) cannot start
+    command -v "$PYTHON" >/dev/null || fail "no $PYTHON on PATH: set PYTHON=/path/to/python3.11"
+    REAL_PYTHON="$("$PYTHON" -c 'import os, sys; print(os.path.realpath(sys.executable))')"
+    case "$REAL_PYTHON" in
+        /home/*|/root/*|/run/user/*)
+            fail "$PYTHON is $REAL_PYTHON, which the unit's ProtectHome=yes hides from the service: run with PYTHON=/usr/bin/python3 (or sudo, whose PATH has it)" ;;
+    esac
+fi
 
 # --- the user ---------------------------------------------------------------------------
 if [ -z "$ROOT" ]; then
@@ -77,14 +106,27 @@ ensure_file() {  # SOURCE DEST MODE UID GID REPLACE(1: keep it equal to SOURCE, 
 ensure_dir "$ROOT/etc/fleet-supervisor" 750 0 "$OWNER_GID"
 ensure_dir "$ROOT/var/lib/fleet-supervisor" 750 "$OWNER_UID" "$OWNER_GID"
 ensure_dir "$ROOT/opt/fleet-supervisor" 755 0 0
-ensure_file "$SRC/deploy/fleet.example.yaml" "$ROOT/etc/fleet-supervisor/fleet.yaml" 640 0 "$OWNER_GID" 0
-ENV_TEMPLATE="$(mktemp)"
-BUILD_DIR=""
-trap 'rm -f "$ENV_TEMPLATE"; [ -z "$BUILD_DIR" ] || rm -rf "$BUILD_DIR"' EXIT
+ensure_file "$EXAMPLE" "$ROOT/etc/fleet-supervisor/fleet.yaml" 640 0 "$OWNER_GID" 0
 printf '# secrets for fleet-supervisor (read by systemd: EnvironmentFile=)\n# FLEET_SUPERVISOR_TELEGRAM_TOKEN=\n' >"$ENV_TEMPLATE"
 ensure_file "$ENV_TEMPLATE" "$ROOT/etc/fleet-supervisor/env" 640 0 "$OWNER_GID" 0
 ensure_dir "$ROOT/opt/fleet-supervisor/docs" 755 0 0
 ensure_file "$SRC/README.md" "$ROOT/opt/fleet-supervisor/docs/README.md" 644 0 0 1
+ensure_file "$EXAMPLE" "$ROOT/opt/fleet-supervisor/docs/fleet.example.yaml" 644 0 0 1
+
+# --- the shipped rules and runbooks: equal to the checkout's (a rule deleted there goes) -------
+sync_dir() {  # SOURCE_DIR DEST_DIR SUFFIX
+    ensure_dir "$2" 755 0 0
+    for file in "$1"/*"$3"; do
+        if [ -f "$file" ]; then ensure_file "$file" "$2/${file##*/}" 644 0 0 1; fi
+    done
+    for file in "$2"/*"$3"; do
+        if [ -f "$file" ] && [ ! -f "$1/${file##*/}" ]; then
+            rm -f "$file"; changed "removed $file (no longer shipped)"
+        fi
+    done
+}
+sync_dir "$SRC/playbooks" "$ROOT$OPT/playbooks" .yaml
+sync_dir "$SRC/runbooks" "$ROOT$OPT/runbooks" .md
 
 # --- the venv ----------------------------------------------------------------------------
 if [ "$VENV" = 1 ]; then
@@ -92,7 +134,7 @@ if [ "$VENV" = 1 ]; then
     STAMP="$VENV_DIR/.installed-from"
     WANT="$(cd "$SRC" && cat pyproject.toml $(find supervisor -name '*.py' | LC_ALL=C sort) | sha256sum | cut -d' ' -f1)"
     if [ ! -x "$VENV_DIR/bin/python" ]; then
-        python3 -m venv "$VENV_DIR"; changed "created the venv $VENV_DIR"
+        "$PYTHON" -m venv "$VENV_DIR"; changed "created the venv $VENV_DIR"
     fi
     if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
         # built from a copy: pip builds in the source tree, and a build/ left in the checkout

@@ -203,7 +203,7 @@ class Daemon:
     async def stop(self) -> None:
         await self.ops.stop()  # ops hook (issue 6): STOPPING=1, watchdog and HTTP server off
         if self._schedule is not None:
-            self._schedule.shutdown()
+            await self._schedule.stop()
         if self.remediator is not None:
             await self.remediator.stop()
         for worker in self.workers.values():

@@ -3,11 +3,17 @@
 Jobs only enqueue (the worker runs the probe), so a slow probe never overlaps the next one of
 the same endpoint; a tick already waiting is not queued twice. Each job gets random jitter so a
 fleet's probes do not all fire in the same second.
+
+`stop` lets the jobs already running (a host check, the sample prune: both write to the store)
+finish before it returns, so the store is never closed under them: APScheduler's own shutdown
+only cancels them, and its job runner swallows the cancel, leaving a store write that waits
+forever on a closed connection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -22,6 +28,8 @@ from supervisor.worker import EndpointWorker
 
 _PRUNE_EVERY = timedelta(hours=1)
 _WATCH_EVERY = timedelta(seconds=5)
+#: How long `stop` waits for running jobs before it cancels them (a host check times out in 5 s).
+_STOP_WITHIN = 10.0
 
 
 class ProbeSchedule:
@@ -44,6 +52,22 @@ class ProbeSchedule:
             timezone=UTC,
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
+        self._running: set[asyncio.Task[object]] = set()
+
+    def _tracked(self, job: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
+        """`job`, its runs remembered while they run (so `stop` can wait for them)."""
+
+        async def run() -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._running.add(task)
+            try:
+                await job()
+            finally:
+                if task is not None:
+                    self._running.discard(task)
+
+        return run
 
     def start(self) -> None:
         now = self._clock.now()
@@ -60,7 +84,7 @@ class ProbeSchedule:
         defaults = self._config.defaults.probe
         for watcher in self._hosts.values():
             self._scheduler.add_job(
-                watcher.check,
+                self._tracked(watcher.check),
                 "interval",
                 seconds=defaults.liveness_interval.total_seconds(),
                 jitter=defaults.jitter.total_seconds() or None,
@@ -68,7 +92,10 @@ class ProbeSchedule:
                 id=f"host:{watcher.host.name}",
             )
         self._scheduler.add_job(
-            self._prune, "interval", seconds=_PRUNE_EVERY.total_seconds(), next_run_time=now
+            self._tracked(self._prune),
+            "interval",
+            seconds=_PRUNE_EVERY.total_seconds(),
+            next_run_time=now,
         )
         if self._playbook is not None:
             self._scheduler.add_job(
@@ -99,6 +126,16 @@ class ProbeSchedule:
     async def _prune(self) -> None:
         await self._store.prune_samples(self._clock.now() - self._config.store.sample_retention)
 
-    def shutdown(self) -> None:
-        if self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
+    async def stop(self, within: float = _STOP_WITHIN) -> None:
+        """No job starts any more; those running finish (cancelled after `within` seconds)."""
+        if not self._scheduler.running:
+            return
+        self._scheduler.pause()
+        running = set(self._running)
+        if running:
+            _, late = await asyncio.wait(running, timeout=within)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=within)
+        self._scheduler.shutdown(wait=False)

@@ -71,7 +71,7 @@ def test_install_with_a_real_venv_twice_changes_nothing_the_second_time(
     checkout.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(DEPLOY.parent / name, checkout / name)
-    for name in ("supervisor", "deploy"):
+    for name in ("supervisor", "deploy", "playbooks", "runbooks"):
         ignore = shutil.ignore_patterns("__pycache__")
         shutil.copytree(DEPLOY.parent / name, checkout / name, ignore=ignore)
     install = checkout / "deploy/install.sh"
@@ -91,7 +91,7 @@ def test_install_with_a_real_venv_twice_changes_nothing_the_second_time(
     assert _tree(staging_root) == before
     # the checkout is left as it was: pip built from a copy, no build/ or egg-info in it
     assert sorted(p.name for p in checkout.iterdir()) == [
-        "README.md", "deploy", "pyproject.toml", "supervisor",
+        "README.md", "deploy", "playbooks", "pyproject.toml", "runbooks", "supervisor",
     ]  # fmt: skip
 
 

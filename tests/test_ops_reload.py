@@ -315,10 +315,6 @@ async def test_two_reloads_at_once_leave_one_worker_per_endpoint(
         await daemon.stop()
 
 
-@pytest.mark.skip(
-    reason="known bug (issue 6): about 1 run in 4 a task of the reload hand-over ignores the "
-    "cancel at teardown and the run hangs; not root-caused yet"
-)
 async def test_a_problem_seen_while_the_old_worker_drains_is_repaired_on_the_new_worker(
     tmp_path: Path,
     sim_factory: SimFactory,

@@ -103,7 +103,7 @@ async def _apply(daemon: Daemon, new: FleetConfig) -> list[str]:
         # the old jobs tick on (other endpoints keep being probed while one drains) until the
         # new ones replace them; only then do removed endpoints leave the daemon
         if daemon._schedule is not None:
-            daemon._schedule.shutdown()
+            await daemon._schedule.stop()
         for worker in removed:
             last = worker.snapshot()
             del daemon.workers[worker.name]
