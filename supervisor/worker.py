@@ -6,6 +6,7 @@ Two things never act on one endpoint at once: everything about it goes through t
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -82,8 +83,11 @@ class EndpointWorker:
         self._prober = prober
         self._host_check = host_check
         self._clock = clock
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        #: (priority, order, event): a lost host's news goes ahead of waiting probe ticks
+        self._queue: asyncio.PriorityQueue[tuple[int, int, Event]] = asyncio.PriorityQueue()
+        self._order = itertools.count()
         self._pending: set[Tier] = set()
+        self._inflight: asyncio.Future[ProbeResult] | None = None
         self._limits = Limits(
             failures_to_down=endpoint.probe.failures_to_down,
             degraded_after=endpoint.probe.degraded_after,
@@ -149,17 +153,26 @@ class EndpointWorker:
             self._grace_deadline = self._clock.monotonic() + left
 
     def submit(self, event: Event) -> None:
-        """Queue an event; a probe tick already waiting for the same tier is not queued twice."""
+        """Queue an event; a probe tick already waiting for the same tier is not queued twice.
+
+        A host found lost goes first, and a probe in flight is abandoned: against a frozen host it
+        would only run into its timeout (and a re-probe into another) before the host's news.
+        """
+        priority = _NORMAL
         if isinstance(event, ProbeTick):
             if event.tier in self._pending:
                 return
             self._pending.add(event.tier)
+        elif isinstance(event, HostReachability) and not event.reachable:
+            priority = _URGENT
+            if self._inflight is not None:
+                self._inflight.cancel()
         self.idle.clear()
-        self._queue.put_nowait(event)
+        self._queue.put_nowait((priority, next(self._order), event))
 
     async def run(self) -> None:
         while True:
-            event = await self._queue.get()
+            _, _, event = await self._queue.get()
             try:
                 if isinstance(event, Stop):
                     return
@@ -190,7 +203,19 @@ class EndpointWorker:
         return await self._prober(self.endpoint, tier)
 
     async def _probe(self, tier: Tier, *, is_reprobe: bool) -> None:
-        result = await self._prober(self.endpoint, tier)
+        probe = asyncio.ensure_future(self._prober(self.endpoint, tier))
+        self._inflight = probe
+        try:
+            result = await probe
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if probe.cancelled() and me is not None and me.cancelling() == 0:
+                self._log.info("probe abandoned", tier=tier.value, why="a host was lost")
+                return  # abandoned by `submit`: the host's news is next in the queue
+            probe.cancel()
+            raise
+        finally:
+            self._inflight = None
         await self._on_result(result, is_reprobe=is_reprobe)
 
     async def _on_result(self, result: ProbeResult, *, is_reprobe: bool) -> None:
@@ -430,3 +455,7 @@ def restored_from(snapshot: Snapshot | None, *, now: datetime, grace_until: date
         last_tok_s=snapshot.last_tok_s,
         last_reason=snapshot.last_reason,
     )
+
+
+_URGENT = 0
+_NORMAL = 1

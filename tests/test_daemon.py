@@ -195,6 +195,34 @@ async def test_a_host_that_stops_answering_is_one_incident_and_its_endpoints_wai
         ssh.close()
 
 
+async def test_a_lost_host_is_told_at_once_not_after_the_probes_of_its_frozen_server(
+    tmp_path: Path, vllm: VllmSim
+) -> None:
+    """The GSP-hang class: SSH refuses and the model reads requests and never answers. Probes
+    that would each run into their 30 s timeout (and a re-probe into another) are abandoned:
+    the endpoint is `unreachable` as soon as the host watcher gives up on the host."""
+    ssh = await _listener()
+    ssh_port = ssh.sockets[0].getsockname()[1]
+    unit = {"host": "spark1", "unit": "vllm-ds4-head.service"}
+    path = write_fleet(
+        tmp_path,
+        {"ds4": _ds4(vllm.url, units=[unit])},
+        hosts={"spark1": {"address": "127.0.0.1", "port": ssh_port}, "forge": {"local": True}},
+        probe={"timeout": "30s"},
+    )
+    daemon = await _started(path)
+    worker, host = daemon.workers["ds4"], daemon.hosts["spark1"]
+    try:
+        await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy")
+        await eventually(lambda: host.state == "reachable", what="host reachable")
+        vllm.behaviour.hang = True
+        ssh.close()
+        await ssh.wait_closed()
+        await eventually(lambda: _state(worker) is State.UNREACHABLE, within=10, what="unreachable")
+    finally:
+        await daemon.stop()
+
+
 async def test_a_flapping_endpoint_is_one_incident(tmp_path: Path, vllm: VllmSim) -> None:
     daemon = await _started(write_fleet(tmp_path, {"ds4": _ds4(vllm.url)}))
     worker = daemon.workers["ds4"]
