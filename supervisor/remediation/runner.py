@@ -11,21 +11,17 @@ from a fresh diagnosis; budgets end that loop with one escalation.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
-from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 import structlog
 
 from supervisor.actions.base import Action
-from supervisor.aio import wait_event
 from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.durations import format_duration
-from supervisor.events import ProbeTick, Tier
+from supervisor.events import Tier
 from supervisor.executor import Executor
 from supervisor.executor.dryrun import DryRunExecutor
 from supervisor.machine import State, Trigger
@@ -34,10 +30,11 @@ from supervisor.playbook.facts import Facts
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.model import Mode, Rule
 from supervisor.playbook.results import Diagnosis, RuleMatch
-from supervisor.playbook.templating import PlaceholderError, fill_params
 from supervisor.remediation import records
 from supervisor.remediation.guards import HostLocks, check_budget
+from supervisor.remediation.rulefacts import ask_text, runbook_head, scopes_of
 from supervisor.remediation.steps import StepEnv, StepRun, run_steps
+from supervisor.remediation.verify import verify
 from supervisor.store import EntryKind, Store
 from supervisor.worker import EndpointWorker
 
@@ -166,10 +163,10 @@ class Remediator:
     ) -> bool:
         """One repair by `match`; True when the runner should diagnose again."""
         rule = match.rule
-        scopes = _scopes_of(diagnosis, rule.id)
+        scopes = scopes_of(diagnosis, rule.id)
         matched = [(r.scope, r.facts) for r in match.scopes]
         if rule.mode is Mode.MANUAL:
-            await self._escalate(worker, _ask_text(rule, matched) or rule.title, rule)
+            await self._escalate(worker, ask_text(rule, matched) or rule.title, rule)
             return False
         if rule.mode is Mode.CONFIRM:
             plan = await self.plan(worker, rule, matched, scopes)
@@ -251,7 +248,7 @@ class Remediator:
                 Trigger.VERIFY,
                 f"{rule.id} done: a real completion must pass within {format_duration(within)}",
             )
-        verified = await self._verify(worker, within)
+        verified = await verify(worker, within, self.config.remediation.verify_every, self.clock)
         outcome = "healed" if verified else f"not verified within {format_duration(within)}"
         await self.store.finish_attempt(attempt, at=self.clock.now(), outcome=outcome)
         if verified:
@@ -261,17 +258,6 @@ class Remediator:
         await self.note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
         change = await worker.apply(Trigger.VERIFY_FAILED, f"{rule.id}: {outcome}")
         return change is not None
-
-    async def _verify(self, worker: EndpointWorker, within: timedelta) -> bool:
-        """Ask for real completions until one passes (the worker then moves to healthy)."""
-        every = self.config.remediation.verify_every.total_seconds()
-        deadline = time.monotonic() + within.total_seconds()
-        while worker.state is State.VERIFYING and time.monotonic() < deadline:
-            worker.changed.clear()
-            worker.submit(ProbeTick(endpoint=worker.name, tier=Tier.DEEP, at=self.clock.now()))
-            remaining = max(0.0, deadline - time.monotonic())
-            await wait_event(worker.changed, min(every, remaining))
-        return worker.state is State.HEALTHY
 
     def env(self, worker: EndpointWorker, executor: Executor, *, dry_run: bool) -> StepEnv:
         return StepEnv(
@@ -314,7 +300,7 @@ class Remediator:
         return lines
 
     async def _escalate(self, worker: EndpointWorker, why: str, rule: Rule | None) -> None:
-        head = _runbook_head(self._playbook(), rule)
+        head = runbook_head(self._playbook(), rule)
         note = why + (f" (runbook: {rule.runbook})" if rule and rule.runbook else "")
         if self.dry_run:
             await self.note(worker, EntryKind.DECISION, f"dry run: would escalate: {note}")
@@ -323,34 +309,3 @@ class Remediator:
         data = {"why": why, "rule": rule.id if rule else "", "runbook": head}
         await worker.apply(Trigger.ESCALATE, f"a person is needed: {why}", data=data)
         log.warning("escalated", endpoint=worker.name, why=why)
-
-
-def _scopes_of(diagnosis: Diagnosis, rule_id: str) -> list[tuple[Any, Facts]]:
-    for evaluation in diagnosis.evaluations:
-        if evaluation.rule_id == rule_id:
-            return [(r.scope, r.facts) for r in evaluation.scopes]
-    return []
-
-
-def _ask_text(rule: Rule, matched: list[tuple[Any, Facts]]) -> str:
-    """The message of a manual rule's `ask_person` step, filled from the first matched scope."""
-    facts = matched[0][1] if matched else Facts()
-    for step in rule.actions:
-        if step.action == "ask_person":
-            try:
-                filled = fill_params(dict(step.params), facts)
-            except PlaceholderError:
-                return str(step.params.get("message", ""))
-            if isinstance(filled, dict):
-                return str(filled.get("message", ""))
-    return ""
-
-
-def _runbook_head(playbook: Playbook, rule: Rule | None, lines: int = 3) -> str:
-    if rule is None or not rule.runbook or playbook.folder is None:
-        return ""
-    path = Path(playbook.folder).parent / rule.runbook
-    try:
-        return "\n".join(path.read_text(encoding="utf-8").splitlines()[:lines])
-    except OSError:
-        return ""

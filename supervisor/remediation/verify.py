@@ -1,0 +1,25 @@
+"""Proving a repair: real completions until one passes (the worker then moves to healthy), or
+the time allowed runs out."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from supervisor.aio import wait_event
+from supervisor.clock import Clock
+from supervisor.events import ProbeTick, Tier
+from supervisor.machine import State
+from supervisor.worker import EndpointWorker
+
+
+async def verify(worker: EndpointWorker, within: timedelta, every: timedelta, clock: Clock) -> bool:
+    """Ask `worker` for a real completion every `every` while it is verifying; True once it is
+    healthy, False when `within` ran out (or it left verifying another way)."""
+    deadline = time.monotonic() + within.total_seconds()
+    while worker.state is State.VERIFYING and time.monotonic() < deadline:
+        worker.changed.clear()
+        worker.submit(ProbeTick(endpoint=worker.name, tier=Tier.DEEP, at=clock.now()))
+        remaining = max(0.0, deadline - time.monotonic())
+        await wait_event(worker.changed, min(every.total_seconds(), remaining))
+    return worker.state is State.HEALTHY
