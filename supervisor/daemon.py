@@ -23,7 +23,7 @@ from supervisor.machine import FleetMachine, State
 from supervisor.notify.notifier import Notifier, Timing, make_notifier
 from supervisor.ops.runtime import OpsRuntime  # ops hook (issue 6)
 from supervisor.playbook.live import LivePlaybook
-from supervisor.probes import make_client, run_probe
+from supervisor.probes import make_client, make_tls, run_probe
 from supervisor.remediation.runner import Remediator
 from supervisor.schedule import ProbeSchedule
 from supervisor.store import (
@@ -55,7 +55,9 @@ class Daemon:
         self.config = config
         self.clock = clock or SystemClock()
         self._prober = prober
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None  #: the repair runner's
+        self._clients: dict[str, httpx.AsyncClient] = {}  #: one per endpoint, for its probes
+        self._tls = make_tls()
         self.executor: Executor = executor or FleetExecutor(config)
         self.dry_run = dry_run or config.remediation.dry_run
         self.playbook: LivePlaybook | None = None
@@ -73,13 +75,21 @@ class Daemon:
         self.ops = OpsRuntime(self)  # ops hook (issue 6): HTTP, sd_notify, watchdog
 
     async def _probe(self, endpoint: Endpoint, tier: Tier) -> ProbeResult:
-        assert self._client is not None
-        return await run_probe(endpoint, tier, self._client, clock=self.clock)
+        client = self._clients.get(endpoint.name)
+        if client is None:
+            client = self._clients[endpoint.name] = make_client(self._tls)
+        return await run_probe(endpoint, tier, client, clock=self.clock)
+
+    async def drop_client(self, endpoint: str) -> None:
+        """Close the probe client of an endpoint that left the config."""
+        client = self._clients.pop(endpoint, None)
+        if client is not None:
+            await client.aclose()
 
     async def start(self) -> None:
         self.store = store = await ResilientStore.open(self.config.store.path)
         await close_interrupted(store, self.clock.now())
-        self._client = make_client()
+        self._client = make_client(self._tls)
         self.playbook = LivePlaybook(self.config.playbook.path)
         self.remediator = Remediator(
             config=self.config,
@@ -215,6 +225,8 @@ class Daemon:
             await self.notifier.stop()
         if self._client is not None:
             await self._client.aclose()
+        for name in list(self._clients):
+            await self.drop_client(name)
         await self.executor.close()
         if self.store is not None:
             await self.store.close()

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
     [
         ("bench/queries.py", "Incident queries", "| query | median | p95 |"),
         ("bench/fanout.py", "Probe fan-out", "| endpoints | daemon CPU | peak RSS |"),
+        ("bench/notify.py", "Notification latency", "| state change | messages | median |"),
     ],
 )
 def test_smoke(tmp_path: Path, script: str, title: str, header: str) -> None:
@@ -37,4 +38,4 @@ def test_smoke(tmp_path: Path, script: str, title: str, header: str) -> None:
     assert header in text
     rows = [line for line in text.split(header, 1)[1].splitlines()[2:] if line.startswith("|")]
     assert rows, text
-    assert "nan" not in rows[0], rows
+    assert all("nan" not in row for row in rows), rows

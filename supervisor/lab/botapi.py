@@ -32,6 +32,7 @@ class Sent:
     parse_mode: str | None
     reply_to: int | None
     buttons: list[tuple[str, str]]  #: (label, callback_data)
+    received_at: float = field(default_factory=time.time)  #: when the stub took it (epoch s)
 
 
 @dataclass(kw_only=True)

@@ -107,6 +107,7 @@ async def _apply(daemon: Daemon, new: FleetConfig) -> list[str]:
         for worker in removed:
             last = worker.snapshot()
             del daemon.workers[worker.name]
+            await daemon.drop_client(worker.name)
             daemon.machine.remove(worker.name)
             await store.save_snapshot(last)
         daemon._schedule = ProbeSchedule(

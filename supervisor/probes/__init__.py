@@ -8,8 +8,10 @@ result with a plain `reason`.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import TYPE_CHECKING
 
+import certifi
 import httpx
 
 from supervisor import __version__
@@ -37,13 +39,25 @@ __all__ = [
 ]
 
 
-def make_client() -> httpx.AsyncClient:
-    """The client probes share: no proxies from the environment, no redirects followed."""
+def make_client(tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
+    """A probe client: no proxies from the environment, no redirects followed.
+
+    The daemon gives each endpoint its own (sharing one TLS context, whose CA bundle is loaded
+    once): one pool for hundreds of servers costs CPU that grows with the square of the probes in
+    flight (500 endpoints at once: 6.5-8.5 s of CPU shared, 0.75-1.2 s one client each), and a
+    broken keep-alive connection of one endpoint never touches another's.
+    """
     return httpx.AsyncClient(
         trust_env=False,
         follow_redirects=False,
         headers={"user-agent": f"fleet-supervisor/{__version__}"},
+        verify=tls if tls is not None else True,
     )
+
+
+def make_tls() -> ssl.SSLContext:
+    """The TLS context probe clients share (the CA bundle httpx uses by default)."""
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 async def run_probe(
