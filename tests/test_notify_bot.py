@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,26 @@ async def test_down_then_up_gives_opened_and_resolved_in_one_thread(
         assert all(a.reply_to == alerts[0].message_id for a in alerts[1:])
         assert alerts[-1].text.startswith("✅ <b>ds4</b> is healthy again after ")
         assert "fixed by: nothing we did: it recovered by itself" in alerts[-1].text
+    finally:
+        await daemon.stop()
+
+
+async def test_a_state_change_is_composed_at_once_not_at_the_next_round(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim
+) -> None:
+    """The composer's round is an hour here: the down message can only come from the store
+    waking it when the transition was committed."""
+    daemon = Daemon(load_config(_fleet(tmp_path, stub, vllm.url)))
+    daemon.notify_timing = replace(FAST, compose_every=3600.0)
+    await daemon.start()
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+        await eventually(_notifier(daemon).ready.is_set, what="bot up")
+        await vllm.stop()
+        await eventually(lambda: worker.incident_id is not None, what="an incident")
+        await eventually(lambda: bool(_alerts(stub)), within=5, what="the down message")
+        assert _alerts(stub)[0].text.startswith("🔴 <b>ds4</b> is down: ")
     finally:
         await daemon.stop()
 

@@ -1,6 +1,7 @@
 """The composer task: reads the timeline after its persisted cursor, turns what deserves a
 message into outbox rows (in the same transaction as advancing the cursor), and lets time
-release held messages and reminders."""
+release held messages and reminders. It reads as soon as the store commits a timeline entry
+(`wake`), and every `every` seconds for what time releases."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
+from supervisor.aio import wait_event
 from supervisor.clock import Clock
 from supervisor.notify.compose import Memory, Settings, compose, tick
 from supervisor.store.outbox import Draft, OutboxStore, State
 
 log = structlog.get_logger("supervisor.notify")
+
+#: After a wake-up, how long to let the rest of a burst (a transition and its probe entries) land.
+_GATHER_S = 0.05
 
 
 class Composer:
@@ -35,15 +40,22 @@ class Composer:
         self._on_queued = on_queued
         #: held while the composer reads and writes memories (an /ack takes it too)
         self.lock = asyncio.Lock()
+        self._woken = asyncio.Event()
+
+    def wake(self) -> None:
+        """A timeline entry was committed: compose now rather than at the next round."""
+        self._woken.set()
 
     async def run(self) -> None:
         cursor = await self._outbox.start_cursor()
         while True:
+            self._woken.clear()  # an entry committed while this round reads is seen next round
             try:
                 cursor = await self.step(cursor)
             except Exception:  # the store busy, say: try again next round
                 log.exception("composer failed; retrying")
-            await asyncio.sleep(self._every)
+            if await wait_event(self._woken, self._every):
+                await asyncio.sleep(_GATHER_S)  # let the rest of a burst of entries land
 
     async def step(self, cursor: int) -> int:
         """One round: compose every new timeline row, then the timed messages."""

@@ -70,6 +70,7 @@ class Notifier:
             builder = builder.base_url(telegram.base_url)
         self.app: App = builder.build()
         self.outbox = OutboxStore(store)
+        self._store = store
         host_endpoints = {
             name: tuple(e for e, w in workers.items() if name in w.endpoint.hosts())
             for name in hosts
@@ -107,6 +108,7 @@ class Notifier:
 
     async def start(self) -> None:
         await self.outbox.ensure()
+        self._store.on_timeline.append(self.composer.wake)
         self._tasks.append(asyncio.create_task(self.composer.run(), name="notify:composer"))
         self._tasks.append(asyncio.create_task(self._bring_up(), name="notify:bot"))
 
@@ -142,6 +144,8 @@ class Notifier:
         return await self.commands.approve(self.app, endpoint, rule, plan)
 
     async def stop(self) -> None:
+        if self.composer.wake in self._store.on_timeline:
+            self._store.on_timeline.remove(self.composer.wake)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

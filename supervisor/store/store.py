@@ -6,7 +6,7 @@ consistent. Several processes may read the file while one writes (WAL).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -41,6 +41,12 @@ class Store:
     def __init__(self, engine: AsyncEngine, path: Path) -> None:
         self._engine = engine
         self.path = path
+        #: called after each committed timeline entry (the notifier's composer wakes on it)
+        self.on_timeline: list[Callable[[], None]] = []
+
+    def _appended(self) -> None:
+        for listener in list(self.on_timeline):
+            listener()
 
     @classmethod
     async def open(cls, path: Path, *, create: bool = True) -> Store:
@@ -135,13 +141,17 @@ class Store:
                     update(incidents).where(incidents.c.id == incident_id).values(**changes)
                 )
             await _upsert_snapshot(conn, replace(snapshot, incident_id=still_open))
-            return incident_id
+        if incident_id is not None:
+            self._appended()
+        return incident_id
 
     async def append(self, incident_id: int, entry: TimelineEntry) -> int:
         """Append to an incident's timeline (closed ones too); returns the new row's id."""
         async with self._tx(write=True) as conn:
             await _require_incident(conn, incident_id)
-            return await _insert_entry(conn, incident_id, entry)
+            row = await _insert_entry(conn, incident_id, entry)
+        self._appended()
+        return row
 
     async def add_sample(self, result: ProbeResult) -> None:
         async with self._tx(write=True) as conn:
