@@ -259,12 +259,13 @@ async def bench(changes: int, count: int, results: Path | None) -> None:
             "was idle: a sim stopped (down: the opened message) or started again (healthy: the "
             "resolved one). Latency is from the transition's timestamp in the store's timeline "
             "to the stub receiving the sendMessage. The notifier's default timings, as a user "
-            f"gets them: the composer reads the timeline every {timing.compose_every:g} s, the "
+            "gets them: the composer is woken when the store commits a timeline entry (and "
+            f"reads it every {timing.compose_every:g} s for reminders), the "
             f"sender sends at most one message per chat every {pacing.per_chat:g} s, looks at "
             f"an idle outbox every {pacing.idle_poll:g} s and is woken as soon as a message "
             f"is queued (retries from {pacing.retry_first:g} s up to {pacing.retry_max:g} s). "
             "Detection time is not in these figures; each change is made at a random point of "
-            "the composer's cycle. The last column is the part of the latency spent before the "
+            "the composer's 1 s round. The last column is the part of the latency spent before the "
             "composer queued the message (the rest is the sender and the HTTP call).",
             "",
             "| state change | messages | median | p95 | max | of which composing (median) |",
