@@ -1,7 +1,8 @@
-"""`fleet-supervisor demo`: the daemon supervising real vLLM-shaped servers on loopback while
-faults are injected one after another, narrated in plain words, ending with the incident
-timelines. Everything it starts lives in a temporary folder and this process, and is cleaned up
-on exit and on Ctrl-C.
+"""`fleet-supervisor demo`: as root on Linux, the lab demo (`supervisor.lab.lab_demo`: real
+systemd hosts, the four headline failures healed). Otherwise, or with `--loopback`: the daemon
+supervising real vLLM-shaped servers on loopback while faults are injected one after another,
+narrated in plain words, ending with the incident timelines. Everything it starts lives in a
+temporary folder and this process, and is cleaned up on exit and on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from supervisor import logs
 from supervisor.cli.incidents import entry_lines
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
+from supervisor.lab.lab import LabError, check_root
 from supervisor.lab.vllm_sim import Flavour, SimBehaviour, VllmSim
 from supervisor.machine import State
 from supervisor.worker import EndpointWorker
@@ -215,8 +217,21 @@ async def _print_timelines(daemon: Daemon) -> None:
             print(f"  resolved: {incident.resolution}")
 
 
-def main() -> int:
+def main(*, loopback: bool = False, lab: Path | None = None) -> int:
+    """The lab demo as root on Linux (`lab`: in that running lab), else, or with `loopback`,
+    the loopback demo."""
     logs.silence()
+    if not loopback:
+        try:
+            check_root()
+        except LabError as exc:
+            if lab is not None:
+                raise
+            print(f"the lab demo needs root on Linux ({exc}): running the loopback demo instead")
+        else:
+            from supervisor.lab.lab_demo import main as lab_demo
+
+            return lab_demo(lab)
     with tempfile.TemporaryDirectory(prefix="fleet-supervisor-demo-") as folder:
         try:
             return asyncio.run(run_demo(Path(folder)))

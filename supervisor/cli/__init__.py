@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from supervisor import __version__
 from supervisor.cli import check, diagnose, incidents, lab, notify, probe, rules, run, status
@@ -64,7 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--state", choices=("down", "degraded", "unreachable"), help="diagnose as if in this state"
     )
-    sub.add_parser("demo", help="watch the supervisor catch three faults on loopback servers")
+    p = sub.add_parser(
+        "demo",
+        help="watch the supervisor heal the four headline failures in the lab (root, Linux; "
+        "else three faults on loopback servers)",
+    )
+    p.add_argument("--loopback", action="store_true", help="the loopback demo, even as root")
+    p.add_argument(
+        "--lab", type=Path, metavar="FOLDER", help="use this running lab (no boot, no teardown)"
+    )
     p = sub.add_parser("timeline", help="one incident's timeline")
     p.add_argument("id", type=int)
     p.add_argument("--json", action="store_true")
@@ -74,10 +83,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _demo(_: argparse.Namespace) -> int:
+def _demo(args: argparse.Namespace) -> int:
     from supervisor.demo import main as demo
+    from supervisor.lab.lab import LabError
 
-    return demo()
+    if args.loopback and args.lab is not None:
+        raise CliError("--loopback and --lab exclude each other: the loopback demo boots no lab")
+    try:
+        return demo(loopback=args.loopback, lab=args.lab)
+    except LabError as exc:
+        raise CliError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,29 +4,43 @@ when the fleet met each of them); the hang (`ssh-lost`) freezes spark1 instead."
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 
-from supervisor.lab import fleet
+from supervisor.lab import drifts, fleet
 from supervisor.lab.host import SSHD_UNIT
 from supervisor.lab.lab import ADDRESSES, Lab, LabError, LabHost
-from supervisor.lab.launch import MXFP4, RENDEZVOUS_PORT
+from supervisor.lab.lab_ops import (
+    CONTAINER,
+    HEAD_SCRIPT,
+    HEAD_UNIT,
+    WORKER_SCRIPT,
+    WORKER_UNIT,
+    mxfp4_path,
+    restart_head,
+    restart_pair,
+    run,
+    script_path,
+    spawn_titled,
+    wait,
+    write_dropin,
+    write_head_script,
+)
+from supervisor.lab.launch import RENDEZVOUS_PORT
 
-CONTAINER = fleet.CONTAINER
-HEAD_UNIT = "vllm-ds4-head.service"
-WORKER_UNIT = "vllm-ds4-worker.service"
-HEAD_SCRIPT = fleet.HEAD_SCRIPT
-WORKER_SCRIPT = fleet.WORKER_SCRIPT
+__all__ = ["CONTAINER", "HEAD_SCRIPT", "HEAD_UNIT", "WORKER_SCRIPT", "WORKER_UNIT", "restart_pair"]
 
 #: The ghost: a drop-in from an upgrade that repoints ExecStart at a script the image lacks. Its
 #: name sorts before the supervisor's own drop-in (50-...), as an older override would.
 GHOST_SCRIPT = "/workspace/vllm-head-090.sh"
 GHOST_DROPIN = f"/etc/systemd/system/{HEAD_UNIT}.d/20-vllm-090.conf"
 FIX_DROPIN = "50-fleet-supervisor-execstart.conf"
+#: The same ghost for the single node, whose unit runs a script on the host: a missing script
+#: (bash exits 127), or a missing binary (systemd's 203/EXEC).
+QWEN_GHOST_DROPIN = f"/etc/systemd/system/{fleet.QWEN_UNIT}.d/20-vllm-090.conf"
+QWEN_GHOST_SCRIPT = fleet.QWEN_SCRIPT.replace("vllm-qwen.sh", "vllm-qwen-090.sh")
+QWEN_GHOST_BINARY = "/opt/vllm-090/bin/vllm"
 
 #: A leftover vLLM worker of an earlier run, still listening on the rendezvous port.
 STALE_UNIT = "vllm-stale-worker.service"
@@ -66,59 +80,10 @@ MXFP4_BLOCK = (
 )
 
 
-def _run(host: LabHost, *argv: str) -> str:
-    result = host.nsenter(*argv)
-    if result.returncode != 0:
-        said = (result.stderr or result.stdout).strip().splitlines()
-        raise LabError(
-            f"{' '.join(argv[:3])} on {host.name} failed ({result.returncode}): "
-            f"{said[-1] if said else 'no output'}"
-        )
-    return result.stdout
-
-
-def _wait(predicate: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise LabError(f"timed out after {within:g}s waiting for {what}")
-        time.sleep(0.05)
-
-
-def _restart_head(lab: Lab) -> None:
-    _run(lab.host("spark1"), "systemctl", "restart", "--no-block", HEAD_UNIT)
-
-
-def restart_pair(lab: Lab) -> None:
-    """Restart the pair in order: the worker, then the head."""
-    _run(lab.host("spark2"), "systemctl", "restart", WORKER_UNIT)
-    _run(lab.host("spark1"), "systemctl", "restart", HEAD_UNIT)
-
-
-def _mxfp4_path(host: LabHost) -> Path:
-    return host.folder / "containers" / CONTAINER / MXFP4.lstrip("/")
-
-
-def _script_path(host: LabHost, script: str) -> Path:
-    return host.folder / "containers" / CONTAINER / script.lstrip("/")
-
-
-def _write_head_script(lab: Lab, text: str) -> None:
-    path = _script_path(lab.host("spark1"), HEAD_SCRIPT)
-    path.write_text(text)  # in place: the container's /workspace is a bind of this tree
-
-
-def _write_dropin(lab: Lab, path: str, text: str) -> None:
-    write = 'mkdir -p "${1%/*}" && printf %s "$2" > "$1"'
-    host = lab.host("spark1")
-    _run(host, "sh", "-c", write, "sh", path, text)
-    _run(host, "systemctl", "daemon-reload")
-
-
 def inject_ghost(lab: Lab) -> None:
     command = f"/usr/bin/docker exec {CONTAINER} bash {GHOST_SCRIPT}"
-    _write_dropin(lab, GHOST_DROPIN, f"[Service]\nExecStart=\nExecStart={command}\n")
-    _restart_head(lab)
+    write_dropin(lab, GHOST_DROPIN, f"[Service]\nExecStart=\nExecStart={command}\n")
+    restart_head(lab)
 
 
 def inject_stale_listener(lab: Lab) -> None:
@@ -126,25 +91,10 @@ def inject_stale_listener(lab: Lab) -> None:
     stopped, the stale `VLLM::Worker_TP0` binds and listens, then the head starts into it and
     loops (exit 1, `Restart=on-failure`) with torch's EADDRINUSE text in its journal."""
     host = lab.host("spark1")
-    _run(host, "systemctl", "stop", HEAD_UNIT)
-    launch = 'exec -a VLLM::Worker_TP0 "$1" -c "$2"'
-    _run(
-        host,
-        "systemd-run",
-        f"--unit={STALE_UNIT}",
-        # argv[0] is the worker's title, so Python cannot find its stdlib from it: say where
-        f"--setenv=PYTHONHOME={sys.base_prefix}",
-        "--collect",
-        "--quiet",
-        "bash",
-        "-c",
-        launch,
-        "bash",
-        sys.executable,
-        STALE_CODE,
-    )
+    run(host, "systemctl", "stop", HEAD_UNIT)
+    spawn_titled(host, STALE_UNIT, "VLLM::Worker_TP0", STALE_CODE)
     listening = f"{ADDRESSES['spark1']}:{RENDEZVOUS_PORT}"
-    _wait(
+    wait(
         lambda: (
             "VLLM::Worker" in host.nsenter("ss", "-Hltnp", f"sport = :{RENDEZVOUS_PORT}").stdout
             and listening in host.nsenter("ss", "-Hltn", f"sport = :{RENDEZVOUS_PORT}").stdout
@@ -152,7 +102,7 @@ def inject_stale_listener(lab: Lab) -> None:
         10,
         "the stale worker to listen on 29501",
     )
-    _run(host, "systemctl", "start", "--no-block", HEAD_UNIT)
+    run(host, "systemctl", "start", "--no-block", HEAD_UNIT)
 
 
 def inject_cold_start(lab: Lab) -> None:
@@ -161,8 +111,27 @@ def inject_cold_start(lab: Lab) -> None:
     slow = text.replace(f"--cold-start {fleet.COLD_START}", f"--cold-start {LONG_COLD_START}")
     if slow == text:
         raise LabError("the head's launch script does not set --cold-start")
-    _write_head_script(lab, slow)
-    _restart_head(lab)
+    write_head_script(lab, slow)
+    restart_head(lab)
+
+
+def inject_ghost_without_known_good(lab: Lab) -> None:
+    """The ghost drop-in, and the known-good launch script is gone from the container too."""
+    script_path(lab.host("spark1"), HEAD_SCRIPT).unlink()
+    inject_ghost(lab)
+
+
+def _qwen_ghost(lab: Lab, command: str) -> None:
+    write_dropin(lab, QWEN_GHOST_DROPIN, f"[Service]\nExecStart=\nExecStart={command}\n")
+    run(lab.host("spark1"), "systemctl", "restart", "--no-block", fleet.QWEN_UNIT)
+
+
+def inject_host_ghost(lab: Lab) -> None:
+    _qwen_ghost(lab, f"/bin/bash {QWEN_GHOST_SCRIPT}")
+
+
+def inject_missing_binary(lab: Lab) -> None:
+    _qwen_ghost(lab, f"{QWEN_GHOST_BINARY} serve qwen --port 8001")
 
 
 def inject_ssh_loss(lab: Lab) -> None:
@@ -170,57 +139,72 @@ def inject_ssh_loss(lab: Lab) -> None:
     freeze (SIGSTOP: the kernel still accepts on :8000, nothing answers), as when the GPU
     firmware takes the box with it."""
     host = lab.host("spark1")
-    _run(host, "systemctl", "kill", "--signal=SIGSTOP", HEAD_UNIT)
-    _run(host, "systemctl", "stop", SSHD_UNIT)
+    run(host, "systemctl", "kill", "--signal=SIGSTOP", HEAD_UNIT)
+    run(host, "systemctl", "stop", SSHD_UNIT)
 
 
 def inject_unknown(lab: Lab) -> None:
     """The head's start fails with exit 1 and a text no rule knows, on every relaunch."""
-    _write_dropin(lab, UNKNOWN_DROPIN, UNKNOWN_CONF)
-    _restart_head(lab)
+    write_dropin(lab, UNKNOWN_DROPIN, UNKNOWN_CONF)
+    restart_head(lab)
 
 
 def inject_starvation(lab: Lab) -> None:
     folder = lab.host("spark1").folder
     (folder / "drop_caches").write_text("")
     (folder / "meminfo").write_text(fleet.MEMINFO_STARVED)  # in place: bound at /proc/meminfo
-    _restart_head(lab)
+    restart_head(lab)
 
 
 def inject_duplicate_patch(lab: Lab) -> None:
-    path = _mxfp4_path(lab.host("spark1"))
+    path = mxfp4_path(lab.host("spark1"))
     text = path.read_text()
     path.write_text(text.replace(MXFP4_BLOCK, MXFP4_BLOCK * 2, 1))
-    _restart_head(lab)
+    restart_head(lab)
+
+
+def _reset_qwen(host: LabHost) -> None:
+    paths = [QWEN_GHOST_DROPIN, f"/etc/systemd/system/{fleet.QWEN_UNIT}.d/{FIX_DROPIN}"]
+    if host.nsenter("ls", *paths).stdout.strip():
+        run(host, "rm", "-f", *paths)
+        run(host, "systemctl", "daemon-reload")
+        run(host, "systemctl", "restart", "--no-block", fleet.QWEN_UNIT)
+    elif host.systemctl("is-active", "--quiet", fleet.QWEN_UNIT).returncode != 0:
+        run(host, "systemctl", "start", "--no-block", fleet.QWEN_UNIT)
 
 
 def reset(lab: Lab) -> None:
-    """Undo every fault: sshd, drop-ins, the stale listener, the head's launch script, meminfo
-    and drop_caches, mxfp4.py."""
+    """Undo every fault: sshd, drop-ins, the stale listener and the orphan, the head's launch
+    script, meminfo and drop_caches, mxfp4.py; and empty the journal (the shipped rules read a
+    unit's last lines, which would otherwise still hold an earlier drill's error)."""
     for name, host in lab.hosts.items():
         if host.systemctl("is-active", "--quiet", SSHD_UNIT).returncode != 0:
-            _run(host, "systemctl", "start", SSHD_UNIT)
+            run(host, "systemctl", "start", SSHD_UNIT)
         unit = HEAD_UNIT if name == "spark1" else WORKER_UNIT
         paths = [GHOST_DROPIN, UNKNOWN_DROPIN, f"/etc/systemd/system/{unit}.d/{FIX_DROPIN}"]
         if host.nsenter("ls", *paths).stdout.strip():
-            _run(host, "rm", "-f", *paths)
-            _run(host, "systemctl", "daemon-reload")
-            _run(host, "systemctl", "restart", "--no-block", unit)
+            run(host, "rm", "-f", *paths)
+            run(host, "systemctl", "daemon-reload")
+            run(host, "systemctl", "restart", "--no-block", unit)
         if name == "spark1":
+            _reset_qwen(host)
             host.nsenter("systemctl", "kill", "--signal=SIGCONT", HEAD_UNIT)
-            host.nsenter("systemctl", "stop", STALE_UNIT)
-            script = _script_path(host, HEAD_SCRIPT)
-            if script.read_text() != fleet.containers(name)[HEAD_SCRIPT]:
+            host.nsenter("systemctl", "stop", STALE_UNIT, drifts.ORPHAN_UNIT)
+            script = script_path(host, HEAD_SCRIPT)
+            if not script.exists() or script.read_text() != fleet.containers(name)[HEAD_SCRIPT]:
                 script.write_text(fleet.containers(name)[HEAD_SCRIPT])
-                _run(host, "systemctl", "restart", "--no-block", HEAD_UNIT)
+                script.chmod(0o755)
+                run(host, "systemctl", "restart", "--no-block", HEAD_UNIT)
             if host.systemctl("is-active", "--quiet", HEAD_UNIT).returncode != 0:
-                _run(host, "systemctl", "start", "--no-block", HEAD_UNIT)
+                run(host, "systemctl", "start", "--no-block", HEAD_UNIT)
         if (host.folder / "meminfo").read_text() != fleet.MEMINFO_HEALTHY:
             (host.folder / "meminfo").write_text(fleet.MEMINFO_HEALTHY)
         (host.folder / "drop_caches").write_text("")
-        path = _mxfp4_path(host)
+        path = mxfp4_path(host)
         if path.read_text() != fleet.MXFP4_TEXT:
             path.write_text(fleet.MXFP4_TEXT)
+        # each drill reads only its own fault's lines: the journal starts afresh
+        host.nsenter("sh", "-c", "journalctl --rotate && journalctl --vacuum-time=1s")
 
 
 class Expect(StrEnum):
@@ -234,13 +218,15 @@ class Expect(StrEnum):
 @dataclass(frozen=True)
 class Fault:
     """A drill's fault: `inject` it into the running lab; `rule` is the rule that must match,
-    `expect` what the daemon must then do, `startup_grace` the drill config's grace."""
+    `expect` what the daemon must then do, `startup_grace` the drill config's grace, `endpoint`
+    the endpoint it hits (`ds4`, the pair; `qwen`, the single node)."""
 
     name: str
     rule: str
     inject: Callable[[Lab], None]
     expect: Expect = Expect.HEAL
     startup_grace: str = "20s"
+    endpoint: str = "ds4"
 
     def clean(self, lab: Lab) -> None:
         reset(lab)
@@ -256,6 +242,25 @@ FAULTS: Mapping[str, Fault] = {
         Fault("cold-start", "cold-start", inject_cold_start, Expect.LEAVE_ALONE),
         Fault("ssh-lost", "gsp-firmware-hang", inject_ssh_loss, Expect.ESCALATE),
         Fault("unknown-failure", "unknown-failure", inject_unknown, Expect.ESCALATE, "8s"),
+        Fault("ghost-execstart-host", "ghost-execstart-host", inject_host_ghost, endpoint="qwen"),
+        Fault(
+            "ghost-execstart-203", "ghost-execstart-host", inject_missing_binary, endpoint="qwen"
+        ),
+        Fault("engine-death-clean-exit", "engine-death-clean-exit", drifts.inject_engine_death),
+        Fault("orphan-enginecore", "orphan-enginecore", drifts.inject_orphan),
+        Fault(
+            "ghost-execstart-no-known-good",
+            "ghost-execstart-no-known-good",
+            inject_ghost_without_known_good,
+            Expect.ESCALATE,
+        ),
+        Fault("fork-shm-ringbuffer", "fork-shm-ringbuffer", drifts.inject_fork, Expect.ESCALATE),
+        Fault(
+            "mamba-block-size", "mamba-block-size", drifts.inject_prefix_caching, Expect.ESCALATE
+        ),
+        Fault(
+            "silent-degradation", "silent-degradation", drifts.inject_no_reasoning, Expect.ESCALATE
+        ),
     )
 }
 

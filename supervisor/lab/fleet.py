@@ -2,7 +2,9 @@
 
 - spark1 (127.0.0.11): `vllm-ds4-head.service` runs `docker exec vllm_ds4 bash
   /workspace/vllm-head.sh`: binds the rendezvous port 29501 and serves DeepSeek (the vLLM sim)
-  on :8000; `vllm-qwen.service`, a single-node model on :8001.
+  on :8000; `vllm-qwen.service`, a single-node model on :8001 whose unit runs a launch script on
+  the host (`/var/lib/lab/scripts/vllm-qwen.sh`, a known-good copy under
+  `/var/lib/lab/known-good/`: no container).
 - spark2 (127.0.0.12): `vllm-ds4-worker.service` runs `docker exec vllm_ds4 bash
   /workspace/vllm-worker.sh` (a headless worker that joins the head's 29501);
   `ollama.service` (the sim as Ollama on :11434) and `parakeet.service` (health only, :8765).
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from supervisor.lab.boot import INSIDE
 from supervisor.lab.containers import write_tree
 from supervisor.lab.lab import ADDRESSES, Lab
 from supervisor.lab.launch import DROP_CACHES, MXFP4
@@ -27,6 +30,14 @@ HEAD_SCRIPT = "/workspace/vllm-head.sh"
 WORKER_SCRIPT = "/workspace/vllm-worker.sh"
 KNOWN_GOOD = "/workspace/known-good"
 COLD_START = "1s"
+QWEN_MODEL = "qwen"
+QWEN_UNIT = "vllm-qwen.service"
+QWEN_SCRIPT = f"{INSIDE}/scripts/vllm-qwen.sh"
+QWEN_KNOWN_GOOD = f"{INSIDE}/known-good/vllm-qwen.sh"
+#: The host's GPU (see `launch.claim_gpu`): a file in the host's own folder.
+GPU = f"{INSIDE}/gpu"
+#: What the launch scripts give the vLLM-shaped server: vLLM 0.32's exit 0 after engine death.
+SIM_FLAGS = f"--cold-start {COLD_START} --exit-on-engine-death"
 
 #: vLLM's mxfp4 post-load step, cut down to the part the fleet patched (2 lines say empty_cache).
 MXFP4_TEXT = '''\
@@ -74,14 +85,14 @@ def _launch_script(role: str, address: str, extra: str = "") -> str:
         f"# known-good launch of the DeepSeek {role} (lab)\n"
         f"{title} {_python()} -m supervisor.lab.launch {role} --host {address} "
         f"--head-address {ADDRESSES['spark1']} --port 8000 --model {DS4_MODEL} "
-        f"--mxfp4 {MXFP4} --drop-caches {DROP_CACHES}{extra} -- --cold-start {COLD_START}\n"
+        f"--mxfp4 {MXFP4} --drop-caches {DROP_CACHES} --gpu {GPU}{extra} -- {SIM_FLAGS}\n"
     )
 
 
 def _unit(description: str, exec_start: str) -> str:
     return (
         f"[Unit]\nDescription={description}\nStartLimitIntervalSec=0\n\n"
-        f"[Service]\nExecStart={exec_start}\nRestart=on-failure\nRestartSec=1\n"
+        f"[Service]\nExecStart={exec_start}\nRestart=on-failure\nRestartSec=3\n"
         "KillMode=control-group\nTimeoutStopSec=5\n"
     )
 
@@ -95,13 +106,13 @@ def _sim(address: str, port: int, model: str, flags: str = "") -> str:
 
 def units() -> dict[str, dict[str, str]]:
     """Every lab host's units (file name -> text)."""
-    spark1, spark2 = ADDRESSES["spark1"], ADDRESSES["spark2"]
+    spark2 = ADDRESSES["spark2"]
     return {
         "spark1": {
             "vllm-ds4-head.service": _unit(
                 "vLLM DeepSeek V4 head", f"/usr/bin/docker exec {CONTAINER} bash {HEAD_SCRIPT}"
             ),
-            "vllm-qwen.service": _unit("vLLM single node", _sim(spark1, 8001, "qwen")),
+            QWEN_UNIT: _unit("vLLM single node", f"/bin/bash {QWEN_SCRIPT}"),
         },
         "spark2": {
             "vllm-ds4-worker.service": _unit(
@@ -113,6 +124,18 @@ def units() -> dict[str, dict[str, str]]:
     }
 
 
+def host_scripts(host: str) -> Mapping[str, str]:
+    """Launch scripts on host `host` itself (path inside the host -> text)."""
+    if host != "spark1":
+        return {}
+    text = f"#!/bin/bash\n# known-good launch of the single node (lab)\nexec {_qwen()}\n"
+    return {QWEN_SCRIPT: text, QWEN_KNOWN_GOOD: text}
+
+
+def _qwen() -> str:
+    return _sim(ADDRESSES["spark1"], 8001, QWEN_MODEL)
+
+
 def containers(host: str) -> Mapping[str, str]:
     """The files of host `host`'s `vllm_ds4` tree (path inside the container -> text)."""
     address = ADDRESSES[host]
@@ -120,6 +143,9 @@ def containers(host: str) -> Mapping[str, str]:
     text = _launch_script(role, address)
     name = script.rsplit("/", 1)[1]
     return {script: text, f"{KNOWN_GOOD}/{name}": text, MXFP4: MXFP4_TEXT}
+
+
+FRESH_BASHRC = "# fleet lab host: the shell start-up of a fresh box"
 
 
 def prepare(lab: Lab) -> None:
@@ -130,7 +156,11 @@ def prepare(lab: Lab) -> None:
       installs it as /usr/bin/docker only, and a real docker client in /usr/local/bin would
       shadow it;
     - the host's name must resolve (its address in /etc/hosts), else sudo warns on stderr
-      ("unable to resolve host") and the collectors read the warning as a failed command.
+      ("unable to resolve host") and the collectors read the warning as a failed command;
+    - root's shell start-up is a fresh box's, not this machine's: bash reads `~/.bashrc` for
+      every SSH command, and a machine's personal one (here: `pyenv init`, which rehashes under
+      a lock file on every start) makes each command slow, and one killed mid-rehash leaves the
+      lock behind, so every later command waits 60s for it.
     """
     for host in lab.hosts.values():
         if host.pid is None:
@@ -138,7 +168,10 @@ def prepare(lab: Lab) -> None:
         script = (
             "cmp -s /var/lib/lab/bin/docker /usr/local/bin/docker || "
             "cp /var/lib/lab/bin/docker /usr/local/bin/docker; "
-            f'grep -qw "{host.name}" /etc/hosts || echo "{host.address} {host.name}" >> /etc/hosts'
+            f'grep -qw "{host.name}" /etc/hosts || '
+            f'echo "{host.address} {host.name}" >> /etc/hosts; '
+            f"grep -qx '{FRESH_BASHRC}' /root/.bashrc || echo '{FRESH_BASHRC}' > /root/.bashrc; "
+            "rm -f /root/.pyenv/shims/.pyenv-shim"
         )
         host.nsenter("sh", "-c", script)
 
@@ -150,4 +183,9 @@ def create(folder: Path) -> Lab:
     for name, host in lab.hosts.items():
         write_tree(host.folder, CONTAINER, dict(containers(name)))
         (host.folder / "meminfo").write_text(MEMINFO_HEALTHY)
+        for inside, text in host_scripts(name).items():
+            path = host.folder / inside.removeprefix(f"{INSIDE}/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o755)
     return lab

@@ -2,6 +2,9 @@
 
 It walks vLLM's start-up in vLLM's order and fails from the same real causes, with vLLM's texts:
 
+0. validate the config: prefix caching (`--enable-prefix-caching`) on the lab's model, which is
+   hybrid (Mamba layers, block size 2128 in align mode), needs `--max-num-batched-tokens` of at
+   least the block size: vLLM's `AssertionError: In Mamba cache align mode, ...` otherwise.
 1. `head`: bind the pair's rendezvous (TCPStore) port, 29501, on its address. If something holds
    it, print c10d's bind line and torch's `DistNetworkError ... EADDRINUSE` and exit 1. `worker`:
    connect to the head's rendezvous port (retrying), like a headless worker.
@@ -11,9 +14,16 @@ It walks vLLM's start-up in vLLM's order and fails from the same real causes, wi
    once: the page cache (`Cached`, `Buffers`) is given back to `MemFree`; then `MemFree` below
    `--gpu-memory-utilization` of `MemTotal` prints vLLM's `ValueError: Free memory on device
    cuda:0 ... on startup is less than desired GPU memory utilization` and exits 1.
-3. import the real `mxfp4.py` from the container tree (`--mxfp4 PATH`) and run its
+3. claim the GPU (`--gpu PATH`, the host's own file): an exclusive `flock` on it stands for the
+   device memory the engine pins while it lives (inherited by the server, released by the kernel
+   when the last holder dies). Held by another process (an orphaned `VLLM::EngineCore` of an
+   earlier run): PyTorch's `torch.OutOfMemoryError: CUDA out of memory` and exit 1.
+4. import the real `mxfp4.py` from the container tree (`--mxfp4 PATH`) and run its
    `process_weights_after_loading()`; a duplicated patch block raises its `UnboundLocalError`.
-4. `head`/`single`: exec the vLLM-shaped server (`supervisor.lab.vllm_sim`), which inherits the
+5. start the engine's workers: with `VLLM_WORKER_MULTIPROC_METHOD=fork` in the environment (a
+   launch drifted from the known-good script) the shared-memory broadcast fails with vLLM's
+   `AttributeError: 'ShmRingBuffer' object has no attribute 'shared_memory'`.
+6. `head`/`single`: exec the vLLM-shaped server (`supervisor.lab.vllm_sim`), which inherits the
    rendezvous socket so the port stays bound while it serves; `worker`: stay up until SIGTERM.
 """
 
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import importlib.util
 import os
 import signal
@@ -39,6 +50,17 @@ DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 DROPS_PAGE_CACHE = frozenset({"1", "3"})
 GIB_KB = 1024 * 1024
 PR_SET_NAME = 15
+#: The lab's model is hybrid: in Mamba cache align mode (prefix caching) its block size is this.
+MAMBA_BLOCK_SIZE = 2128
+#: vLLM's default --max-num-batched-tokens.
+DEFAULT_BATCHED_TOKENS = 2048
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 119.67 GiB of which 1.25 GiB is free. Including non-PyTorch memory, this "
+    "process has 0 bytes memory in use. Of the allocated memory 0 bytes is allocated by "
+    "PyTorch, and 0 bytes is reserved by PyTorch but unallocated."
+)
+SHM_ERROR = "AttributeError: 'ShmRingBuffer' object has no attribute 'shared_memory'"
 
 MXFP4 = "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/quantization/mxfp4.py"
 
@@ -59,7 +81,48 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--drop-caches", type=Path, help="the drop_caches file whose `3` frees the page cache"
     )
+    parser.add_argument("--gpu", type=Path, help="the file whose lock stands for GPU memory")
+    parser.add_argument("--enable-prefix-caching", action="store_true")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=DEFAULT_BATCHED_TOKENS)
     return parser
+
+
+def check_config(prefix_caching: bool, batched_tokens: int) -> None:
+    """vLLM's config check for a hybrid model in Mamba cache align mode."""
+    if prefix_caching and batched_tokens < MAMBA_BLOCK_SIZE:
+        print(
+            f"AssertionError: In Mamba cache align mode, block_size ({MAMBA_BLOCK_SIZE}) must be "
+            f"<= max_num_batched_tokens ({batched_tokens}).",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
+
+
+def claim_gpu(path: Path) -> int:
+    """Hold the GPU (an exclusive lock on `path`, kept across exec) or fail as PyTorch does when
+    another process pins the memory."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        print(OOM, file=sys.stderr)
+        raise SystemExit(1) from None
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def start_workers(environ: dict[str, str]) -> None:
+    """The engine's shared-memory broadcast to its workers: broken by the fork method."""
+    if environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "fork":
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print(
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/'
+            'device_communicators/shm_broadcast.py", line 196, in __del__',
+            file=sys.stderr,
+        )
+        print(SHM_ERROR, file=sys.stderr)
+        raise SystemExit(1)
 
 
 def bind_rendezvous(address: str, port: int) -> socket.socket:
@@ -186,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     cut = given.index("--") if "--" in given else len(given)
     args = _parser().parse_args(given[:cut])  # after `--`: the vllm_sim flags
     print(f"launch {args.role} on {args.host}", flush=True)
+    check_config(args.enable_prefix_caching, args.max_num_batched_tokens)
     held: socket.socket | None = None
     if args.role == "head":
         held = bind_rendezvous(args.host, args.rendezvous_port)
@@ -196,8 +260,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     if args.drop_caches is not None:
         apply_dropped_caches(args.drop_caches)
     check_memory(args.gpu_memory_utilization)
+    if args.gpu is not None:
+        claim_gpu(args.gpu)
     if args.mxfp4:
         load_mxfp4(args.mxfp4)
+    start_workers(dict(os.environ))
     if args.role == "worker":
         set_title("VLLM::Worker_TP1")
         _wait_for_term()

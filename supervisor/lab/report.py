@@ -3,9 +3,10 @@ detected, diagnosed, acted, verified (or escalated), with the times between them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from supervisor.lab.drill_bot import Notified
 from supervisor.lab.faults import Expect
 from supervisor.store import EntryKind, TimelineRow
 
@@ -38,6 +39,11 @@ class DrillReport:
     host_incident: int | None = None  #: a host's own incident opened during the drill
     final_state: str = ""
     attempts: int = 0  #: repair attempts the daemon started for the endpoint
+    endpoint: str = "ds4"  #: the endpoint the drill is about
+    notified: Notified = field(
+        default_factory=Notified
+    )  #: what the Bot API stub received about the incident
+    timeline: tuple[TimelineRow, ...] = ()  #: the incident's (or the host incident's) timeline
 
     @property
     def healed(self) -> bool:
@@ -46,7 +52,7 @@ class DrillReport:
     @property
     def passed(self) -> bool:
         """The daemon did what the fault's `expect` asks (the tests check the details)."""
-        if self.problem or self.detect_s is None:
+        if self.problem or self.detect_s is None or not self.notified.count:
             return False
         if self.expect is Expect.HEAL:
             return self.healed
@@ -77,6 +83,9 @@ class DrillReport:
             lines.append(
                 f"  verified:  attempt {self.outcome or '-'}; healed {heal} after detection"
             )
+        lines.append(f"  notified:  {self.notified.count} Telegram message(s) about it")
+        if self.notified.count:
+            lines.append(f"  first:     {self.notified.first.replace(chr(10), ' / ')}")
         return lines + ([f"  problem:   {self.problem}"] if self.problem else [])
 
 

@@ -1,6 +1,8 @@
 """Drills: each catalogue failure injected into the real lab from its real cause; the daemon, run
-in-process, must detect it, match the right rule, repair it over SSH against the lab's systemd,
-prove the repair with a real completion, and record it all in the incident's timeline."""
+in-process, must detect it, match the right rule, repair it over SSH against the lab's systemd
+(or, for the rules that are a person's job, call one and do nothing), prove the repair with a
+real completion, record it all in the incident's timeline, and tell Telegram (the real
+python-telegram-bot client against the Bot API stub the drill serves)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,28 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.lab import drills, faults
+from supervisor.lab import drills, faults, fleet
 from supervisor.lab.lab import Lab, LabError
+from supervisor.lab.report import DrillReport
 
 pytestmark = pytest.mark.slow
 
 HEAD = "vllm-ds4-head.service@spark1"
+PAIR = f"vllm-ds4-worker.service@spark2, {HEAD}"
+ASK = "🆘 <b>a person is needed</b> on ds4: "
+
+
+def _opened(report: DrillReport, state: str = "down", why: str = "connection refused") -> str:
+    return f"🔴 <b>ds4</b> is {state}: {why}\nincident #{report.incident}"
+
+
+def _told_the_diagnosis_first(report: DrillReport, state: str = "down") -> tuple[str, ...]:
+    texts = report.notified.texts
+    assert texts[:2] == (
+        _opened(report, state, "connection refused" if state == "down" else "no reasoning text"),
+        f"🔎 ds4 diagnosis: {report.diagnosis}",
+    ), texts
+    return texts
 
 
 @pytest.mark.parametrize(
@@ -30,6 +48,8 @@ HEAD = "vllm-ds4-head.service@spark1"
             ],
         ),
         ("duplicated-mxfp4-patch", [f"1 dedupe_block on {HEAD}", "2 restart_units on ds4"]),
+        ("engine-death-clean-exit", ["1 restart_units on ds4"]),
+        ("orphan-enginecore", ["1 kill_processes on spark1", "2 restart_units on ds4"]),
     ],
 )
 async def test_the_daemon_heals_a_real_fault_in_the_lab(
@@ -50,6 +70,42 @@ async def test_the_daemon_heals_a_real_fault_in_the_lab(
     assert 0 < report.detect_s < 20
     assert report.heal_s is not None
     assert 0 < report.heal_s < 60
+    texts = _told_the_diagnosis_first(report)
+    assert f"✅ ds4 repair: verified: {drill} healed it" in texts
+    assert any(t.startswith("✅ <b>ds4</b> is healthy again after ") for t in texts), texts
+
+
+@pytest.mark.parametrize(
+    ("drill", "status"),
+    [("ghost-execstart-host", "127"), ("ghost-execstart-203", "203")],
+)
+async def test_a_ghost_execstart_on_the_host_is_repointed_at_the_host_script(
+    lab: Lab, tmp_path: Path, drill: str, status: str
+) -> None:
+    """The single node's unit runs a script on the host: a drop-in points it at a missing script
+    (127) or binary (203/EXEC); ghost-execstart-host repoints it at the known-good host script."""
+    report = await drills.run_drill(lab, drill, folder=tmp_path)
+    print("\n".join(report.lines()))
+    qwen = "vllm-qwen.service@spark1"
+    assert report.problem == ""
+    assert report.endpoint == "qwen"
+    assert report.diagnosis == f"qwen (down): ghost-execstart-host matched on {qwen}"
+    assert [s.summary.split(":")[0] for s in report.steps] == [
+        f"step 1 write_execstart_dropin on {qwen}",
+        "step 2 restart_units on qwen",
+    ]
+    assert f"(ExecStart=/bin/bash {fleet.QWEN_KNOWN_GOOD})" in report.steps[0].summary
+    assert all(s.exit_statuses and set(s.exit_statuses) == {0} for s in report.steps)
+    assert report.outcome == "healed"
+    assert report.passed
+    evidence = [r for r in report.timeline if r.summary.startswith("unit_status (status)")]
+    assert f"ExecMainStatus={status}" in str(evidence[0].data)
+    texts = report.notified.texts
+    assert texts[:2] == (
+        f"🔴 <b>qwen</b> is down: connection refused\nincident #{report.incident}",
+        f"🔎 qwen diagnosis: {report.diagnosis}",
+    )
+    assert "✅ qwen repair: verified: ghost-execstart-host healed it" in texts
 
 
 async def test_a_cold_start_inside_the_grace_is_left_alone(lab: Lab, tmp_path: Path) -> None:
@@ -68,6 +124,10 @@ async def test_a_cold_start_inside_the_grace_is_left_alone(lab: Lab, tmp_path: P
     assert report.heal_s is not None
     assert float(faults.LONG_COLD_START.rstrip("s")) - 2 < report.heal_s < 20
     assert report.passed
+    texts = _told_the_diagnosis_first(report)
+    resolved = [t for t in texts if t.startswith("✅ <b>ds4</b> is healthy again after ")]
+    assert len(resolved) == 1, texts
+    assert resolved[0].endswith("\nfixed by: nothing we did: it recovered by itself")
 
 
 async def test_a_host_that_stops_answering_ssh_escalates_without_acting(
@@ -94,6 +154,12 @@ async def test_a_host_that_stops_answering_ssh_escalates_without_acting(
     assert report.escalate_s is not None
     assert 0 <= report.escalate_s < 10
     assert report.passed
+    # the host's incident speaks; ds4's escalation inside it is not a message of its own
+    assert report.notified.texts == (
+        "🔴 host <b>spark1</b> does not answer: connection refused on 127.0.0.11:22\n"
+        "its endpoints are unreachable until it answers: ds4 (no alert per endpoint)\n"
+        f"incident #{report.host_incident}",
+    )
 
 
 async def test_an_unknown_fault_gets_one_restart_then_a_person(lab: Lab, tmp_path: Path) -> None:
@@ -123,6 +189,73 @@ async def test_an_unknown_fault_gets_one_restart_then_a_person(lab: Lab, tmp_pat
     assert report.escalate_s is not None
     assert 0 < report.escalate_s < 20
     assert report.passed
+    texts = _told_the_diagnosis_first(report)
+    assert texts[-1].startswith(f"{ASK}step 1 (restart_units on ds4): systemctl start ")
+    assert texts[-1].endswith(f"/ack {report.incident} stops the reminders")
+
+
+@pytest.mark.parametrize(
+    ("drill", "state", "matched_on", "runbook", "asked"),
+    [
+        (
+            "ghost-execstart-no-known-good",
+            "down",
+            HEAD,
+            "ghost-execstart",
+            "vllm-ds4-head.service on spark1 runs /usr/bin/docker exec vllm_ds4 bash "
+            "/workspace/vllm-head-090.sh, which does not exist, and no usable "
+            "units[].known_good is configured: restore the launch script or set known_good.",
+        ),
+        (
+            "fork-shm-ringbuffer",
+            "down",
+            HEAD,
+            "fork-shm-ringbuffer",
+            "vllm-ds4-head.service on spark1 fails with the ShmRingBuffer error: its launch "
+            "(/usr/bin/docker exec vllm_ds4 bash /workspace/vllm-head.sh) drifted from the "
+            "known-good script (fork multiproc method?). Relaunch from /workspace/vllm-head.sh "
+            "and report the drift.",
+        ),
+        (
+            "mamba-block-size",
+            "down",
+            HEAD,
+            "mamba-block-size",
+            "vllm-ds4-head.service on spark1 crash-loops on the Mamba block-size check: add "
+            "--max-num-batched-tokens 8192 (at least the block size) to its launch script.",
+        ),
+        (
+            "silent-degradation",
+            "degraded",
+            PAIR,
+            "silent-degradation",
+            # the rule matches both units and words its message for the first (the worker)
+            "ds4 is degraded (no reasoning text). vllm-ds4-worker.service on spark2 runs: ",
+        ),
+    ],
+)
+async def test_a_persons_job_is_escalated_with_no_action(
+    lab: Lab, tmp_path: Path, drill: str, state: str, matched_on: str, runbook: str, asked: str
+) -> None:
+    """A fault only a person can fix (a missing launch script with nothing known-good, a
+    launch that drifted): the right manual rule matches, a person is called, nothing runs."""
+    report = await drills.run_drill(lab, drill, folder=tmp_path)
+    print("\n".join(report.lines()))
+    assert report.problem == ""
+    assert report.diagnosis == f"ds4 ({state}): {drill} matched on {matched_on}"
+    assert report.steps == ()
+    assert report.final_state == "escalated"
+    assert report.escalation.startswith(asked)
+    assert report.escalation.endswith(f" (runbook: runbooks/{runbook}.md)")
+    assert report.detect_s is not None
+    assert 0 < report.detect_s < 10
+    assert report.escalate_s is not None
+    assert 0 <= report.escalate_s < 10
+    assert report.passed
+    texts = _told_the_diagnosis_first(report, state)
+    assert texts[-1].startswith(f"{ASK}{asked}")
+    assert texts[-1].endswith(f"/ack {report.incident} stops the reminders")
+    assert len(texts) == 3
 
 
 def test_an_unknown_drill_is_one_plain_line() -> None:
@@ -130,5 +263,8 @@ def test_an_unknown_drill_is_one_plain_line() -> None:
         faults.get("nope")
     assert str(caught.value) == (
         "no drill 'nope' (drills: ghost-execstart, eaddrinuse-29501, page-cache-starvation, "
-        "duplicated-mxfp4-patch, cold-start, ssh-lost, unknown-failure)"
+        "duplicated-mxfp4-patch, cold-start, ssh-lost, unknown-failure, ghost-execstart-host, "
+        "ghost-execstart-203, engine-death-clean-exit, orphan-enginecore, "
+        "ghost-execstart-no-known-good, fork-shm-ringbuffer, mamba-block-size, "
+        "silent-degradation)"
     )

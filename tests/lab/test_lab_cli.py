@@ -29,3 +29,33 @@ def test_lab_commands_fail_with_one_plain_line(
     assert main(["lab", "--folder", str(tmp_path), *argv]) == 2
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", message.format(f=tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["demo", "--lab", "{f}"],
+            "fleet-supervisor: no lab in {f}: run `fleet-supervisor lab up` first\n",
+        ),
+        (
+            ["demo", "--lab", "{f}", "--loopback"],
+            "fleet-supervisor: --loopback and --lab exclude each other: the loopback demo boots "
+            "no lab\n",
+        ),
+        (
+            ["lab", "--folder", "{f}", "drill", "nope"],
+            "fleet-supervisor: no drill 'nope' (drills: ghost-execstart, eaddrinuse-29501, "
+            "page-cache-starvation, duplicated-mxfp4-patch, cold-start, ssh-lost, "
+            "unknown-failure, ghost-execstart-host, ghost-execstart-203, "
+            "engine-death-clean-exit, orphan-enginecore, ghost-execstart-no-known-good, "
+            "fork-shm-ringbuffer, mamba-block-size, silent-degradation)\n",
+        ),
+    ],
+)
+def test_demo_and_drill_refuse_with_one_plain_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main([a.format(f=tmp_path) for a in argv]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", message.format(f=tmp_path))

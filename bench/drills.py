@@ -1,0 +1,167 @@
+"""Lab drills: time to detect and time to heal (or to escalate) of every drill, several runs each,
+against the probe intervals the drills configure. Needs root on Linux (the lab).
+
+    .venv/bin/python bench/drills.py                 # boots its own lab, 5 runs of every drill
+    .venv/bin/python bench/drills.py --lab FOLDER    # in a running lab (`fleet-supervisor lab up`)
+    .venv/bin/python bench/drills.py --smoke         # one drill once; writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import RESULTS, median, write_section
+from supervisor import logs
+from supervisor.lab import drills, faults, fleet
+from supervisor.lab.lab import Lab, LabError, check_root
+from supervisor.lab.report import DrillReport
+
+TITLE = "Lab drills"
+SMOKE_DRILL = "engine-death-clean-exit"
+
+
+@dataclass
+class Runs:
+    """One drill's runs: its reports, and the runs that could not even start (the lab)."""
+
+    drill: str
+    reports: list[DrillReport] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.reports) + len(self.broken)
+
+
+def spread(values: list[float]) -> str:
+    """`median (min-max)` in seconds, or `-` when no run gave the figure."""
+    if not values:
+        return "-"
+    return f"{median(values):.1f} s ({min(values):.1f}-{max(values):.1f})"
+
+
+def settled_s(report: DrillReport) -> float | None:
+    """Detected -> healed (or healthy again on its own), or -> escalated."""
+    return report.escalate_s if report.expect is faults.Expect.ESCALATE else report.heal_s
+
+
+def row(runs: Runs) -> str:
+    fault = faults.get(runs.drill)
+    detect = [r.detect_s for r in runs.reports if r.detect_s is not None]
+    settled = [s for r in runs.reports if (s := settled_s(r)) is not None]
+    passed = sum(r.passed for r in runs.reports)
+    outcome = {
+        faults.Expect.HEAL: "healed",
+        faults.Expect.LEAVE_ALONE: "back on its own",
+        faults.Expect.ESCALATE: "escalated",
+    }[fault.expect]
+    return (
+        f"| `{runs.drill}` | `{fault.rule}` | {passed} of {runs.count} {outcome} | "
+        f"{spread(detect)} | {spread(settled)} |"
+    )
+
+
+def table(all_runs: list[Runs]) -> str:
+    probe = drills.PROBE
+    lines = [
+        f"Every drill run {all_runs[0].count if all_runs else 0} time(s) against the lab "
+        f"(spark1, spark2: real systemd and sshd), the daemon probing the drilled endpoint (ds4; "
+        f"qwen for the ghost-execstart-host/-203 drills) every "
+        f"{probe['liveness_interval']} (liveness) and {probe['completion_interval']} (a real "
+        f"completion), down after {probe['failures_to_down']} failures, timeout "
+        f"{probe['timeout']}; startup grace 20s (unknown-failure: 8s). Detect: fault injected -> "
+        "ds4 down, degraded or unreachable. Then: detected -> healed (a real completion passed), "
+        "healthy on its own (cold-start), or escalated to a person. Median (min-max).",
+        "",
+        "| drill | rule | runs that did what they must | detect | heal / escalate |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [row(runs) for runs in all_runs]
+    broken = [f"- {r.drill}: {problem}" for r in all_runs for problem in r.broken]
+    failed = [
+        f"- {r.drill}: {report.problem or report.outcome or 'did not pass'}"
+        for r in all_runs
+        for report in r.reports
+        if not report.passed
+    ]
+    if broken or failed:
+        lines += ["", "Runs that did not pass:", *broken, *failed]
+    return "\n".join(lines)
+
+
+async def measure(lab: Lab, names: list[str], runs: int) -> list[Runs]:
+    measured: list[Runs] = []
+    for name in names:
+        current = Runs(name)
+        for number in range(1, runs + 1):
+            try:
+                report = await drills.run_drill(lab, name)
+            except LabError as exc:
+                current.broken.append(str(exc))
+                print(f"{name} run {number}: could not run: {exc}", flush=True)
+                continue
+            current.reports.append(report)
+            done = settled_s(report)
+            print(
+                f"{name} run {number}: {'passed' if report.passed else 'FAILED'}, detect "
+                f"{report.detect_s or 0:.1f}s, then {done or 0:.1f}s",
+                flush=True,
+            )
+        measured.append(current)
+    return measured
+
+
+def run(lab_folder: Path | None, names: list[str], runs: int, results: Path | None) -> int:
+    if lab_folder is not None:
+        lab = Lab.load(lab_folder.absolute())
+        if not all(lab.running().values()):
+            raise LabError(
+                f"the lab in {lab.folder} is not up: run `fleet-supervisor lab up` first"
+            )
+        measured = asyncio.run(measure(lab, names, runs))
+    else:
+        own = Path(tempfile.mkdtemp(prefix="fleet-supervisor-bench-", dir="/var/lib"))
+        lab = fleet.create(own)
+        try:
+            lab.up()
+            measured = asyncio.run(measure(lab, names, runs))
+        finally:
+            lab.down()
+            shutil.rmtree(own, ignore_errors=True)
+    write_section(TITLE, table(measured), results)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_DRILL} once; writes nothing")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each drill (default 5)")
+    parser.add_argument("--lab", type=Path, metavar="FOLDER", help="a running lab (left up)")
+    parser.add_argument(
+        "--drill", action="append", metavar="NAME", help="only this drill (repeatable)"
+    )
+    parser.add_argument("--results", type=Path, default=None, help=f"default {RESULTS}")
+    args = parser.parse_args()
+    logs.silence()
+    try:
+        check_root()
+        names = [SMOKE_DRILL] if args.smoke else (args.drill or list(faults.FAULTS))
+        for name in names:
+            faults.get(name)
+        results = args.results if args.smoke else (args.results or RESULTS)
+        return run(args.lab, names, 1 if args.smoke else args.runs, results)
+    except LabError as exc:
+        print(f"bench/drills.py: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The fleet config a drill's daemon runs on: the lab's hosts over SSH with the lab's key, short
+probes, remediation for real, and the one endpoint the drill is about: the DeepSeek pair `ds4`
+(the worker on spark2, then the head on spark1, in `vllm_ds4` containers) or the single-node
+`qwen` on spark1 (a launch script on the host, no container)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from supervisor.lab import fleet
+from supervisor.lab.lab import ADDRESSES, Lab
+from supervisor.lab.lab_ops import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCRIPT, WORKER_UNIT
+
+PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks"
+#: The probes every drill's daemon runs (the figures are measured against these).
+PROBE = {
+    "liveness_interval": "500ms",
+    "completion_interval": "2s",
+    "failures_to_down": 2,
+    "timeout": "2s",
+    "jitter": "0s",
+}
+
+
+@dataclass(frozen=True)
+class Unit:
+    host: str
+    unit: str
+    known_good: str
+    container: str | None = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    model: str
+    units: tuple[Unit, ...]
+
+
+ENDPOINTS: Mapping[str, Endpoint] = {
+    "ds4": Endpoint(
+        f"http://{ADDRESSES['spark1']}:8000",
+        fleet.DS4_MODEL,
+        (
+            Unit("spark2", WORKER_UNIT, WORKER_SCRIPT, CONTAINER),
+            Unit("spark1", HEAD_UNIT, HEAD_SCRIPT, CONTAINER),
+        ),
+    ),
+    "qwen": Endpoint(
+        f"http://{ADDRESSES['spark1']}:8001",
+        fleet.QWEN_MODEL,
+        (Unit("spark1", fleet.QWEN_UNIT, fleet.QWEN_KNOWN_GOOD),),
+    ),
+}
+
+
+def completes(name: str) -> bool:
+    """Endpoint `name` answers a real chat completion now."""
+    endpoint = ENDPOINTS[name]
+    body = {"model": endpoint.model, "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        reply = httpx.post(
+            f"{endpoint.url}/v1/chat/completions", json={**body, "max_tokens": 8}, timeout=5
+        )
+    except httpx.HTTPError:
+        return False
+    return reply.status_code == 200
+
+
+def _units(endpoint: Endpoint) -> list[dict[str, str]]:
+    units = []
+    for unit in endpoint.units:
+        entry = {"host": unit.host, "unit": unit.unit, "known_good": unit.known_good}
+        if unit.container is not None:
+            entry["container"] = unit.container
+        units.append(entry)
+    return units
+
+
+def write_config(
+    lab: Lab,
+    folder: Path,
+    *,
+    playbook: Path = PLAYBOOK,
+    startup_grace: str = "20s",
+    notify: Mapping[str, object] | None = None,
+    endpoint: str = "ds4",
+) -> Path:
+    """The config for a drill about `endpoint` in `folder` (store in `folder/state`); `notify`
+    is the config's `notify` section (none: no Telegram)."""
+    hosts: dict[str, object] = {"forge": {"local": True}}
+    for name in ADDRESSES:
+        host = lab.fleet_host(name)
+        hosts[name] = {
+            "address": host.address,
+            "port": host.port,
+            "user": host.user,
+            "key": str(host.key),
+            "known_hosts": str(host.known_hosts),
+        }
+    chosen = ENDPOINTS[endpoint]
+    document: dict[str, object] = {
+        "store": {"path": "state/supervisor.db"},
+        "playbook": {"path": str(playbook)},
+        "http": {"enabled": False},
+        "remediation": {"dry_run": False, "verify_every": "500ms"},
+        "defaults": {
+            "probe": dict(PROBE),
+            "startup_grace": startup_grace,
+        },
+        "hosts": hosts,
+        "endpoints": {
+            endpoint: {
+                "kind": "openai",
+                "url": chosen.url,
+                "model": chosen.model,
+                "expect_reasoning": True,
+                "units": _units(chosen),
+            }
+        },
+    }
+    if notify is not None:
+        document["notify"] = dict(notify)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
