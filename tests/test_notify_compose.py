@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.actions.base import ActionOutcome
 from supervisor.config.models import TelegramConfig
 from supervisor.notify.auth import NotifyError, allowed, load_token
 from supervisor.notify.compose import Memory, Settings, compose, tick
 from supervisor.notify.texts import split
+from supervisor.remediation.records import step_entry
+from supervisor.remediation.steps import StepRun
 from supervisor.store import EntryKind, IncidentRow, JSONValue, SubjectKind, TimelineRow
+from supervisor.store.outbox import Draft
 
 T0 = datetime(2026, 11, 23, 3, 0, 0, tzinfo=UTC)
 SETTINGS = Settings(
@@ -113,10 +117,10 @@ UP = _row(
         ),
         (
             UP,
-            Memory(downs=1, fixed_by="r1 healed it"),
+            Memory(downs=1),
             "resolved",
             "✅ <b>ds4</b> is healthy again after 3m: completion passed (ttft 0.41s, 38.2 tok/s)\n"
-            "fixed by: r1 healed it",
+            "fixed by: nothing we did: it recovered by itself",
         ),
     ],
 )
@@ -125,6 +129,239 @@ def test_each_incident_kind_has_its_words(
 ) -> None:
     drafts, _ = compose(row, _incident(), memory, SETTINGS)
     assert [(d.kind, d.text, d.incident_id) for d in drafts] == [(kind, text, 7)]
+
+
+HEAD = "vllm-ds4-head.service@spark1"
+
+
+def _step(number: int, action: str, ok: bool = True, *, dry_run: bool = False) -> TimelineRow:
+    """A step's entry as the repair runner records it (`records.step_entry`)."""
+    outcome = ActionOutcome(ok=ok, summary="done" if ok else "exit 1")
+    run = StepRun(index=number - 1, action=action, target=HEAD, outcome=outcome)
+    entry = step_entry(run, "ds4", T0 + timedelta(minutes=1), dry_run=dry_run)
+    return TimelineRow(
+        id=1,
+        incident_id=7,
+        at=entry.at,
+        kind=entry.kind,
+        subject=entry.subject,
+        summary=entry.summary,
+        data=entry.data,
+    )
+
+
+def _move(summary: str, trigger: str, minutes: int = 1, **data: JSONValue) -> TimelineRow:
+    """An endpoint's transition, `trigger` as the worker records it."""
+    at = T0 + timedelta(minutes=minutes)
+    data = {"trigger": trigger, **data}
+    return TimelineRow(
+        id=1,
+        incident_id=7,
+        at=at,
+        kind=EntryKind.TRANSITION,
+        subject="ds4",
+        summary=summary,
+        data=data,
+    )
+
+
+REMEDIATE = _move("down -> remediating: applying r1 (1 of 3): restart the head", "remediate")
+VERIFY = _move("remediating -> verifying: r1 done: a real completion must pass within 2m", "verify")
+VERIFIED = _row(EntryKind.VERIFICATION, "verified: r1 healed it", at=timedelta(minutes=3))
+PASSED = "completion passed (ttft 0.41s, 38.2 tok/s)"
+
+
+def _up(source: str) -> TimelineRow:
+    return _move(f"{source} -> healthy: passed", "pass_check", 3, probe=PROBE)
+
+
+@pytest.mark.parametrize(
+    ("timeline", "fixed_by"),
+    [
+        pytest.param(
+            [DOWN, REMEDIATE, _step(1, "stop_units"), _step(2, "restart_units"), VERIFY],
+            f"r1 (stop_units on {HEAD}; restart_units on {HEAD})",
+            id="healed by a repair",
+        ),
+        pytest.param([DOWN], "nothing we did: it recovered by itself", id="recovered by itself"),
+        pytest.param(
+            [
+                DOWN,
+                _step(1, "restart_units"),
+                _move("down -> starting: restarted by @op", "restarted"),
+            ],
+            f"/restart by @op (restart_units on {HEAD})",
+            id="healed after a manual /restart",
+        ),
+        pytest.param(
+            [DOWN, REMEDIATE, VERIFY],
+            "nothing we did: it recovered by itself",
+            id="a rule with no step (cold-start waits)",
+        ),
+        pytest.param(
+            [
+                DOWN,
+                REMEDIATE,
+                _step(1, "restart_units"),
+                VERIFY,
+                _move("verifying -> down: r1: not verified within 2m", "verify_failed"),
+            ],
+            "nothing we did: it recovered by itself",
+            id="a repair that was not verified",
+        ),
+        pytest.param(
+            [
+                DOWN,
+                REMEDIATE,
+                _step(1, "restart_units"),
+                _step(2, "wait_healthy", ok=False),
+                _move("remediating -> escalated: a person is needed: step 2 failed", "escalate"),
+            ],
+            "nothing we did: it recovered by itself",
+            id="a repair whose step failed",
+        ),
+        pytest.param(
+            [DOWN, _step(1, "restart_units", dry_run=True)],
+            "nothing we did: it recovered by itself",
+            id="a dry run only planned",
+        ),
+        pytest.param(
+            [
+                DOWN,
+                _step(1, "restart_units"),
+                _move("down -> starting: restarted (pid 4)", "restarted"),
+            ],
+            "nothing we did: it recovered by itself",
+            id="a restart nobody here asked for",
+        ),
+    ],
+)
+def test_resolved_names_what_fixed_it(timeline: list[TimelineRow], fixed_by: str) -> None:
+    """The repair's verification entry is written after the transition to healthy (the runner
+    learns of the heal from it), so the words come from what the timeline held before."""
+    moves = [r for r in timeline if r.kind is EntryKind.TRANSITION]
+    source = moves[-1].summary.split(" -> ")[1].split(":")[0]  # where it was before healthy
+    memory = Memory()
+    for row in timeline:
+        _, memory = compose(row, _incident(), memory, SETTINGS)
+    drafts, memory = compose(_up(source), _incident(), memory, SETTINGS)
+    assert [(d.kind, d.text) for d in drafts] == [
+        ("resolved", f"✅ <b>ds4</b> is healthy again after 3m: {PASSED}\nfixed by: {fixed_by}")
+    ]
+
+
+def test_the_verification_after_the_heal_is_still_told() -> None:
+    memory = Memory()
+    for row in (DOWN, REMEDIATE, _step(1, "restart_units"), VERIFY, _up("verifying")):
+        _, memory = compose(row, _incident(), memory, SETTINGS)
+    drafts, _ = compose(VERIFIED, _incident(), memory, SETTINGS)
+    assert [d.text for d in drafts] == ["✅ ds4 repair: verified: r1 healed it"]
+
+
+def test_a_fix_is_not_carried_into_the_next_recovery() -> None:
+    """Healed by r1, down again, up by itself: the held "resolved" does not credit r1."""
+    memory = Memory()
+    timeline = [DOWN, REMEDIATE, _step(1, "restart_units"), VERIFY, _up("verifying"), DOWN]
+    for row in [*timeline, _up("down")]:
+        drafts, memory = compose(row, _incident(), memory, SETTINGS)
+    assert drafts == []  # held: it went down twice
+    assert memory.held.endswith("\nfixed by: nothing we did: it recovered by itself")
+
+
+SPARK1 = _incident(SubjectKind.HOST, "spark1")
+GSP_WHY = (
+    "ds4: a host serving it no longer answers SSH (the host's incident names it). If it is a GB10 "
+    "box mid MoE init, power-cycle every node of the pair; nothing is retried."
+)
+RUNBOOK = "# A Spark stopped answering: GPU firmware hang\n\nA host serving the endpoint <...>"
+
+
+def _escalated(endpoint: str, why: str, rule: str) -> TimelineRow:
+    return _row(
+        EntryKind.TRANSITION,
+        f"unreachable -> escalated: a person is needed: {why}",
+        at=timedelta(minutes=2),
+        subject=endpoint,
+        trigger="escalate",
+        why=why,
+        rule=rule,
+        runbook=RUNBOOK,
+    )
+
+
+def test_an_endpoint_escalated_inside_its_hosts_incident_calls_a_person() -> None:
+    """spark1 stops answering: one message for the host, then one 🆘 in its thread for the
+    power-cycle (not one per endpoint), reminders until /ack, and the host's recovery."""
+    timeline = [
+        _row(
+            EntryKind.TRANSITION, "host reachable -> unreachable: ssh timed out", subject="spark1"
+        ),
+        _row(
+            EntryKind.TRANSITION,
+            "healthy -> unreachable: host spark1 does not answer",
+            trigger="host_lost",
+        ),
+        _row(
+            EntryKind.TRANSITION,
+            "healthy -> unreachable: host spark1 does not answer",
+            subject="emb",
+            trigger="host_lost",
+        ),
+        _row(EntryKind.DIAGNOSIS, "ds4 (unreachable): gsp-firmware-hang matched on ds4"),
+        _row(EntryKind.DECISION, f"escalated: {GSP_WHY} (runbook: runbooks/gsp-firmware-hang.md)"),
+        _escalated("ds4", GSP_WHY, "gsp-firmware-hang"),
+        _escalated("emb", GSP_WHY.replace("ds4:", "emb:"), "gsp-firmware-hang"),
+        _escalated("emb", "no rule matched: a person must look", ""),
+    ]
+    memory = Memory()
+    drafts: list[Draft] = []
+    for row in timeline:
+        made, memory = compose(row, SPARK1, memory, SETTINGS)
+        drafts += made
+    assert [(d.kind, d.text, d.incident_id) for d in drafts] == [
+        (
+            "opened",
+            "🔴 host <b>spark1</b> does not answer: ssh timed out\n"
+            "its endpoints are unreachable until it answers: ds4, emb (no alert per endpoint)\n"
+            "incident #7",
+            7,
+        ),
+        (
+            "escalated",
+            "🆘 <b>a person is needed</b> on ds4 (host spark1): ds4: a host serving it no longer "
+            "answers SSH (the host's incident names it). If it is a GB10 box mid MoE init, "
+            "power-cycle every node of the pair; nothing is retried.\nrunbook:\n"
+            "# A Spark stopped answering: GPU firmware hang\n\n"
+            "A host serving the endpoint &lt;...&gt;\n/ack 7 stops the reminders",
+            7,
+        ),
+        (
+            "escalated",
+            "🆘 <b>a person is needed</b> on emb (host spark1): no rule matched: a person must look"
+            "\nrunbook:\n# A Spark stopped answering: GPU firmware hang\n\n"
+            "A host serving the endpoint &lt;...&gt;\n/ack 7 stops the reminders",
+            7,
+        ),
+    ]
+    reminders, memory = tick(SPARK1, memory, T0 + timedelta(minutes=32), SETTINGS)
+    assert [d.text for d in reminders] == [
+        "⏰ still needs a person: spark1 (incident #7, escalated 30m ago): no rule matched: a "
+        "person must look\n/ack 7 stops these reminders"
+    ]
+    back = _row(
+        EntryKind.TRANSITION,
+        "host unreachable -> reachable: answers again",
+        at=timedelta(minutes=40),
+        subject="spark1",
+    )
+    drafts, memory = compose(back, SPARK1, memory, SETTINGS)
+    assert [d.text for d in drafts] == ["✅ host <b>spark1</b> answers again after 40m"]
+    assert not memory.active
+
+
+def test_an_endpoints_escalation_is_not_told_in_another_endpoints_incident() -> None:
+    """Only a host's incident speaks for other subjects' entries."""
+    assert compose(_escalated("emb", GSP_WHY, "r"), _incident(), Memory(downs=1), SETTINGS)[0] == []
 
 
 def test_a_host_speaks_once_for_its_endpoints() -> None:

@@ -4,6 +4,12 @@ Pure functions: `compose` turns one timeline row into drafts, `tick` releases wh
 time (a flapping incident's held "resolved", reminders of an escalation nobody acknowledged).
 One thread per incident; a reopened incident (flapping) gives at most one "flapping" update per
 `flap_every` and one "resolved" once it has stayed up for `settle`.
+
+"Fixed by" is read from what the timeline holds before the transition to healthy: the repair's
+verification entry is written after it (the runner learns of the heal from that transition), so
+the composer follows the attempt itself: the rule that started it (or the person's `/restart`)
+and the steps that passed. A host's incident also holds its endpoints' entries: only what a
+person must act on (an escalation) is told from them, once per rule, in the host's thread.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from supervisor.store import EntryKind, IncidentRow, JSONValue, SubjectKind, Tim
 from supervisor.store.outbox import Draft
 
 _TRANSITION = re.compile(r"^(?:host )?(\S+) -> (\S+): (.*)$", re.DOTALL)
+_APPLYING = re.compile(r"^applying (\S+) ")
+_RESTART_BY = re.compile(r"^restarted by (.+)$", re.DOTALL)
+_STEP = re.compile(r"^step \d+ ")
 _PROBLEMS = ("down", "degraded")
 _SEEN_MAX = 50
 
@@ -44,7 +53,9 @@ class Memory:
     why: str = ""
     reminded_at: datetime | None = None
     acked_by: str = ""
-    fixed_by: str = ""
+    repair: str = ""  #: the attempt under way: its rule id
+    steps: tuple[str, ...] = ()  #: `action on target` of its steps that passed so far
+    fixed_by: str = ""  #: what the attempt did, once its steps passed (cleared when it fails)
     seen: tuple[str, ...] = ()  #: keys of informational messages already sent
 
     @property
@@ -75,7 +86,7 @@ class Memory:
             value = data[name]
             if name in _TIMES and isinstance(value, str):
                 values[name] = datetime.fromisoformat(value)
-            elif name == "seen" and isinstance(value, list):
+            elif name in _TUPLES and isinstance(value, list):
                 values[name] = tuple(str(v) for v in value)
             else:
                 values[name] = value
@@ -84,6 +95,7 @@ class Memory:
 
 _FIELDS = tuple(Memory.__dataclass_fields__)
 _TIMES = frozenset({"first_down", "flap_sent_at", "held_at", "escalated_at", "reminded_at"})
+_TUPLES = frozenset({"seen", "steps"})
 
 Result = tuple[list[Draft], Memory]
 
@@ -91,18 +103,18 @@ Result = tuple[list[Draft], Memory]
 def compose(row: TimelineRow, incident: IncidentRow, memory: Memory, settings: Settings) -> Result:
     """The drafts one timeline row gives (often none) and the incident's new memory."""
     if row.subject != incident.subject:
-        return [], memory  # an endpoint's entry copied into its host's incident: the host speaks
+        return _in_host(row, incident, memory)
     if row.kind is EntryKind.TRANSITION:
         return _transition(row, incident, memory, settings)
     name = incident.subject
+    if row.kind is EntryKind.ACTION:
+        return [], _step(row, memory)
     if row.kind is EntryKind.DIAGNOSIS:
         return _once(memory, "diagnosis", row.summary, texts.diagnosis(name, row.summary), incident)
     if row.kind is EntryKind.DECISION and row.summary.startswith("dry run: would"):
         return _once(memory, "plan", row.summary, texts.plan(name, row.summary), incident)
     if row.kind is EntryKind.VERIFICATION:
         ok = row.summary.startswith("verified")
-        if ok:
-            memory = replace(memory, fixed_by=row.summary.removeprefix("verified: "))
         text = texts.repair_result(name, ok, row.summary)
         return _once(memory, "repair", row.summary, text, incident)
     return [], memory
@@ -114,7 +126,7 @@ def _transition(
     match = _TRANSITION.match(row.summary)
     if match is None:
         return [], memory
-    _source, dest, note = match.groups()
+    source, dest, note = match.groups()
     name = incident.subject
     if incident.subject_kind is SubjectKind.HOST:
         if dest == "unreachable":
@@ -125,6 +137,13 @@ def _transition(
             return _resolve(row, memory, texts.host_resolved(name, row.at - incident.opened_at))
         return [], memory
     trigger = row.data.get("trigger")
+    if dest == "healthy":
+        fixed_by = memory.fixed_by if source in ("verifying", "starting") else ""
+        memory = replace(memory, repair="", steps=(), fixed_by="")
+        took = row.at - incident.opened_at
+        text = texts.resolved(name, took, _how(row), fixed_by, memory.downs)
+        return _resolve(row, memory, text)
+    memory = _attempt(_text(trigger), note, memory)
     if dest in _PROBLEMS and "probes" in row.data:
         text = texts.opened(name, dest, _symptom(row, incident), incident.id)
         return _problem(row, incident, memory, settings, text)
@@ -137,11 +156,62 @@ def _transition(
         )
         text = texts.escalated(name, why, _text(row.data.get("runbook")), incident.id)
         return _once(memory, "escalated", why, text, incident)
-    if dest == "healthy":
-        took = row.at - incident.opened_at
-        text = texts.resolved(name, took, _how(row), memory.fixed_by, memory.downs)
-        return _resolve(row, memory, text)
     return [], memory
+
+
+def _attempt(trigger: str, note: str, memory: Memory) -> Memory:
+    """Follow a repair through its transitions: which rule started it, whether its steps passed
+    (`verify`), or a person's restart; any other move (verification ran out, an escalation, a
+    restart nobody here asked for) means nothing we did is under way."""
+    if trigger == "remediate":
+        rule = _APPLYING.match(note)
+        return replace(memory, repair=rule[1] if rule else note, steps=(), fixed_by="")
+    if trigger == "verify":
+        return replace(memory, fixed_by=_did(memory.repair, memory.steps), repair="", steps=())
+    person = _RESTART_BY.match(note)
+    if trigger == "restarted" and person is not None:
+        fixed_by = _did(f"/restart by {person[1]}", memory.steps)
+        return replace(memory, fixed_by=fixed_by, repair="", steps=())
+    if memory.repair or memory.steps or memory.fixed_by:
+        return replace(memory, repair="", steps=(), fixed_by="")
+    return memory
+
+
+def _did(what: str, steps: tuple[str, ...]) -> str:
+    """`r1 (restart_units on ds4)`; '' when no step passed (a rule that only waits did nothing)."""
+    return f"{what} ({'; '.join(steps)})" if what and steps else ""
+
+
+def _step(row: TimelineRow, memory: Memory) -> Memory:
+    """A step that passed (`step 2 restart_units on ds4: ok: ...`), kept for "fixed by"."""
+    action, target = _text(row.data.get("action")), _text(row.data.get("target"))
+    done = f"{action} on {target}"
+    head = _STEP.sub("", row.summary, count=1)
+    if not action or row.data.get("ok") is not True or not head.startswith(f"{done}: ok: "):
+        return memory  # a failed or only planned (dry run) step
+    return replace(memory, steps=(*memory.steps, done)[-_SEEN_MAX:])
+
+
+def _in_host(row: TimelineRow, incident: IncidentRow, memory: Memory) -> Result:
+    """An endpoint's entry in its host's incident: the host's messages speak for its endpoints,
+    except for what a person must do. An escalation is told in the host's thread, once per rule
+    (every endpoint of a frozen host asks for the same power-cycle)."""
+    if incident.subject_kind is not SubjectKind.HOST or row.kind is not EntryKind.TRANSITION:
+        return [], memory
+    match = _TRANSITION.match(row.summary)
+    if match is None or row.data.get("trigger") != "escalate":
+        return [], memory
+    why = _text(row.data.get("why")) or match[3]
+    rule = _text(row.data.get("rule"))
+    runbook = _text(row.data.get("runbook"))
+    text = texts.escalated(row.subject, why, runbook, incident.id, host=incident.subject)
+    drafts, after = _once(memory, "escalated", rule or why, text, incident)
+    if not drafts:
+        return [], memory
+    after = replace(
+        after, escalated_at=row.at, why=why, reminded_at=None, acked_by="", closed=False
+    )
+    return drafts, after
 
 
 def _problem(

@@ -49,8 +49,10 @@ def repair_result(name: str, ok: bool, line: str) -> str:
     return f"{'✅' if ok else '❌'} {h(name)} repair: {h(line)}"
 
 
-def escalated(name: str, why: str, runbook: str, incident_id: int) -> str:
-    lines = [f"🆘 <b>a person is needed</b> on {h(name)}: {h(why)}"]
+def escalated(name: str, why: str, runbook: str, incident_id: int, *, host: str = "") -> str:
+    """`host`: the endpoint is escalated inside its host's incident (the host stopped answering)."""
+    where = f" (host {h(host)})" if host else ""
+    lines = [f"🆘 <b>a person is needed</b> on {h(name)}{where}: {h(why)}"]
     if runbook.strip():
         lines.append("runbook:")
         lines += [h(line) for line in runbook.strip().splitlines()]
