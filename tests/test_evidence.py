@@ -11,8 +11,8 @@ import shutil
 import socket
 import stat
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Protocol
@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
+from supervisor.events import Outcome, ProbeResult, Tier
 from supervisor.evidence.base import (
     CollectContext,
     CollectorParams,
@@ -34,21 +35,25 @@ from supervisor.evidence.base import (
 )
 from supervisor.evidence.declare import collector, found
 from supervisor.evidence.execstart import docker_exec, parse_exec_start, split_argv
-from supervisor.evidence.journal import parse_journal
+from supervisor.evidence.journal import journal_since, parse_journal, since_text
 from supervisor.evidence.memory import parse_meminfo
 from supervisor.evidence.metrics import parse_metrics
 from supervisor.evidence.network import parse_pid_args, parse_ss
 from supervisor.evidence.processes import parse_ps, select
 from supervisor.evidence.registry import COLLECTORS, collectors_of
+from supervisor.evidence.settling import may_be_mid_attempt
 from supervisor.evidence.systemd import parse_main_pid, parse_unit_status
 from supervisor.executor import CommandResult, Executor, command_line
 from supervisor.executor.containers import ContainerNameError, in_container
 from supervisor.executor.local import LocalExecutor
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.playbook.diagnose import diagnose
+from supervisor.playbook.loader import load_playbook
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually
 
 DATA = Path(__file__).parent / "data" / "evidence"
+SHIPPED = load_playbook(Path(__file__).resolve().parent.parent / "playbooks")
 SPARK1 = Host(name="spark1", address="192.168.1.11")
 FORGE = Host(name="forge", local=True)
 HEAD = UnitRef(
@@ -96,10 +101,19 @@ class Call:
 
 @dataclass(kw_only=True)
 class ScriptedExecutor:
-    """Answers each argv from a table (unknown commands: exit 127) and records every call."""
+    """Answers each argv from a table (unknown commands: exit 127) and records every call.
+    An argv in `sequences` gets its answers in turn, the last one repeated."""
 
     answers: Mapping[tuple[str, ...], Answer]
+    sequences: Mapping[tuple[str, ...], Sequence[Answer]] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv in self.sequences:
+            turns = self.sequences[argv]
+            asked = sum(1 for call in self.calls if call.argv == argv)
+            return turns[min(asked, len(turns)) - 1]
+        return self.answers.get(argv, Answer(status=127, stderr="command not found"))
 
     async def run(
         self,
@@ -113,7 +127,7 @@ class ScriptedExecutor:
     ) -> CommandResult:
         assert not mutating, f"a collector ran a mutating command: {argv}"
         self.calls.append(Call(host=host.name, argv=tuple(argv), sudo=sudo))
-        answer = self.answers.get(tuple(argv), Answer(status=127, stderr="command not found"))
+        answer = self.answer(tuple(argv))
         return CommandResult(
             host=host.name,
             command=command_line(argv, sudo=sudo),
@@ -134,6 +148,24 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+@dataclass(kw_only=True)
+class FakeTime:
+    """A clock that only moves when a collector pauses: pauses are recorded, never slept."""
+
+    at: float = 1000.0
+    pauses: list[float] = field(default_factory=list)
+
+    def now(self) -> datetime:
+        return datetime(2026, 3, 3, 7, 2, 11, tzinfo=UTC) + timedelta(seconds=self.at)
+
+    def monotonic(self) -> float:
+        return self.at
+
+    async def pause(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.at += seconds
+
+
 class Collect(Protocol):
     async def __call__(
         self,
@@ -143,12 +175,15 @@ class Collect(Protocol):
         scope: Scope,
         executor: Executor | None = None,
         timeout: timedelta = ...,
+        last_ok_at: datetime | None = None,
+        time: FakeTime | None = None,
     ) -> Evidence: ...
 
 
 @pytest.fixture
 def collect(http: httpx.AsyncClient) -> Collect:
-    """`await collect(name, params, scope=..., executor=...)` runs one registered collector."""
+    """`await collect(name, params, scope=..., executor=...)` runs one registered collector
+    (with `time`, its clock and its pauses are a `FakeTime`'s)."""
 
     async def run(
         name: str,
@@ -157,6 +192,8 @@ def collect(http: httpx.AsyncClient) -> Collect:
         scope: Scope,
         executor: Executor | None = None,
         timeout: timedelta = timedelta(seconds=5),
+        last_ok_at: datetime | None = None,
+        time: FakeTime | None = None,
     ) -> Evidence:
         chosen = COLLECTORS[name]
         ctx = CollectContext(
@@ -164,7 +201,10 @@ def collect(http: httpx.AsyncClient) -> Collect:
             executor=executor if executor is not None else LocalExecutor(),
             timeout=timeout,
             http=http,
+            last_ok_at=last_ok_at,
         )
+        if time is not None:
+            ctx = replace(ctx, clock=time, pause=time.pause)
         return await chosen.run(ctx, chosen.params.model_validate(params or {}))
 
     return run
@@ -340,6 +380,147 @@ async def test_unit_status_runs_systemctl_show_without_root(collect: Collect) ->
     ]
 
 
+# --- unit_status in a crash loop: a sample taken mid-attempt is taken again ---------------------
+
+
+def show(
+    *, active: str, sub: str, status: int, pid: int, restarts: int, entered: int = 0
+) -> Answer:
+    """A `systemctl show` answer of the DS4 head in the given state (the ghost capture's unit)."""
+    values = {
+        "ActiveState": active,
+        "SubState": sub,
+        "ExecMainStatus": str(status),
+        "ExecMainCode": "1" if status else "0",
+        "MainPID": str(pid if active == "active" else 0),
+        "ExecMainPID": str(pid),
+        "NRestarts": str(restarts),
+        "Result": "exit-code" if status else "success",
+        "ActiveEnterTimestampMonotonic": str(entered),
+    }
+    lines = [
+        f"{key}={values.get(key, value)}"
+        for key, _, value in (
+            line.partition("=") for line in data("systemctl-show-ghost-127.txt").splitlines()
+        )
+    ]
+    return Answer(stdout="\n".join(lines) + "\n")
+
+
+def attempt(number: int) -> Answer:
+    """Attempt `number` of a crash loop, alive for its few hundred ms: it looks healthy."""
+    return show(
+        active="active", sub="running", status=0, pid=300_000 + number, restarts=number,
+        entered=93_000_000_000 + number * 30_300_000,
+    )  # fmt: skip
+
+
+def between(number: int) -> Answer:
+    """After attempt `number` exited 127: systemd waits RestartSec in auto-restart."""
+    return show(active="activating", sub="auto-restart", status=127, pid=300_000 + number,
+                restarts=number)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected", "pauses"),
+    [
+        # sampled mid-attempt, then between attempts: the exit 127 is what is reported
+        ([attempt(1043), between(1043)],
+         {"active_state": "activating", "sub_state": "auto-restart", "exec_main_status": 127,
+          "n_restarts": 1043, "samples": 2, "settled": True}, [0.5]),
+        # RestartSec=100ms: the next samples catch the next attempts, then a pause between them
+        ([attempt(5), attempt(6), attempt(7), between(7)],
+         {"exec_main_status": 127, "n_restarts": 7, "samples": 4, "settled": True},
+         [0.5, 0.5, 0.5]),
+        # restarted by systemd once, long ago, and running since: settled after 2 s of one attempt
+        ([attempt(1)],
+         {"active_state": "active", "exec_main_status": 0, "main_pid": 300_001, "samples": 5,
+          "settled": True}, [0.5, 0.5, 0.5, 0.5]),
+        # never restarted by systemd: one sample is the truth
+        ([Answer(stdout=data("systemctl-show-healthy.txt"))],
+         {"active_state": "active", "n_restarts": 0, "samples": 1, "settled": True}, []),
+        # already between two attempts: one sample
+        ([between(3)], {"exec_main_status": 127, "samples": 1, "settled": True}, []),
+        # start-limit-hit: failed, not moving
+        ([Answer(stdout=data("systemctl-show-start-limit-hit.txt"))],
+         {"active_state": "failed", "samples": 1, "settled": True}, []),
+    ],
+)  # fmt: skip
+async def test_unit_status_samples_a_fresh_attempt_again_until_it_settles(
+    collect: Collect,
+    answers: list[Answer],
+    expected: Mapping[str, FactValue],
+    pauses: list[float],
+) -> None:
+    time = FakeTime()
+    executor = ScriptedExecutor(answers={}, sequences={UNIT_STATUS_ARGV: answers})
+    evidence = await collect("unit_status", scope=head_scope(), executor=executor, time=time)
+    assert evidence.error == ""
+    assert {name: evidence.facts.get(name) for name in expected} == expected
+    assert time.pauses == pauses
+    assert len(evidence.commands) == len(executor.calls) == expected["samples"]
+    assert {call.argv for call in executor.calls} == {UNIT_STATUS_ARGV}
+
+
+async def test_unit_status_reports_the_last_sample_at_the_deadline_unsettled(
+    collect: Collect,
+) -> None:
+    time = FakeTime()
+    loop = [attempt(number) for number in range(10, 30)]  # always caught mid-attempt
+    executor = ScriptedExecutor(answers={}, sequences={UNIT_STATUS_ARGV: loop})
+    evidence = await collect(
+        "unit_status", scope=head_scope(), executor=executor, time=time,
+        timeout=timedelta(seconds=2),
+    )  # fmt: skip
+    assert {name: evidence.facts[name] for name in ("samples", "settled", "n_restarts")} == {
+        "samples": 5,
+        "settled": False,
+        "n_restarts": 14,
+    }
+    assert time.at - 1000.0 == 2.0  # never past the evidence timeout
+
+
+async def test_unit_status_whose_later_sample_fails_is_an_error(collect: Collect) -> None:
+    broken = Answer(status=1, stderr=f"{NO_BUS}\n")
+    executor = ScriptedExecutor(answers={}, sequences={UNIT_STATUS_ARGV: [attempt(2), broken]})
+    evidence = await collect("unit_status", scope=head_scope(), executor=executor, time=FakeTime())
+    assert (evidence.error, dict(evidence.facts), len(evidence.commands)) == (
+        f"systemctl show failed: exit 1: {NO_BUS}",
+        {},
+        2,
+    )
+
+
+async def test_unit_status_pauses_for_real_by_default(collect: Collect) -> None:
+    """Without a fake clock the collector sleeps its half second between two samples."""
+    executor = ScriptedExecutor(answers={}, sequences={UNIT_STATUS_ARGV: [attempt(1), between(1)]})
+    started = asyncio.get_running_loop().time()
+    evidence = await collect("unit_status", scope=head_scope(), executor=executor)
+    assert evidence.facts["samples"] == 2
+    assert asyncio.get_running_loop().time() - started >= 0.5
+
+
+@pytest.mark.parametrize(
+    ("facts", "mid_attempt"),
+    [
+        ({"n_restarts": 3, "active_state": "active", "sub_state": "running"}, True),
+        ({"n_restarts": 3, "active_state": "activating", "sub_state": "start"}, True),
+        ({"n_restarts": 3, "active_state": "deactivating", "sub_state": "stop-sigterm"}, True),
+        ({"n_restarts": 3, "active_state": "activating", "sub_state": "auto-restart"}, False),
+        ({"n_restarts": 3, "active_state": "activating", "sub_state": "auto-restart-queued"},
+         False),
+        ({"n_restarts": 3, "active_state": "failed", "sub_state": "failed"}, False),
+        ({"n_restarts": 0, "active_state": "active", "sub_state": "running"}, False),
+        ({"active_state": "active", "sub_state": "running"}, False),  # systemd < 235
+        ({"n_restarts": True, "active_state": "active", "sub_state": "running"}, False),
+    ],
+)  # fmt: skip
+def test_which_samples_may_be_mid_attempt(
+    facts: Mapping[str, FactValue], mid_attempt: bool
+) -> None:
+    assert may_be_mid_attempt(facts) is mid_attempt
+
+
 @pytest.mark.parametrize(
     ("ps", "expected", "commands"),
     [
@@ -385,12 +566,108 @@ def test_journal_text_and_line_count(text: str, lines: int) -> None:
 
 
 async def test_journal_runs_journalctl_as_root_with_the_line_count(collect: Collect) -> None:
+    """Never healthy as far as the daemon knows: the last lines, whenever they were written."""
     argv = ("journalctl", "-u", "vllm-ds4-head.service", "-n", "50", "--no-pager", "-o", "cat")
     executor = ScriptedExecutor(answers={argv: Answer(stdout=data("journal-ghost-127.txt"))})
     evidence = await collect("journal", {"lines": 50}, scope=head_scope(), executor=executor)
     assert evidence.facts["lines"] == 7
+    assert evidence.facts["since"] == ""
     assert "bash: /workspace/vllm-head.sh: No such file or directory" in str(evidence.facts["text"])
     assert executor.calls == [Call(host="spark1", argv=argv, sudo=True)]
+
+
+@pytest.mark.parametrize(
+    ("last_ok_at", "epoch", "since"),
+    [
+        (datetime(2026, 3, 3, 7, 2, 11, 500_000, tzinfo=UTC), 1772521301, "2026-03-03T07:01:41Z"),
+        # another zone is the same instant
+        (datetime(2026, 3, 3, 9, 2, 11, tzinfo=timezone(timedelta(hours=2))), 1772521301,
+         "2026-03-03T07:01:41Z"),
+    ],
+)  # fmt: skip
+async def test_journal_reads_since_30s_before_the_last_passing_check(
+    collect: Collect, last_ok_at: datetime, epoch: int, since: str
+) -> None:
+    argv = ("journalctl", "-u", "vllm-ds4-head.service", "--since", f"@{epoch}", "-n", "300",
+            "--no-pager", "-o", "cat")  # fmt: skip
+    executor = ScriptedExecutor(answers={argv: Answer(stdout="-- No entries --\n")})
+    evidence = await collect(
+        "journal", {"lines": 300}, scope=head_scope(), executor=executor, last_ok_at=last_ok_at
+    )
+    assert dict(evidence.facts) == {"text": "", "lines": 0, "since": since}
+    assert executor.calls == [Call(host="spark1", argv=argv, sudo=True)]
+    assert [result.command for result in evidence.commands] == [
+        f"sudo -n journalctl -u vllm-ds4-head.service --since @{epoch} -n 300 --no-pager -o cat"
+    ]
+
+
+@dataclass(kw_only=True)
+class JournalHost(ScriptedExecutor):
+    """Answers `journalctl -u UNIT [--since @EPOCH] -n N ... -o cat` as journalctl does, from
+    timestamped entries: those at or after EPOCH, the last N of them."""
+
+    journal: Sequence[tuple[datetime, str]] = ()
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[:1] != ("journalctl",):
+            return super().answer(argv)
+        options = dict(zip(argv[1::2], argv[2::2], strict=False))
+        since = options.get("--since")
+        start = datetime.fromtimestamp(int(since[1:]), UTC) if since else None
+        lines = [line for at, line in self.journal if start is None or at >= start]
+        kept = lines[-int(options["-n"]) :]
+        return Answer(stdout="".join(f"{line}\n" for line in kept) or "-- No entries --\n")
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+SHM_ERROR = (
+    "(EngineCore_DP0 pid=412) ERROR 06-01 22:10:31 [core.py:708] AttributeError: "
+    "'ShmRingBuffer' object has no attribute 'shared_memory'"
+)
+#: last night's fork-shm failure (healed by a relaunch), then today's different failure
+HEAD_JOURNAL = (
+    (at("2026-06-01T22:10:31"), SHM_ERROR),
+    (at("2026-06-01T22:10:31"), "vllm-ds4-head.service: Main process exited, status=1/FAILURE"),
+    (at("2026-06-01T22:31:02"), "(APIServer pid=97) INFO Application startup complete."),
+    (at("2026-06-02T09:14:55"), "(EngineCore_DP0 pid=977) ERROR RuntimeError: Worker failed "
+                                "with error 'NCCL timeout', please check the stack trace above"),
+    (at("2026-06-02T09:14:56"), "vllm-ds4-head.service: Main process exited, status=1/FAILURE"),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("last_ok_at", "verdict"),
+    [
+        (None, "fork-shm-ringbuffer"),  # never ok since the daemon started: the last lines
+        (at("2026-06-02T09:10:00"), "unknown-failure"),  # ok this morning: the old line is out
+        (at("2026-06-01T22:10:50"), "fork-shm-ringbuffer"),  # 19 s after it: within the margin
+    ],
+)
+async def test_an_error_logged_before_the_last_passing_check_is_not_diagnosed_again(
+    http: httpx.AsyncClient, last_ok_at: datetime | None, verdict: str
+) -> None:
+    status = show(active="activating", sub="auto-restart", status=1, pid=977, restarts=2)
+    executor = JournalHost(answers={UNIT_STATUS_ARGV: status}, journal=HEAD_JOURNAL)
+    endpoint = Endpoint(name="ds4", kind="openai", url="http://192.168.1.11:8000", units=(HEAD,))
+    config = FleetConfig(source=Path("fleet.yaml"), hosts={"spark1": SPARK1},
+                         endpoints={"ds4": endpoint})  # fmt: skip
+    trigger = ProbeResult(
+        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=Outcome.FAIL,
+        reason="connection refused", at=at("2026-06-02T09:15:30"), latency_s=0.01,
+    )  # fmt: skip
+    diagnosis = await diagnose(
+        endpoint, config=config, state="down", trigger=trigger, playbook=SHIPPED,
+        executor=executor, http=http, timeout=timedelta(seconds=5), last_ok_at=last_ok_at,
+    )  # fmt: skip
+    assert diagnosis.matched is not None
+    assert diagnosis.matched.rule.id == verdict
+    journals = [run.evidence for run in diagnosis.evidence if run.collector == "journal"]
+    assert len(journals) == 1
+    expected_since = "" if last_ok_at is None else since_text(journal_since(last_ok_at))
+    assert journals[0].facts["since"] == expected_since
 
 
 # --- commands that could not run, scopes that lack what a collector needs ------------------------

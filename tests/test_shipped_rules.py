@@ -8,13 +8,24 @@ playbook, so priorities and "the first match wins" are part of what is checked.
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from supervisor.cli import main
+from supervisor.config import Endpoint, FleetConfig, Host
+from supervisor.events import Outcome, ProbeResult, Tier
+from supervisor.evidence.base import Collector, CollectorParams, Evidence, Scope
+from supervisor.playbook.fixturefile import load_fixture
 from supervisor.playbook.fixtures import FixtureReport, run_fixtures
 from supervisor.playbook.loader import Playbook, load_playbook
+from supervisor.playbook.matching import match_rules
+from supervisor.playbook.model import EvidenceItem
+from supervisor.playbook.registries import collectors_or_default
+from supervisor.playbook.scopes import scopes_of
+from supervisor.remediation.rulefacts import ask_text
 
 PLAYBOOK = Path(__file__).resolve().parent.parent / "playbooks"
 FIXTURES = sorted(PLAYBOOK.joinpath("tests").glob("*.yaml"))
@@ -74,3 +85,37 @@ def test_the_cli_runs_every_fixture_file(capsys: pytest.CaptureFixture[str]) -> 
     assert [line for line in lines if not line.startswith("ok  ")] == [
         f"{len(lines) - 1} passed, 0 failed"
     ]
+
+
+@pytest.mark.parametrize("number", [0, 1], ids=["no reasoning text", "enforce-eager"])
+async def test_silent_degradation_of_a_pair_names_the_head(shipped: Playbook, number: int) -> None:
+    """The rule matches the unit that serves (the head, last in restart order), so the person
+    is shown the head's command line, not the worker's."""
+    loaded = load_fixture(PLAYBOOK / "tests" / "silent-degradation.yaml")
+    assert loaded.fixture is not None
+    case, facts = loaded.fixture.cases[number], loaded.facts[number]
+    endpoint = Endpoint(name="ds4", kind="openai", url=case.endpoint.url, units=case.units)
+    hosts = {unit.host: Host(name=unit.host) for unit in case.units}
+    config = FleetConfig(source=Path("fleet.yaml"), hosts=hosts, endpoints={"ds4": endpoint})
+    assert case.probe is not None
+    trigger = ProbeResult(
+        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=Outcome.DEGRADED,
+        reason=case.probe.reason, at=datetime(2026, 6, 2, tzinfo=UTC), latency_s=0.0,
+    )  # fmt: skip
+
+    async def gather(
+        item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
+    ) -> Evidence:
+        return Evidence(collector=collector.name, facts=facts[scope.index].get(item.id, {}))
+
+    matched, _ = await match_rules(
+        shipped.rules, scopes_of(endpoint, config), state="degraded", trigger=trigger,
+        collectors=collectors_or_default(None), gather=gather,
+    )  # fmt: skip
+    assert matched is not None
+    assert matched.rule.id == "silent-degradation"
+    assert [unit.unit for unit in matched.units] == ["vllm-ds4-head.service"]
+    message = ask_text(matched.rule, [(r.scope, r.facts) for r in matched.scopes])
+    head_args = facts[1]["cmdline"]["args"]
+    assert f"vllm-ds4-head.service on spark1 runs: {head_args}." in message
+    assert "vllm-ds4-worker" not in message

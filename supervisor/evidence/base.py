@@ -7,14 +7,16 @@ no units. Collectors never raise: a collector that could not run returns `error`
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from supervisor.clock import Clock, SystemClock
 from supervisor.config import Endpoint, Host, UnitRef
 from supervisor.executor import CommandResult, Executor
 
@@ -46,6 +48,11 @@ class CollectContext:
     executor: Executor
     timeout: timedelta  #: per command
     http: httpx.AsyncClient  #: for HTTP collectors (the endpoint's /metrics)
+    #: when the endpoint last passed a check (hub time); None when it never did as far as the
+    #: daemon knows. The journal reads only what was logged since (see `journal`).
+    last_ok_at: datetime | None = None
+    clock: Clock = field(default_factory=SystemClock)  #: for collectors that sample over time
+    pause: Callable[[float], Awaitable[None]] = asyncio.sleep  #: wait N seconds between samples
 
 
 @dataclass(frozen=True, kw_only=True)

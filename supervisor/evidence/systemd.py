@@ -1,7 +1,8 @@
 """Collectors that ask systemd about the scope's unit: `unit_status` and `command_line`.
 
 Both only read (`systemctl show` needs no root). A unit systemd does not know is not an error:
-`systemctl show` answers `LoadState=not-found`, which rules can test.
+`systemctl show` answers `LoadState=not-found`, which rules can test. `unit_status` samples again
+while the unit may be caught mid-attempt in a crash loop (see `supervisor.evidence.settling`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from supervisor.evidence.declare import (
     scope_unit,
 )
 from supervisor.evidence.execstart import parse_exec_start
+from supervisor.evidence.settling import PAUSE, Settling
+from supervisor.executor import CommandResult
 
 PROPERTIES = (
     "LoadState",
@@ -75,6 +78,10 @@ UNIT_STATUS_FACTS = {
     "fragment_path": "the unit file ('' for a unit systemd does not know)",
     "user": "User= ('' means root)",
     "active_enter_monotonic_us": "when it last became active, µs of monotonic clock (0 never)",
+    "samples": "how many times `systemctl show` ran: a unit restarted by systemd that looks "
+    "running is sampled again until one attempt has run 2 s (a crash-loop attempt lives less)",
+    "settled": "false when the unit still looked freshly restarted at the deadline (the "
+    "evidence timeout): the facts are then its last sample",
 }
 
 
@@ -122,17 +129,29 @@ def parse_unit_status(text: str) -> dict[str, FactValue]:
 @collector(
     "unit_status",
     params=NoParams,
-    doc="the unit's state, last exit and ExecStart: `systemctl show UNIT -p ...` (no root)",
+    doc="the unit's state, last exit and ExecStart: `systemctl show UNIT -p ...` (no root), "
+    "sampled again (every 0.5 s, up to the evidence timeout) while a unit systemd restarted "
+    "may be caught mid-attempt in a crash loop",
     facts=UNIT_STATUS_FACTS,
     needs_unit=True,
 )
 async def unit_status(ctx: CollectContext, params: NoParams) -> Evidence:
     unit = scope_unit(ctx)
     argv = ["systemctl", "show", unit.unit, "-p", ",".join(PROPERTIES), "--no-pager"]
-    result = await run_read(ctx, argv)
-    if not result.ok:
-        return failed(failure("systemctl show", result), result)
-    return found(parse_unit_status(result.stdout), result)
+    settling = Settling()
+    deadline = ctx.clock.monotonic() + ctx.timeout.total_seconds()
+    results: list[CommandResult] = []
+    while True:
+        result = await run_read(ctx, argv)
+        results.append(result)
+        if not result.ok:
+            return failed(failure("systemctl show", result), *results)
+        facts = parse_unit_status(result.stdout)
+        now = ctx.clock.monotonic()
+        settled = settling.settled(facts, now)
+        if settled or now + PAUSE > deadline:
+            return found({**facts, "samples": len(results), "settled": settled}, *results)
+        await ctx.pause(PAUSE)
 
 
 def parse_main_pid(text: str) -> int | None:

@@ -9,7 +9,7 @@ the rules that needed it do not match, and the diagnosis records why.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -36,10 +36,18 @@ _CacheKey = tuple[str, str | None, str | None, str]
 class _CachedGather:
     """Runs collectors, at most once per (collector, host, unit, params); records each run."""
 
-    def __init__(self, *, executor: Executor, http: httpx.AsyncClient, timeout: timedelta):
+    def __init__(
+        self,
+        *,
+        executor: Executor,
+        http: httpx.AsyncClient,
+        timeout: timedelta,
+        last_ok_at: datetime | None = None,
+    ):
         self._executor = executor
         self._http = http
         self._timeout = timeout
+        self._last_ok_at = last_ok_at
         self._cache: dict[_CacheKey, Evidence] = {}
         self.runs: list[EvidenceRun] = []
 
@@ -71,7 +79,11 @@ class _CachedGather:
             message = "no host to run it on (the endpoint has no units and no host)"
             return Evidence(collector=collector.name, error=message)
         context = CollectContext(
-            scope=scope, executor=self._executor, timeout=self._timeout, http=self._http
+            scope=scope,
+            executor=self._executor,
+            timeout=self._timeout,
+            http=self._http,
+            last_ok_at=self._last_ok_at,
         )
         deadline = self._timeout * DEADLINE_FACTOR
         try:
@@ -96,9 +108,12 @@ async def diagnose(
     http: httpx.AsyncClient,
     timeout: timedelta,
     collectors: Collectors | None = None,
+    last_ok_at: datetime | None = None,
 ) -> Diagnosis:
-    """Gather evidence for `endpoint` (in `state`, after `trigger`) and match the playbook."""
-    gather = _CachedGather(executor=executor, http=http, timeout=timeout)
+    """Gather evidence for `endpoint` (in `state`, after `trigger`) and match the playbook.
+    `last_ok_at` (when the endpoint last passed a check) reaches the collectors through their
+    context: the journal reads only what was logged since."""
+    gather = _CachedGather(executor=executor, http=http, timeout=timeout, last_ok_at=last_ok_at)
     matched, evaluations = await match_rules(
         playbook.rules,
         scopes_of(endpoint, config),

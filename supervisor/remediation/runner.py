@@ -150,6 +150,7 @@ class Remediator:
             executor=self.executor,
             http=self._http,
             timeout=self.config.remediation.evidence_timeout,
+            last_ok_at=worker.last_ok_at,
         )
         now = self.clock.now()
         for run in diagnosis.evidence:
