@@ -59,7 +59,7 @@ TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
         S.HEALTHY,
     ),
     (Trigger.DOWN, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED), S.DOWN),
-    (Trigger.DEGRADE, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DOWN), S.DEGRADED),
+    (Trigger.DEGRADE, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DOWN, S.VERIFYING), S.DEGRADED),
     (Trigger.GRACE, (S.UNKNOWN,), S.STARTING),
     (
         Trigger.RESTARTED,

@@ -27,6 +27,7 @@ EXPECTED: dict[tuple[Trigger, State], State] = {
     (T.DEGRADE, S.STARTING): S.DEGRADED,
     (T.DEGRADE, S.HEALTHY): S.DEGRADED,
     (T.DEGRADE, S.DOWN): S.DEGRADED,
+    (T.DEGRADE, S.VERIFYING): S.DEGRADED,  # a repair brought it back, answering but degraded
     (T.GRACE, S.UNKNOWN): S.STARTING,
     (T.RESTARTED, S.UNKNOWN): S.STARTING,
     (T.RESTARTED, S.STARTING): S.STARTING,

@@ -264,6 +264,91 @@ async def test_a_repair_that_never_verifies_escalates_once_when_the_budget_is_sp
     assert all(s.startswith("step 1 shell on forge: ok: ") for s in steps), steps
 
 
+RESTART_IT = """\
+id: restart-it
+title: it is down
+severity: critical
+applies_to: {states: [down]}
+when:
+  all:
+    - {fact: probe.reason, op: eq, value: connection refused}
+actions:
+  - action: shell
+    on: host
+    params: {argv: ["true"]}
+verify: {within: 1s}
+mode: auto
+"""
+
+NO_REASONING = """\
+id: no-reasoning
+title: it answers without reasoning
+severity: warning
+applies_to: {states: [degraded]}
+when:
+  all:
+    - {fact: probe.reason, op: eq, value: no reasoning text}
+actions:
+  - action: ask_person
+    params: {message: 'relaunch {endpoint.name} with its reasoning parser'}
+mode: manual
+"""
+
+
+async def test_a_repair_that_brings_it_back_degraded_is_diagnosed_as_degraded(
+    tmp_path: Path,
+) -> None:
+    """The restart brings the server back without its reasoning parser: verification runs out
+    on degraded answers, so the endpoint is `degraded` (diagnosed afresh: the degraded rule
+    matches), not `down` again (which would restart it until the budget is spent)."""
+    playbook = tmp_path / "playbooks"
+    _rule(playbook, "restart-it", RESTART_IT)
+    _rule(playbook, "no-reasoning", NO_REASONING)
+    port = free_port()
+    endpoint = {
+        "kind": "openai",
+        "url": f"http://127.0.0.1:{port}",
+        "model": "m",
+        "host": "forge",
+        "expect_reasoning": True,
+    }
+    config = write_fleet(
+        tmp_path,
+        {"m": endpoint},
+        remediation={"verify_every": "100ms"},
+        playbook=str(playbook),
+    )
+    daemon = Daemon(load_config(config))
+    await daemon.start()
+    worker = daemon.workers["m"]
+    sim = VllmSim(SimBehaviour(reasoning_field=None), model="m")
+    try:
+        await eventually(lambda: _state(worker) is State.VERIFYING, what="verifying")
+        await sim.start("127.0.0.1", port)  # what the restart brought back
+        await eventually(lambda: _state(worker) is State.ESCALATED, within=20, what="escalated")
+        kinds = await _timeline(daemon, worker)
+    finally:
+        await daemon.stop()
+        await sim.stop()
+    transitions = [s for k, s in kinds if k is EntryKind.TRANSITION]
+    assert [t.split(":")[0] for t in transitions] == [
+        "unknown -> down",
+        "down -> remediating",
+        "remediating -> verifying",
+        "verifying -> degraded",
+        "degraded -> escalated",
+    ]
+    assert transitions[3] == (
+        "verifying -> degraded: restart-it: not verified within 1s; it answers, degraded: "
+        "no reasoning text"
+    )
+    diagnoses = [s for k, s in kinds if k is EntryKind.DIAGNOSIS]
+    assert diagnoses == [
+        "m (down): restart-it matched on m",
+        "m (degraded): no-reasoning matched on m",
+    ]
+
+
 async def test_dry_run_records_the_plan_and_changes_nothing(tmp_path: Path) -> None:
     daemon, worker = await _down_endpoint(
         tmp_path, ALWAYS.format(argv="touch, /tmp/never-written", mode="auto"), {"dry_run": True}

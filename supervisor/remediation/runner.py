@@ -34,7 +34,7 @@ from supervisor.remediation import records
 from supervisor.remediation.guards import HostLocks, check_budget
 from supervisor.remediation.rulefacts import ask_text, runbook_head, scopes_of
 from supervisor.remediation.steps import StepEnv, StepRun, run_steps
-from supervisor.remediation.verify import verify
+from supervisor.remediation.verify import answers_degraded, verify
 from supervisor.store import EntryKind, Store
 from supervisor.worker import EndpointWorker
 
@@ -249,6 +249,7 @@ class Remediator:
                 Trigger.VERIFY,
                 f"{rule.id} done: a real completion must pass within {format_duration(within)}",
             )
+        began = self.clock.now()
         verified = await verify(worker, within, self.config.remediation.verify_every, self.clock)
         outcome = "healed" if verified else f"not verified within {format_duration(within)}"
         await self.store.finish_attempt(attempt, at=self.clock.now(), outcome=outcome)
@@ -257,7 +258,12 @@ class Remediator:
             await self.note(worker, EntryKind.VERIFICATION, summary, incident)
             return False
         await self.note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
-        change = await worker.apply(Trigger.VERIFY_FAILED, f"{rule.id}: {outcome}")
+        degraded = answers_degraded(worker, began)
+        if degraded:  # it serves again, but not well: diagnosed afresh as degraded, not down
+            note = f"{rule.id}: {outcome}; it answers, degraded: {degraded}"
+            change = await worker.apply(Trigger.DEGRADE, note)
+        else:
+            change = await worker.apply(Trigger.VERIFY_FAILED, f"{rule.id}: {outcome}")
         return change is not None
 
     def env(self, worker: EndpointWorker, executor: Executor, *, dry_run: bool) -> StepEnv:

@@ -4,11 +4,11 @@ the time allowed runs out."""
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from supervisor.aio import wait_event
 from supervisor.clock import Clock
-from supervisor.events import ProbeTick, Tier
+from supervisor.events import Outcome, ProbeTick, Tier
 from supervisor.machine import State
 from supervisor.worker import EndpointWorker
 
@@ -23,3 +23,18 @@ async def verify(worker: EndpointWorker, within: timedelta, every: timedelta, cl
         remaining = max(0.0, deadline - time.monotonic())
         await wait_event(worker.changed, min(every.total_seconds(), remaining))
     return worker.state is State.HEALTHY
+
+
+def answers_degraded(worker: EndpointWorker, since: datetime) -> str:
+    """Why `worker`'s latest problem, if seen after `since`, is a degraded real check (it
+    answers, not well), or ''.
+
+    Called once verification (begun at `since`) ran out: no check passed meanwhile, so the
+    latest problem is what the endpoint does now.
+    """
+    problem = worker.last_problem
+    if problem is None or problem.at < since:
+        return ""
+    if problem.tier is not Tier.DEEP or problem.outcome is not Outcome.DEGRADED:
+        return ""
+    return problem.reason
