@@ -9,10 +9,14 @@ import contextlib
 import secrets
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from supervisor.cli.diagnose import stored_last_ok
+from supervisor.config import load_config
+from supervisor.store import Snapshot, Store, SubjectKind
 from tests.conftest import free_port
 from tests.helpers import write_fleet
 from tests.sshd import Sshd
@@ -135,3 +139,25 @@ async def test_diagnose_dry_run_on_a_pair_lists_the_ordered_plan_across_both_hos
         "       [spark1] sudo -n systemctl start vllm-ds4-head.service",
         "nothing was changed (dry run)",
     ]
+
+
+async def test_diagnose_reads_the_journal_from_the_last_passing_check_the_store_saw(
+    tmp_path: Path,
+) -> None:
+    """A separate process from the daemon, `diagnose` takes the endpoint's last passing check
+    from the store (the journal collector reads from then); no store: none."""
+    config = load_config(write_fleet(tmp_path, {"m": {"kind": "health", "url": "http://x/h"}}))
+    assert await stored_last_ok(config, "m") is None
+    ok_at = datetime(2026, 11, 23, 6, 0, tzinfo=UTC)
+    async with await Store.open(config.store.path) as store:
+        snapshot = Snapshot(
+            kind=SubjectKind.ENDPOINT,
+            name="m",
+            state="down",
+            since=ok_at,
+            last_ok_at=ok_at,
+            updated_at=ok_at,
+        )
+        await store.save_snapshot(snapshot)
+    assert await stored_last_ok(config, "m") == ok_at
+    assert await stored_last_ok(config, "other") is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from datetime import datetime
 from typing import Any
 
 from supervisor import logs
@@ -23,6 +24,7 @@ from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.results import Diagnosis
 from supervisor.probes import make_client, run_probe
 from supervisor.remediation.steps import StepEnv, StepRun, run_steps
+from supervisor.store import Store, StoreError, SubjectKind
 
 STATES = ("down", "degraded", "unreachable")
 
@@ -51,19 +53,51 @@ def _state_of(results: list[ProbeResult]) -> tuple[str, ProbeResult | None]:
 async def _run(
     config: FleetConfig, endpoint: Endpoint, args: argparse.Namespace
 ) -> tuple[list[str], bool]:
-    return await _report(config, endpoint, state=args.state, dry_run=args.dry_run)
+    last_ok_at = await stored_last_ok(config, endpoint.name)
+    return await _report(
+        config, endpoint, state=args.state, dry_run=args.dry_run, last_ok_at=last_ok_at
+    )
+
+
+async def stored_last_ok(config: FleetConfig, name: str) -> datetime | None:
+    """When the store last saw `name` pass a check (the journal is read from then), if known."""
+    if not config.store.path.exists():
+        return None
+    try:
+        store = await Store.open(config.store.path, create=False)
+    except StoreError:
+        return None
+    try:
+        snapshot = await store.snapshot(SubjectKind.ENDPOINT, name)
+    except StoreError:
+        return None
+    finally:
+        await store.close()
+    return snapshot.last_ok_at if snapshot is not None else None
 
 
 async def report(
-    config: FleetConfig, endpoint: Endpoint, *, state: str | None = None, dry_run: bool = True
+    config: FleetConfig,
+    endpoint: Endpoint,
+    *,
+    state: str | None = None,
+    dry_run: bool = True,
+    last_ok_at: datetime | None = None,
 ) -> list[str]:
     """What `diagnose NAME` prints (the chat's `/diagnose`): nothing is changed."""
-    lines, _matched = await _report(config, endpoint, state=state, dry_run=dry_run)
+    lines, _matched = await _report(
+        config, endpoint, state=state, dry_run=dry_run, last_ok_at=last_ok_at
+    )
     return lines
 
 
 async def _report(
-    config: FleetConfig, endpoint: Endpoint, *, state: str | None, dry_run: bool
+    config: FleetConfig,
+    endpoint: Endpoint,
+    *,
+    state: str | None,
+    dry_run: bool,
+    last_ok_at: datetime | None,
 ) -> tuple[list[str], bool]:
     results = await probe_now(endpoint)
     found, trigger = _state_of(results)
@@ -91,6 +125,7 @@ async def _report(
                 executor=executor,
                 http=http,
                 timeout=config.remediation.evidence_timeout,
+                last_ok_at=last_ok_at,
             )
             lines += diagnosis.lines()
             lines += _evidence_lines(diagnosis)

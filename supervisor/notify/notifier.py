@@ -185,7 +185,9 @@ def make_notifier(
     async def diagnose(name: str) -> list[str]:
         from supervisor.cli.diagnose import report
 
-        return await report(config, config.endpoints[name], dry_run=True)
+        worker = workers.get(name)
+        last_ok_at = worker.last_ok_at if worker is not None else None
+        return await report(config, config.endpoints[name], dry_run=True, last_ok_at=last_ok_at)
 
     return Notifier(
         config=config,
