@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import platform
 import shlex
 import statistics
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+
+from supervisor.aio import poll
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -58,16 +58,8 @@ async def until(
     predicate: Callable[[], bool | Awaitable[bool]], *, within: float, what: str
 ) -> None:
     """Poll `predicate` every 20 ms until it holds; raise TimeoutError naming `what`."""
-    deadline = time.monotonic() + within
-    while True:
-        value = predicate()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {within:g} s")
-        await asyncio.sleep(0.02)
+    if not await poll(predicate, within):
+        raise TimeoutError(f"no {what} within {within:g} s")
 
 
 def command() -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable, Callable
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:
@@ -21,3 +23,20 @@ async def wait_event(event: asyncio.Event, seconds: float) -> bool:
             raise asyncio.CancelledError from None
         return False
     return True
+
+
+async def poll(
+    predicate: Callable[[], bool | Awaitable[bool]], within: float, every: float = 0.02
+) -> bool:
+    """Ask `predicate` (plain or async) every `every` seconds until it holds (True) or `within`
+    seconds have passed (False): a wait with a deadline for what has no event to wait on."""
+    deadline = time.monotonic() + within
+    while True:
+        value = predicate()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(every)

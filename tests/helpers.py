@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from supervisor.aio import poll
 
 #: Probe settings that make a whole outage take well under a second.
 FAST_PROBE: dict[str, Any] = {
@@ -28,16 +28,8 @@ async def eventually(
     what: str = "condition",
 ) -> None:
     """Poll `predicate` every 20 ms until it holds; fail with `what` after `within` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        value = predicate()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
+    if not await poll(predicate, within):
+        raise AssertionError(f"timed out after {within}s waiting for {what}")
 
 
 def write_fleet(

@@ -1,4 +1,5 @@
-"""The shared wait: a set event, a timeout, and a cancel that is never swallowed."""
+"""The shared waits: a set event, a timeout, a cancel that is never swallowed, and a poll with a
+deadline."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 
 import pytest
 
-from supervisor.aio import wait_event
+from supervisor.aio import poll, wait_event
 
 
 async def test_a_set_event_is_seen_and_a_timeout_is_false() -> None:
@@ -33,3 +34,19 @@ async def test_a_loop_waiting_on_it_stops_when_cancelled() -> None:
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, timeout=5)
     assert rounds > 1
+
+
+async def test_a_poll_sees_a_plain_or_async_predicate_and_gives_up_at_its_deadline() -> None:
+    asked: list[int] = []
+
+    def third_time() -> bool:
+        asked.append(1)
+        return len(asked) == 3
+
+    async def at_once() -> bool:
+        return True
+
+    assert await poll(third_time, 10, every=0.001) is True
+    assert len(asked) == 3
+    assert await poll(at_once, 0) is True
+    assert await poll(lambda: False, 0.01, every=0.001) is False
