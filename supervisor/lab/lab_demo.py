@@ -28,7 +28,7 @@ from supervisor.lab.report import DrillReport
 HEADLINE: dict[str, str] = {
     "ghost-execstart": (
         "an upgrade left a systemd drop-in that points the DeepSeek head's ExecStart at a launch "
-        "script the container does not have: bash exits 127, systemd restarts it every second "
+        "script the container does not have: bash exits 127, systemd keeps restarting it "
         "and vLLM never starts"
     ),
     "eaddrinuse-29501": (
