@@ -119,3 +119,33 @@ async def test_silent_degradation_of_a_pair_names_the_head(shipped: Playbook, nu
     head_args = facts[1]["cmdline"]["args"]
     assert f"vllm-ds4-head.service on spark1 runs: {head_args}." in message
     assert "vllm-ds4-worker" not in message
+
+
+async def test_silent_degradation_without_a_unit_fills_its_whole_message(
+    shipped: Playbook,
+) -> None:
+    """Kimi (mlx_lm on a Mac) has no unit: its rule's message names the endpoint and leaves no
+    placeholder for the person to puzzle over."""
+    endpoint = Endpoint(name="kimi", kind="openai", url="http://192.168.1.10:8013")
+    config = FleetConfig(source=Path("fleet.yaml"), hosts={}, endpoints={"kimi": endpoint})
+    trigger = ProbeResult(
+        endpoint="kimi", tier=Tier.DEEP, check="completion", outcome=Outcome.DEGRADED,
+        reason="no reasoning text", at=datetime(2026, 6, 2, tzinfo=UTC), latency_s=0.0,
+    )  # fmt: skip
+
+    async def gather(
+        item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
+    ) -> Evidence:
+        return Evidence(collector=collector.name, facts={})  # no host, no unit: nothing found
+
+    matched, _ = await match_rules(
+        shipped.rules, scopes_of(endpoint, config), state="degraded", trigger=trigger,
+        collectors=collectors_or_default(None), gather=gather,
+    )  # fmt: skip
+    assert matched is not None
+    assert matched.rule.id == "silent-degradation-no-unit"
+    assert ask_text(matched.rule, [(r.scope, r.facts) for r in matched.scopes]) == (
+        "kimi is degraded (no reasoning text) at http://192.168.1.10:8013. No unit is configured "
+        "for it, so compare how it was launched with its known-good command (reasoning parser, "
+        "MTP, --enforce-eager, quoted JSON flags)."
+    )
