@@ -219,7 +219,7 @@ class EndpointWorker:
         await self._on_result(result, is_reprobe=is_reprobe)
 
     async def _on_result(self, result: ProbeResult, *, is_reprobe: bool) -> None:
-        await self._store.add_sample(result)
+        # the sample is stored with the snapshot it leads to (_record_change, _record_probe)
         self.last_reason = result.reason
         if not result.ok:
             self.last_problem = result
@@ -379,7 +379,7 @@ class EndpointWorker:
             # the host's incident tells the story of the endpoints it took down with it
             for incident in sorted(set(self._host_incidents.values())):
                 await self._store.append(incident, entry)
-        await self._store.save_snapshot(self.snapshot())
+        await self._store.save_snapshot(self.snapshot(), sample=result)
         self._last_recorded = (result.outcome, result.reason) if result else None
         self.changed.set()
         problem = change.dest in (State.DOWN, State.DEGRADED, State.UNREACHABLE)
@@ -394,8 +394,9 @@ class EndpointWorker:
         )
 
     async def _record_probe(self, result: ProbeResult, note: str) -> None:
-        """Save the counters; inside an incident, add the probe when what it says changed."""
-        await self._store.save_snapshot(self.snapshot())
+        """Save the counters and the sample; inside an incident, add the probe when what it says
+        changed."""
+        await self._store.save_snapshot(self.snapshot(), sample=result)
         key = (result.outcome, result.reason)
         if self.incident_id is None or key == self._last_recorded:
             return

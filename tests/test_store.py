@@ -693,6 +693,16 @@ async def test_samples_newest_first_with_limit(store: Store) -> None:
     assert len(await store.samples("qwen", limit=0)) == 0
 
 
+async def test_a_snapshot_and_the_sample_behind_it_are_one_write(store: Store) -> None:
+    """A probe stores its sample with the snapshot it leads to, or neither (one transaction)."""
+    await store.save_snapshot(snap("qwen", "healthy", 1), sample=sample("qwen", 1))
+    assert [s.at for s in await store.samples("qwen")] == [at(1)]
+    assert (await store.snapshot(SubjectKind.ENDPOINT, "qwen")) is not None
+    with pytest.raises(StoreError):  # its incident does not exist: nothing is written
+        await store.save_snapshot(snap("qwen", "down", 2, incident_id=99), sample=sample("qwen", 2))
+    assert [s.at for s in await store.samples("qwen")] == [at(1)]
+
+
 async def test_prune_samples(store: Store) -> None:
     for minute in range(10):
         await store.add_sample(sample("qwen", minute))

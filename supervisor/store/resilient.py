@@ -142,10 +142,12 @@ class ResilientStore(Store):
 
     # the write API, every call through the queue
 
-    async def save_snapshot(self, snapshot: Snapshot) -> None:
+    async def save_snapshot(self, snapshot: Snapshot, *, sample: ProbeResult | None = None) -> None:
         parent = super().save_snapshot
         await self._write(
-            "save_snapshot", lambda: _none(parent(self._snap(snapshot))), returns_id=False
+            "save_snapshot",
+            lambda: _none(parent(self._snap(snapshot), sample=sample)),
+            returns_id=False,
         )
 
     async def transition(

@@ -83,12 +83,15 @@ class Store:
 
     # write side
 
-    async def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Insert or replace the snapshot of (kind, name)."""
+    async def save_snapshot(self, snapshot: Snapshot, *, sample: ProbeResult | None = None) -> None:
+        """Insert or replace the snapshot of (kind, name), and store the probe `sample` that
+        led to it in the same transaction (one write per probe, not two)."""
         async with self._tx(write=True) as conn:
             if snapshot.incident_id is not None:
                 await _require_incident(conn, snapshot.incident_id)
             await _upsert_snapshot(conn, snapshot)
+            if sample is not None:
+                await _insert_sample(conn, sample)
 
     async def transition(
         self,
@@ -155,21 +158,7 @@ class Store:
 
     async def add_sample(self, result: ProbeResult) -> None:
         async with self._tx(write=True) as conn:
-            await conn.execute(
-                insert(samples).values(
-                    endpoint=result.endpoint,
-                    at=result.at,
-                    tier=result.tier.value,
-                    check=result.check,
-                    outcome=result.outcome.value,
-                    reason=result.reason,
-                    latency_s=result.latency_s,
-                    http_status=result.http_status,
-                    ttft_s=result.ttft_s,
-                    tok_s=result.tok_s,
-                    tokens=result.tokens,
-                )
-            )
+            await _insert_sample(conn, result)
 
     async def prune_samples(self, older_than: datetime) -> int:
         """Delete samples taken before `older_than`; returns how many went."""
@@ -307,5 +296,23 @@ async def _upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
         statement.on_conflict_do_update(
             index_elements=[snapshots.c.kind, snapshots.c.name],
             set_={k: statement.excluded[k] for k in values if k not in keys},
+        )
+    )
+
+
+async def _insert_sample(conn: AsyncConnection, result: ProbeResult) -> None:
+    await conn.execute(
+        insert(samples).values(
+            endpoint=result.endpoint,
+            at=result.at,
+            tier=result.tier.value,
+            check=result.check,
+            outcome=result.outcome.value,
+            reason=result.reason,
+            latency_s=result.latency_s,
+            http_status=result.http_status,
+            ttft_s=result.ttft_s,
+            tok_s=result.tok_s,
+            tokens=result.tokens,
         )
     )
