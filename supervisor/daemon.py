@@ -35,7 +35,8 @@ from supervisor.store import (
     TimelineEntry,
 )
 from supervisor.store.resilient import ResilientStore
-from supervisor.worker import EndpointWorker, Prober, restored_from
+from supervisor.worker import EndpointWorker, Prober
+from supervisor.worker_state import restored_from
 
 log = structlog.get_logger("supervisor.daemon")
 

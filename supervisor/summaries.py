@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
 from supervisor.events import ProbeResult
-from supervisor.store import JSONValue
+from supervisor.machine import Change
+from supervisor.store import EntryKind, JSONValue, TimelineEntry
 
 
 def probe_data(result: ProbeResult) -> dict[str, JSONValue]:
@@ -51,3 +55,39 @@ def resolution_text(result: ProbeResult) -> str:
     )
     figures = probe_line(result).split(": ", 1)[1]
     return f"{what} passed ({figures})"
+
+
+def probe_entry(result: ProbeResult, note: str, *, subject: str) -> TimelineEntry:
+    """The timeline entry of a probe inside an incident: `deep completion fail: ... (note)`."""
+    summary = f"{result.tier} {result.check} {result.outcome}"
+    summary += f": {result.reason}" if result.reason else ""
+    return TimelineEntry(
+        kind=EntryKind.PROBE,
+        at=result.at,
+        subject=subject,
+        summary=f"{summary} ({note})",
+        data=probe_data(result),
+    )
+
+
+def transition_entry(
+    change: Change,
+    note: str,
+    result: ProbeResult | None,
+    *,
+    subject: str,
+    at: datetime,
+    extra: Mapping[str, str],
+    streak: Sequence[ProbeResult] | None,
+) -> TimelineEntry:
+    """The timeline entry of a state change: `down -> remediating: note`, with the probe that
+    caused it and, when it opens an incident, the whole streak of failed probes."""
+    data: dict[str, JSONValue] = {"trigger": change.trigger.value, **extra}
+    if result is not None:
+        data["probe"] = probe_data(result)
+    if streak is not None:
+        data["probes"] = [probe_data(r) for r in streak]
+    summary = f"{change.source} -> {change.dest}: {note}"
+    return TimelineEntry(
+        kind=EntryKind.TRANSITION, at=at, subject=subject, summary=summary, data=data
+    )

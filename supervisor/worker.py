@@ -9,7 +9,7 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -30,11 +30,9 @@ from supervisor.events import (
 )
 from supervisor.machine import Change, FleetMachine, State, Trigger
 from supervisor.policy import Limits, Streaks, judge
-from supervisor.store import EntryKind, JSONValue, Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.summaries import probe_data, resolution_text
-
-CLOCK_JUMP_TOLERANCE = timedelta(seconds=1)
-"""Wall and monotonic time may drift apart this much before it counts as a clock jump."""
+from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.summaries import probe_entry, resolution_text, transition_entry
+from supervisor.worker_state import Restored, WallDeadline
 
 
 class Prober(Protocol):
@@ -44,21 +42,6 @@ class Prober(Protocol):
 class HostCheck(Protocol):
     async def __call__(self, endpoint: Endpoint) -> str:
         """'' when every host serving the endpoint answers now, else why one does not."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Restored:
-    """What the store remembered about an endpoint when the daemon started."""
-
-    state: State
-    since: datetime
-    incident_id: int | None
-    streaks: Streaks
-    grace_until: datetime | None
-    last_ok_at: datetime | None = None
-    last_ttft_s: float | None = None
-    last_tok_s: float | None = None
-    last_reason: str = ""
 
 
 class EndpointWorker:
@@ -95,8 +78,7 @@ class EndpointWorker:
         self.since = restored.since
         self.incident_id = restored.incident_id
         self.streaks = restored.streaks
-        self._grace_wall: datetime | None = None
-        self._grace_deadline: float | None = None  #: the same instant on the monotonic clock
+        self._grace = WallDeadline(clock, on_jump=self._clock_jumped)
         self.grace_until = restored.grace_until
         self.last_ok_at = restored.last_ok_at
         self.last_ttft_s = restored.last_ttft_s
@@ -124,33 +106,18 @@ class EndpointWorker:
 
     @property
     def grace_until(self) -> datetime | None:
-        """When the startup grace (or, in maintenance, the silence) ends, in wall time.
-
-        Kept on the monotonic clock too while the process runs: when the wall clock jumps (NTP
-        stepping, a wrong RTC set right) the wall value is moved with it, so a jump neither
-        ends a grace at once nor stretches it by hours. The stored wall time is what a restart
-        goes on."""
-        if self._grace_wall is None or self._grace_deadline is None:
-            return self._grace_wall
-        left = timedelta(seconds=self._grace_deadline - self._clock.monotonic())
-        anchored = self._clock.now() + left
-        if abs(anchored - self._grace_wall) > CLOCK_JUMP_TOLERANCE:
-            self._log.warning(
-                "wall clock jumped: grace end moved",
-                by=format_duration(abs(anchored - self._grace_wall)),
-                until=anchored.isoformat(),
-            )
-            self._grace_wall = anchored
-        return self._grace_wall
+        """When the startup grace (or, in maintenance, the silence) ends, in wall time; kept on
+        the monotonic clock too, so a wall-clock jump neither ends it nor stretches it."""
+        return self._grace.value
 
     @grace_until.setter
     def grace_until(self, value: datetime | None) -> None:
-        self._grace_wall = value
-        if value is None:
-            self._grace_deadline = None
-        else:
-            left = (value - self._clock.now()).total_seconds()
-            self._grace_deadline = self._clock.monotonic() + left
+        self._grace.value = value
+
+    def _clock_jumped(self, by: timedelta, until: datetime) -> None:
+        self._log.warning(
+            "wall clock jumped: grace end moved", by=format_duration(by), until=until.isoformat()
+        )
 
     def submit(self, event: Event) -> None:
         """Queue an event; a probe tick already waiting for the same tier is not queued twice.
@@ -357,14 +324,9 @@ class EndpointWorker:
             open_cause = result.reason
         if change.dest is State.HEALTHY and result is not None:
             close = resolution_text(result)
-        summary = f"{change.source} -> {change.dest}: {note}"
-        data: dict[str, JSONValue] = {"trigger": change.trigger.value, **(extra or {})}
-        if result is not None:
-            data["probe"] = probe_data(result)
-        if open_cause is not None:
-            data["probes"] = [probe_data(r) for r in self._streak_results]
-        entry = TimelineEntry(
-            kind=EntryKind.TRANSITION, at=now, subject=self.name, summary=summary, data=data
+        streak = list(self._streak_results) if open_cause is not None else None
+        entry = transition_entry(
+            change, note, result, subject=self.name, at=now, extra=extra or {}, streak=streak
         )
         self.incident_id = await self._store.transition(
             snapshot=self.snapshot(),
@@ -401,16 +363,7 @@ class EndpointWorker:
         if self.incident_id is None or key == self._last_recorded:
             return
         self._last_recorded = key
-        summary = f"{result.tier} {result.check} {result.outcome}"
-        summary += f": {result.reason}" if result.reason else ""
-        entry = TimelineEntry(
-            kind=EntryKind.PROBE,
-            at=result.at,
-            subject=self.name,
-            summary=f"{summary} ({note})",
-            data=probe_data(result),
-        )
-        await self._store.append(self.incident_id, entry)
+        await self._store.append(self.incident_id, probe_entry(result, note, subject=self.name))
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -428,34 +381,6 @@ class EndpointWorker:
             last_reason=self.last_reason,
             updated_at=self._clock.now(),
         )
-
-
-def restored_from(snapshot: Snapshot | None, *, now: datetime, grace_until: datetime) -> Restored:
-    """A stored snapshot, or a fresh `unknown` state whose grace starts with the daemon."""
-    if snapshot is None:
-        return Restored(
-            state=State.UNKNOWN,
-            since=now,
-            incident_id=None,
-            streaks=Streaks(),
-            grace_until=grace_until,
-        )
-    state = State(snapshot.state)
-    if state in (State.REMEDIATING, State.VERIFYING):
-        state = State.DOWN  # the repair's own record says how far it got; judge afresh
-    return replace(
-        Restored(
-            state=state,
-            since=snapshot.since,
-            incident_id=snapshot.incident_id,
-            streaks=Streaks(fail=snapshot.fail_streak, degraded=snapshot.degraded_streak),
-            grace_until=snapshot.grace_until,
-        ),
-        last_ok_at=snapshot.last_ok_at,
-        last_ttft_s=snapshot.last_ttft_s,
-        last_tok_s=snapshot.last_tok_s,
-        last_reason=snapshot.last_reason,
-    )
 
 
 _URGENT = 0

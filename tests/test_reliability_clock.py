@@ -29,7 +29,8 @@ from supervisor.machine import FleetMachine, State
 from supervisor.probes import make_client, run_probe
 from supervisor.remediation.guards import check_budget
 from supervisor.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.worker import EndpointWorker, restored_from
+from supervisor.worker import EndpointWorker
+from supervisor.worker_state import restored_from
 from tests.conftest import free_port
 from tests.helpers import write_fleet
 
