@@ -7,18 +7,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from datetime import timedelta
-from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from supervisor.config.messages import model_at
 from supervisor.config.models import Endpoint, FleetConfig
-from supervisor.durations import format_duration
+from supervisor.docgen import field_default
 
 _SKIPPED = frozenset({"name", "source"})  # filled by the loader, not written in the file
 _DEFAULT_TEXT: Mapping[str, str] = {
@@ -53,7 +49,11 @@ def _rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str, str]]
         if name in _SKIPPED:
             continue
         path = f"{prefix}{name}"
-        yield path, info.description or "", _DEFAULT_TEXT.get(path) or _default(info)
+        yield (
+            path,
+            info.description or "",
+            _DEFAULT_TEXT.get(path) or field_default(info, quote='"'),
+        )
         if (model, name) in _NOT_DESCENDED:
             continue
         annotation = _strip_optional(info.annotation)
@@ -73,23 +73,6 @@ def _strip_optional(annotation: Any) -> Any:
         args = [arg for arg in get_args(annotation) if arg is not type(None)]
         return args[0] if len(args) == 1 else annotation
     return annotation
-
-
-def _default(info: FieldInfo) -> str:
-    value = info.default
-    if value is PydanticUndefined:
-        return "none" if info.default_factory is not None else "required"
-    if value is None or value == ():
-        return "none"
-    if isinstance(value, BaseModel):
-        return ""
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, timedelta):
-        return f"`{format_duration(value)}`"
-    if isinstance(value, Path | int | float):
-        return f"`{value}`"
-    return f'"{value}"'
 
 
 if __name__ == "__main__":

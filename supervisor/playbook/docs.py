@@ -14,11 +14,9 @@ from enum import Enum
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from supervisor.actions.base import Target
-from supervisor.durations import format_duration
+from supervisor.docgen import field_default
 from supervisor.playbook.model import AppliesTo, Budget, EvidenceItem, Rule, Step, Verify
 from supervisor.playbook.operators import operators_markdown
 from supervisor.playbook.registries import (
@@ -52,12 +50,14 @@ def rule_fields_markdown() -> str:
     for name, info in Rule.model_fields.items():
         if name == "source":
             continue
-        rows.append(f"| `{name}` | {info.description} | {_DEFAULTS.get(name) or _default(info)} |")
+        rows.append(
+            f"| `{name}` | {info.description} | {_DEFAULTS.get(name) or field_default(info)} |"
+        )
         if name in _NESTED:
             prefix, model = _NESTED[name]
             for inner, field in model.model_fields.items():
                 key = prefix + inner
-                default = _DEFAULTS.get(key) or _default(field)
+                default = _DEFAULTS.get(key) or field_default(field)
                 rows.append(f"| `{key}` | {field.description} | {default} |")
     return "\n".join(rows) + "\n"
 
@@ -98,7 +98,7 @@ def _params_lines(model: type[BaseModel]) -> list[str]:
     lines = ["| Param | Type | Default | Meaning |", "|---|---|---|---|"]
     for name, info in model.model_fields.items():
         meaning = info.description or ""
-        lines.append(f"| `{name}` | {_type(info.annotation)} | {_default(info)} | {meaning} |")
+        lines.append(f"| `{name}` | {_type(info.annotation)} | {field_default(info)} | {meaning} |")
     return [*lines, ""]
 
 
@@ -134,25 +134,6 @@ _SIMPLE: dict[Any, str] = {
     timedelta: "duration",
     type(None): "null",
 }
-
-
-def _default(info: FieldInfo) -> str:
-    value = info.default
-    if value is PydanticUndefined:
-        return "none" if info.default_factory is not None else "required"
-    if value is None or value == ():
-        return "none"
-    if isinstance(value, BaseModel):
-        return ""
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, timedelta):
-        return f"`{format_duration(value)}`"
-    if isinstance(value, Enum):
-        return f"`{value.value}`"
-    if isinstance(value, tuple):
-        return "`[" + ", ".join(str(getattr(v, "value", v)) for v in value) + "]`"
-    return f"`{value}`"
 
 
 def render_all() -> str:
