@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +60,38 @@ def write_fleet(
     path = folder / "fleet.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+async def spawn_daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
+    """`supervisor run` as a real process on `config`, its JSON log appended to `log`."""
+    with log.open("ab") as stderr:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "supervisor",
+            "--config",
+            str(config),
+            "run",
+            "--log-format",
+            "json",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+
+def bench_smoke(root: Path, argv: Sequence[str], results: Path) -> str:
+    """Run a benchmark's `--smoke` mode writing into `results` (which already holds another
+    section, kept); returns the file's text once the script succeeded."""
+    results.write_text("# Benchmark results\n\n## Other\n\nkept\n")
+    done = subprocess.run(
+        [sys.executable, *argv, "--smoke", "--results", str(results)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = results.read_text()
+    assert "## Other\n\nkept\n" in text
+    return text

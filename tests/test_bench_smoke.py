@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import bench_smoke
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -21,19 +21,7 @@ pytestmark = pytest.mark.slow
     ],
 )
 def test_smoke(tmp_path: Path, script: str, title: str, header: str) -> None:
-    results = tmp_path / "RESULTS.md"
-    results.write_text("# Benchmark results\n\n## Other\n\nkept\n")
-    done = subprocess.run(
-        [sys.executable, script, "--smoke", "--results", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    text = results.read_text()
-    assert "## Other\n\nkept\n" in text
+    text = bench_smoke(ROOT, [script], tmp_path / "RESULTS.md")
     assert f"## {title}\n\n- command: `.venv/bin/python {script} --smoke --results" in text
     assert header in text
     rows = [line for line in text.split(header, 1)[1].splitlines()[2:] if line.startswith("|")]

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 
 from supervisor.store import AttemptRow, EntryKind, Store, StoreError, SubjectKind
 from tests.conftest import free_port
-from tests.helpers import eventually, write_fleet
+from tests.helpers import eventually, spawn_daemon, write_fleet
 
 pytestmark = pytest.mark.slow
 
@@ -33,22 +32,6 @@ verify: {{within: 300ms}}
 mode: auto
 budget: {{attempts: {attempts}, window: 1h}}
 """
-
-
-async def _spawn(config: Path, log: Path) -> asyncio.subprocess.Process:
-    with log.open("ab") as stderr:
-        return await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "supervisor",
-            "--config",
-            str(config),
-            "run",
-            "--log-format",
-            "json",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=stderr,
-        )
 
 
 async def _read(db: Path) -> tuple[str, list[AttemptRow]]:
@@ -89,7 +72,7 @@ async def test_sigkill_in_the_middle_of_a_repair(
         playbook=str(playbook),
     )
     db, log = tmp_path / "state" / "supervisor.db", tmp_path / "daemon.log"
-    first = await _spawn(config, log)
+    first = await spawn_daemon(config, log)
     try:
         await eventually(lambda: _runs(marker) == 1, within=20, what="the step running")
     finally:
@@ -100,7 +83,7 @@ async def test_sigkill_in_the_middle_of_a_repair(
     assert state == "remediating"
     assert [(a.rule_id, a.finished_at, a.outcome) for a in rows] == [("slow-fix", None, None)]
 
-    second = await _spawn(config, log)
+    second = await spawn_daemon(config, log)
     try:
         await eventually(lambda: _is_escalated(db), within=20, what="escalated after the restart")
     finally:

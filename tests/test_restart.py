@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import BinaryIO
 
 import pytest
 
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.store import Store, StoreError, SubjectKind
-from tests.helpers import eventually, write_fleet
+from tests.helpers import eventually, spawn_daemon, write_fleet
 
 pytestmark = pytest.mark.slow
 
@@ -25,26 +23,6 @@ async def vllm() -> AsyncIterator[VllmSim]:
     await sim.start("127.0.0.1", 0)
     yield sim
     await sim.stop()
-
-
-async def _daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
-    with log.open("ab") as stderr:
-        return await _spawn(config, stderr)
-
-
-async def _spawn(config: Path, stderr: BinaryIO) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "supervisor",
-        "--config",
-        str(config),
-        "run",
-        "--log-format",
-        "json",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=stderr,
-    )
 
 
 async def _state(db: Path, name: str) -> tuple[str, int | None]:
@@ -65,7 +43,7 @@ async def test_sigkill_mid_incident_then_restart_keeps_the_one_incident(
     config = write_fleet(tmp_path, {"m": {"kind": "openai", "url": vllm.url, "model": "m"}})
     db, log = tmp_path / "state" / "supervisor.db", tmp_path / "daemon.log"
     port = int(vllm.url.rsplit(":", 1)[1])
-    first = await _daemon(config, log)
+    first = await spawn_daemon(config, log)
     try:
         await eventually(lambda: _is(db, "healthy"), within=20, what="healthy")
         await vllm.stop()
@@ -77,7 +55,7 @@ async def test_sigkill_mid_incident_then_restart_keeps_the_one_incident(
         await first.wait()
     assert first.returncode == -signal.SIGKILL
 
-    second = await _daemon(config, log)
+    second = await spawn_daemon(config, log)
     try:
         # the restarted daemon resumes the open incident while the endpoint is still down ...
         store = await Store.open(db, create=False)

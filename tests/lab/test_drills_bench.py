@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.lab.lab import Lab
+from tests.helpers import bench_smoke
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = "| drill | rule | runs that did what they must | detect | heal / escalate |"
@@ -19,19 +20,7 @@ pytestmark = pytest.mark.slow
 
 def test_the_drill_bench_smoke_writes_its_section(lab: Lab, tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
-    results.write_text("# Benchmark results\n\n## Other\n\nkept\n")
-    argv = ["bench/drills.py", "--smoke", "--lab", str(lab.folder), "--results", str(results)]
-    done = subprocess.run(
-        [sys.executable, *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    text = results.read_text()
-    assert "## Other\n\nkept\n" in text
+    text = bench_smoke(ROOT, ["bench/drills.py", "--lab", str(lab.folder)], results)
     command = f".venv/bin/python bench/drills.py --smoke --lab {lab.folder} --results {results}"
     assert f"## Lab drills\n\n- command: `{command}`\n" in text
     assert "every 500ms (liveness) and 2s (a real completion), down after 2 failures" in text
