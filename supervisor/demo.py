@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from supervisor import logs
+from supervisor.aio import poll
 from supervisor.cli.incidents import entry_lines
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
@@ -136,11 +137,12 @@ async def _reach(
     worker: EndpointWorker, state: State, *, incident_open: bool, narrator: Narrator, within: float
 ) -> bool:
     """Poll until the endpoint is in `state` with (or without) an open incident."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if worker.state is state and (worker.incident_id is not None) is incident_open:
-            return True
-        await asyncio.sleep(0.05)
+
+    def reached() -> bool:
+        return worker.state is state and (worker.incident_id is not None) is incident_open
+
+    if await poll(reached, within, every=0.05):
+        return True
     narrator.say(f"{worker.name} did not become {state} within {within:.0f}s")
     return False
 

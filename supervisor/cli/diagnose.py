@@ -11,7 +11,7 @@ from typing import Any
 
 from supervisor import logs
 from supervisor.actions.registry import ACTIONS
-from supervisor.cli.common import CliError, load
+from supervisor.cli.common import CliError, load, open_store
 from supervisor.cli.probe import probe_now
 from supervisor.clock import SystemClock
 from supervisor.config import Endpoint, FleetConfig
@@ -24,7 +24,7 @@ from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.results import Diagnosis
 from supervisor.probes import make_client, run_probe
 from supervisor.remediation.steps import StepEnv, StepRun, run_steps
-from supervisor.store import Store, StoreError, SubjectKind
+from supervisor.store import StoreError, SubjectKind
 
 STATES = ("down", "degraded", "unreachable")
 
@@ -64,7 +64,7 @@ async def stored_last_ok(config: FleetConfig, name: str) -> datetime | None:
     if not config.store.path.exists():
         return None
     try:
-        store = await Store.open(config.store.path, create=False)
+        store = await open_store(config)
     except StoreError:
         return None
     try:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from supervisor.aio import poll
 from supervisor.config import FleetConfig, load_config
 from supervisor.daemon import Daemon
 from supervisor.lab import faults
@@ -61,12 +62,9 @@ def settle(lab: Lab, within: float = SETTLE_WITHIN_S) -> None:
 
 
 async def _until(predicate: Callable[[], bool], within: float, what: str) -> str:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            return f"timed out after {within:g}s waiting for {what}"
-        await asyncio.sleep(0.05)
-    return ""
+    if await poll(predicate, within, every=0.05):
+        return ""
+    return f"timed out after {within:g}s waiting for {what}"
 
 
 def _queued(daemon: Daemon) -> Callable[[], Awaitable[bool]]:
