@@ -80,11 +80,12 @@ async def spawn_daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
 
 
 def bench_smoke(root: Path, argv: Sequence[str], results: Path) -> str:
-    """Run a benchmark's `--smoke` mode writing into `results` (which already holds another
+    """Run a benchmark (`argv`: the script, then its own options) in `--smoke` mode writing into
+    `results` (which already holds another
     section, kept); returns the file's text once the script succeeded."""
     results.write_text("# Benchmark results\n\n## Other\n\nkept\n")
     done = subprocess.run(
-        [sys.executable, *argv, "--smoke", "--results", str(results)],
+        [sys.executable, argv[0], "--smoke", *argv[1:], "--results", str(results)],
         cwd=root,
         capture_output=True,
         text=True,

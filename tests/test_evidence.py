@@ -1143,9 +1143,9 @@ async def test_metrics_unavailable(collect: Collect, sim_factory: SimFactory) ->
     ollama = await sim_factory(flavour="ollama")
     hung = await sim_factory(SimBehaviour(hang=True))
     closed = f"http://127.0.0.1:{free_port()}"
-    timeout = timedelta(milliseconds=300)
+    short, ample = timedelta(milliseconds=300), timedelta(seconds=10)  # ample: a busy CI box
     reasons = {}
-    for url in (ollama.url, hung.url, closed):
+    for url, timeout in ((ollama.url, ample), (hung.url, short), (closed, ample)):
         endpoint = Endpoint(name="x", kind="openai", url=url, model="m")
         scope = Scope(endpoint=endpoint, host=None, unit=None)
         evidence = await collect("metrics", scope=scope, timeout=timeout)
