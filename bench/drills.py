@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, median, write_section
+from fleet_lab import drills, faults, fleet
+from fleet_lab.lab import Lab, LabError, check_root
+from fleet_lab.report import DrillReport
 from supervisor import logs
-from supervisor.lab import drills, faults, fleet
-from supervisor.lab.lab import Lab, LabError, check_root
-from supervisor.lab.report import DrillReport
 
 TITLE = "Lab drills"
 SMOKE_DRILL = "engine-death-clean-exit"

@@ -26,8 +26,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, median, ms, percentile, until, write_section
-from supervisor.lab.botapi import BotApiStub, Sent
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from fleet_lab.botapi import BotApiStub, Sent
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.notify.notifier import Timing
 from supervisor.store import EntryKind, Store
 from supervisor.store.outbox import OutboxStore
@@ -255,7 +255,7 @@ async def bench(changes: int, count: int, results: Path | None) -> None:
         [
             f"The daemon as a real process supervising {count} vLLM-shaped sims on loopback, "
             "its Telegram client (python-telegram-bot) talking HTTP to the Bot API stub "
-            f"(`supervisor/lab/botapi.py`); {len(found)} state changes, each made while the bot "
+            f"(`lab/fleet_lab/botapi.py`); {len(found)} state changes, each made while the bot "
             "was idle: a sim stopped (down: the opened message) or started again (healthy: the "
             "resolved one). Latency is from the transition's timestamp in the store's timeline "
             "to the stub receiving the sendMessage. The notifier's default timings, as a user "

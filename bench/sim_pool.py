@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 
 
 async def serve(count: int, model: str) -> None:

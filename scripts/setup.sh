@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs fleet-supervisor and what its tests use into ./.venv (idempotent). As root on Debian it
-# also installs the system packages the tests drive for real.
+# Installs fleet-supervisor, its lab (./lab: the fleet-lab distribution) and what the tests use
+# into ./.venv (editable, idempotent). As root on Debian it also installs the system packages the
+# tests drive for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APT_PACKAGES="openssh-server sudo systemd iproute2 procps util-linux"
@@ -17,4 +18,4 @@ if [ -n "$missing" ]; then
   fi
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]' -e ./lab

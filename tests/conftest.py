@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pytest
 
-from supervisor.lab.vllm_sim import Flavour, SimBehaviour, VllmSim
+from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
 from tests.sshd import SSHD, Sshd
 
 FAST_TOK_S = 2000.0

@@ -23,6 +23,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from fleet_lab.vllm_sim import SimBehaviour
 from supervisor.actions.base import Action, ActionContext, ActionOutcome, ActionParams, Target
 from supervisor.actions.dedupe import DedupeError, plan_dedupe
 from supervisor.actions.registry import ACTIONS, build_registry
@@ -38,7 +39,6 @@ from supervisor.executor import (
     SshExecutor,
     command_line,
 )
-from supervisor.lab.vllm_sim import SimBehaviour
 from supervisor.probes import make_client, run_probe
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually

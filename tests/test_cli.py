@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.cli import main
 from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
 from tests.helpers import write_fleet
 

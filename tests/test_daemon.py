@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State
 from supervisor.store import EntryKind, Store, TimelineRow
 from supervisor.worker import EndpointWorker

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
 from supervisor.events import Outcome, ProbeResult, Tier
 from supervisor.evidence.base import (
@@ -46,7 +47,6 @@ from supervisor.evidence.systemd import parse_main_pid, parse_unit_status
 from supervisor.executor import CommandResult, Executor, command_line
 from supervisor.executor.containers import ContainerNameError, in_container
 from supervisor.executor.local import LocalExecutor
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.loader import load_playbook
 from tests.conftest import SimFactory, free_port

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from fleet_lab.botapi import BotApiStub, Sent
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
-from supervisor.lab.botapi import BotApiStub, Sent
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State
 from supervisor.notify.notifier import Notifier, Timing
 from supervisor.notify.sender import Pacing

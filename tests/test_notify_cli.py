@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.lab.botapi import BotApiStub
+from fleet_lab.botapi import BotApiStub
 from tests.helpers import write_fleet
 
 pytestmark = pytest.mark.slow

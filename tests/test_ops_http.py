@@ -10,10 +10,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleet_lab.vllm_sim import VllmSim
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
 from supervisor.events import Stop
-from supervisor.lab.vllm_sim import VllmSim
 from supervisor.machine import State
 from supervisor.ops.http import ListenError, parse_listen
 from tests.helpers import eventually, write_fleet

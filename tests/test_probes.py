@@ -15,12 +15,12 @@ from typing import Any, get_args
 import httpx
 import pytest
 
+from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
+from fleet_lab.vllm_sim_chat import plan_reply
 from supervisor.clock import SystemClock
 from supervisor.config import Endpoint, EndpointKind, ProbeSettings
 from supervisor.durations import parse_duration
 from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.lab.vllm_sim import Flavour, SimBehaviour, VllmSim
-from supervisor.lab.vllm_sim_chat import plan_reply
 from supervisor.probes import CHECKS, make_client, run_probe
 from supervisor.probes.completion import CompletionStats, judge, slow_reason
 from supervisor.probes.context import ProbeError

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fleet_lab.vllm_sim import SimBehaviour
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
-from supervisor.lab.vllm_sim import SimBehaviour
 from supervisor.machine import State
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.clock import SystemClock
 from supervisor.config import Endpoint, load_config
 from supervisor.daemon import Daemon
 from supervisor.events import ProbeResult, Tier
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State
 from supervisor.probes import make_client, run_probe
 from supervisor.store import EntryKind, Store, StoreError, TimelineEntry

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
 from supervisor.remediation.guards import HostLocks

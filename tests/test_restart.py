@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.store import Store, StoreError, SubjectKind
 from tests.helpers import eventually, spawn_daemon, write_fleet
 

@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim_chat import CONTENT_TEXT, REASONING_TEXT, split_pieces
+from fleet_lab.vllm_sim_cli import main
 from supervisor.clock import SystemClock
 from supervisor.config import Endpoint, ProbeSettings
 from supervisor.durations import parse_duration
 from supervisor.events import Outcome, Tier
-from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.lab.vllm_sim_chat import CONTENT_TEXT, REASONING_TEXT, split_pieces
-from supervisor.lab.vllm_sim_cli import main
 from supervisor.probes import make_client, run_probe
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually
@@ -425,9 +425,9 @@ async def test_rerank(sim: VllmSim, http: httpx.AsyncClient) -> None:
 
 @asynccontextmanager
 async def standalone(*flags: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """`python -m supervisor.lab.vllm_sim FLAGS`, once it printed READY; killed if still alive."""
+    """`python -m fleet_lab.vllm_sim FLAGS`, once it printed READY; killed if still alive."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "supervisor.lab.vllm_sim", "--host", "127.0.0.1", *flags,
+        sys.executable, "-m", "fleet_lab.vllm_sim", "--host", "127.0.0.1", *flags,
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -16,7 +16,7 @@ the host's filesystem and execs systemd:
   `/proc/sys/vm/drop_caches` file; `/sys` is read-only; `/proc/meminfo` is the host folder's
   `meminfo` file (drills control the free memory the host reports).
 - the host's folder is bound at `/var/lib/lab` (its sshd keys, containers, fault files), and
-  its `bin/docker` (see `supervisor.lab.containers`) becomes the host's `/usr/bin/docker`.
+  its `bin/docker` (see `fleet_lab.containers`) becomes the host's `/usr/bin/docker`.
 - every host-touching unit is masked, `container=fleet-lab` is set (so units with
   `ConditionVirtualization=!container` skip), and systemd starts only `lab.target`.
 """

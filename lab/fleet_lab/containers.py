@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from supervisor.lab.boot import INSIDE
+from fleet_lab.boot import INSIDE
 
 DOCKER = f"""\
 #!/bin/bash
-# fleet lab: `docker exec NAME CMD...` over a directory tree (see supervisor/lab/containers.py).
+# fleet lab: `docker exec NAME CMD...` over a directory tree (see lab/fleet_lab/containers.py).
 set -euo pipefail
 if [ "${{1:-}}" != exec ]; then
   echo "lab docker: only 'docker exec NAME CMD...' is simulated, not '${{1:-}}'" >&2

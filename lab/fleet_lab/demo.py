@@ -1,4 +1,4 @@
-"""`fleet-supervisor demo`: as root on Linux, the lab demo (`supervisor.lab.lab_demo`: real
+"""`fleet-supervisor demo`: as root on Linux, the lab demo (`fleet_lab.lab_demo`: real
 systemd hosts, the four headline failures healed). Otherwise, or with `--loopback`: the daemon
 supervising real vLLM-shaped servers on loopback while faults are injected one after another,
 narrated in plain words, ending with the incident timelines. Everything it starts lives in a
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import yaml
 
+from fleet_lab.lab import LabError, check_root
+from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
 from supervisor import logs
 from supervisor.aio import poll
 from supervisor.cli.incidents import entry_lines
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
-from supervisor.lab.lab import LabError, check_root
-from supervisor.lab.vllm_sim import Flavour, SimBehaviour, VllmSim
 from supervisor.machine import State
 from supervisor.worker import EndpointWorker
 
@@ -231,7 +231,7 @@ def main(*, loopback: bool = False, lab: Path | None = None) -> int:
                 raise
             print(f"the lab demo needs root on Linux ({exc}): running the loopback demo instead")
         else:
-            from supervisor.lab.lab_demo import main as lab_demo
+            from fleet_lab.lab_demo import main as lab_demo
 
             return lab_demo(lab)
     with tempfile.TemporaryDirectory(prefix="fleet-supervisor-demo-") as folder:

@@ -1,5 +1,5 @@
 """The faults that come with a relaunch of the DeepSeek head or a death of its engine (see
-`supervisor.lab.faults` for the registry and the undoing): a launch script that drifted from the
+`fleet_lab.faults` for the registry and the undoing): a launch script that drifted from the
 known-good one (fork multiproc method, prefix caching on a hybrid model, no reasoning parser), an
 EngineCore that outlived its parent and pins the GPU, and an engine that dies so that vLLM's API
 server exits 0."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from supervisor.lab import fleet
-from supervisor.lab.lab import Lab, LabError
-from supervisor.lab.lab_ops import (
+from fleet_lab import fleet
+from fleet_lab.lab import Lab, LabError
+from fleet_lab.lab_ops import (
     HEAD_SCRIPT,
     HEAD_UNIT,
     restart_head,

@@ -1,4 +1,4 @@
-"""The Telegram side of a drill: a Bot API stub (`supervisor.lab.botapi`) served on loopback for
+"""The Telegram side of a drill: a Bot API stub (`fleet_lab.botapi`) served on loopback for
 the drill's daemon, whose real python-telegram-bot client is pointed at it, and what the stub
 received about the drill's incident."""
 
@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 
-from supervisor.lab.botapi import BotApiStub, Sent
+from fleet_lab.botapi import BotApiStub, Sent
 from supervisor.notify.notifier import Timing
 from supervisor.notify.sender import Pacing
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import yaml
 
-from supervisor.lab import fleet
-from supervisor.lab.lab import ADDRESSES, Lab
-from supervisor.lab.lab_ops import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCRIPT, WORKER_UNIT
+from fleet_lab import fleet
+from fleet_lab.lab import ADDRESSES, Lab
+from fleet_lab.lab_ops import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCRIPT, WORKER_UNIT
 
 PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks"
 #: The probes every drill's daemon runs (the figures are measured against these).

@@ -19,15 +19,15 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from fleet_lab import faults
+from fleet_lab.drill_bot import DELIVER_WITHIN_S, TIMING, DrillBot
+from fleet_lab.drill_config import ENDPOINTS, PROBE, completes, write_config
+from fleet_lab.fleet import prepare
+from fleet_lab.lab import Lab, LabError
+from fleet_lab.report import DETECTED, DrillReport, DrillStep, first, seconds, steps_of
 from supervisor.aio import poll
 from supervisor.config import FleetConfig, load_config
 from supervisor.daemon import Daemon
-from supervisor.lab import faults
-from supervisor.lab.drill_bot import DELIVER_WITHIN_S, TIMING, DrillBot
-from supervisor.lab.drill_config import ENDPOINTS, PROBE, completes, write_config
-from supervisor.lab.fleet import prepare
-from supervisor.lab.lab import Lab, LabError
-from supervisor.lab.report import DETECTED, DrillReport, DrillStep, first, seconds, steps_of
 from supervisor.machine import State
 from supervisor.store import EntryKind, SubjectKind
 

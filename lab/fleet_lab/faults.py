@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from supervisor.lab import drifts, fleet
-from supervisor.lab.host import SSHD_UNIT
-from supervisor.lab.lab import ADDRESSES, Lab, LabError, LabHost
-from supervisor.lab.lab_ops import (
+from fleet_lab import drifts, fleet
+from fleet_lab.host import SSHD_UNIT
+from fleet_lab.lab import ADDRESSES, Lab, LabError, LabHost
+from fleet_lab.lab_ops import (
     CONTAINER,
     HEAD_SCRIPT,
     HEAD_UNIT,
@@ -27,7 +27,7 @@ from supervisor.lab.lab_ops import (
     write_dropin,
     write_head_script,
 )
-from supervisor.lab.launch import RENDEZVOUS_PORT
+from fleet_lab.launch import RENDEZVOUS_PORT
 
 __all__ = ["CONTAINER", "HEAD_SCRIPT", "HEAD_UNIT", "WORKER_SCRIPT", "WORKER_UNIT", "restart_pair"]
 

@@ -19,10 +19,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from supervisor.lab.boot import INSIDE
-from supervisor.lab.containers import write_tree
-from supervisor.lab.lab import ADDRESSES, Lab
-from supervisor.lab.launch import DROP_CACHES, MXFP4
+from fleet_lab.boot import INSIDE
+from fleet_lab.containers import write_tree
+from fleet_lab.lab import ADDRESSES, Lab
+from fleet_lab.launch import DROP_CACHES, MXFP4
 
 DS4_MODEL = "deepseek-v4-flash"
 CONTAINER = "vllm_ds4"
@@ -83,7 +83,7 @@ def _launch_script(role: str, address: str, extra: str = "") -> str:
     return (
         "#!/bin/bash\n"
         f"# known-good launch of the DeepSeek {role} (lab)\n"
-        f"{title} {_python()} -m supervisor.lab.launch {role} --host {address} "
+        f"{title} {_python()} -m fleet_lab.launch {role} --host {address} "
         f"--head-address {ADDRESSES['spark1']} --port 8000 --model {DS4_MODEL} "
         f"--mxfp4 {MXFP4} --drop-caches {DROP_CACHES} --gpu {GPU}{extra} -- {SIM_FLAGS}\n"
     )
@@ -99,7 +99,7 @@ def _unit(description: str, exec_start: str) -> str:
 
 def _sim(address: str, port: int, model: str, flags: str = "") -> str:
     return (
-        f"{_python()} -m supervisor.lab.vllm_sim --host {address} --port {port} "
+        f"{_python()} -m fleet_lab.vllm_sim --host {address} --port {port} "
         f"--model {model} --cold-start {COLD_START}{flags}"
     )
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from supervisor.lab import boot, containers, procs
+from fleet_lab import boot, containers, procs
 
 SSHD_UNIT = "lab-sshd.service"
 SSH_PORT = 22

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import asyncssh
 
+from fleet_lab.host import SSH_PORT, LabError, LabHost
 from supervisor.config import Host
-from supervisor.lab.host import SSH_PORT, LabError, LabHost
 
 #: The fleet's hosts and their lab addresses.
 ADDRESSES: Mapping[str, str] = {"spark1": "127.0.0.11", "spark2": "127.0.0.12"}

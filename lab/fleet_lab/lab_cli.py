@@ -6,6 +6,10 @@ leaves nothing running; `status` shows each host and its units; `drill NAME` inj
 catalogue fault into the running lab, runs the daemon in-process and prints what it detected,
 diagnosed, did and verified with the time to detect and to heal (or to escalate, for the drills
 that must not act); exit 0 when the daemon did what the drill expects.
+
+A command of the runtime's CLI through the entry point `lab` of the group
+`fleet_supervisor.commands`; the lab itself is imported only when the command runs, so that the
+other commands (the daemon's `run` first) load none of it.
 """
 
 from __future__ import annotations
@@ -16,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.cli.common import CliError
-from supervisor.lab import drills, faults, fleet
-from supervisor.lab.lab import Lab, LabError, check_root
 
 DEFAULT_FOLDER = Path("/var/lib/fleet-lab")
 
@@ -33,10 +35,13 @@ def add_parser(sub: Any) -> None:
     commands.add_parser("down", help="stop every lab host")
     commands.add_parser("status", help="each lab host and its units")
     drill = commands.add_parser("drill", help="inject a fault and watch what the daemon does")
-    drill.add_argument("name", help=f"one of: {', '.join(faults.FAULTS)}")
+    drill.add_argument("name", help="a drill of the catalogue (an unknown name lists them)")
 
 
 def _up(folder: Path) -> int:
+    from fleet_lab import fleet
+    from fleet_lab.lab import Lab
+
     if folder.exists() and any(Lab.load(folder).running().values()):
         raise CliError(f"the lab in {folder} is already up: run `fleet-supervisor lab down` first")
     lab = fleet.create(folder)
@@ -48,6 +53,9 @@ def _up(folder: Path) -> int:
 
 
 def _status(folder: Path) -> int:
+    from fleet_lab import fleet
+    from fleet_lab.lab import Lab
+
     lab = Lab.load(folder)
     units = fleet.units()
     for name, host in lab.hosts.items():
@@ -61,6 +69,9 @@ def _status(folder: Path) -> int:
 
 
 def _drill(folder: Path, name: str) -> int:
+    from fleet_lab import drills, faults
+    from fleet_lab.lab import Lab
+
     faults.get(name)  # an unknown drill is one plain line before anything runs
     lab = Lab.load(folder)
     if not all(lab.running().values()):
@@ -71,6 +82,8 @@ def _drill(folder: Path, name: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    from fleet_lab.lab import Lab, LabError, check_root
+
     try:
         check_root()
         folder: Path = args.folder.absolute()

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from fleet_lab import drills, fleet
+from fleet_lab.lab import Lab, LabError
+from fleet_lab.report import DrillReport
 from supervisor.cli.incidents import entry_lines
-from supervisor.lab import drills, fleet
-from supervisor.lab.lab import Lab, LabError
-from supervisor.lab.report import DrillReport
 
 #: The four failures the fleet met most, in the order the demo injects them, each told plainly.
 HEADLINE: dict[str, str] = {

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from supervisor.lab import fleet
-from supervisor.lab.lab import Lab, LabError, LabHost
-from supervisor.lab.launch import MXFP4
+from fleet_lab import fleet
+from fleet_lab.lab import Lab, LabError, LabHost
+from fleet_lab.launch import MXFP4
 
 CONTAINER = fleet.CONTAINER
 HEAD_UNIT = "vllm-ds4-head.service"

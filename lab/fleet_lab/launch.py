@@ -1,4 +1,4 @@
-"""`python -m supervisor.lab.launch ROLE ...`: what a lab launch script runs inside its container.
+"""`python -m fleet_lab.launch ROLE ...`: what a lab launch script runs inside its container.
 
 It walks vLLM's start-up in vLLM's order and fails from the same real causes, with vLLM's texts:
 
@@ -23,7 +23,7 @@ It walks vLLM's start-up in vLLM's order and fails from the same real causes, wi
 5. start the engine's workers: with `VLLM_WORKER_MULTIPROC_METHOD=fork` in the environment (a
    launch drifted from the known-good script) the shared-memory broadcast fails with vLLM's
    `AttributeError: 'ShmRingBuffer' object has no attribute 'shared_memory'`.
-6. `head`/`single`: exec the vLLM-shaped server (`supervisor.lab.vllm_sim`), which inherits the
+6. `head`/`single`: exec the vLLM-shaped server (`fleet_lab.vllm_sim`), which inherits the
    rendezvous socket so the port stays bound while it serves; `worker`: stay up until SIGTERM.
 """
 
@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         set_title("VLLM::Worker_TP1")
         _wait_for_term()
     sim = given[cut + 1 :]
-    command = [sys.executable, "-m", "supervisor.lab.vllm_sim"]
+    command = [sys.executable, "-m", "fleet_lab.vllm_sim"]
     command += ["--host", args.host, "--port", str(args.port), "--model", args.model, *sim]
     sys.stdout.flush()
     if held is not None:  # the rendezvous socket stays open (and bound) across exec

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from supervisor.lab.drill_bot import Notified
-from supervisor.lab.faults import Expect
+from fleet_lab.drill_bot import Notified
+from fleet_lab.faults import Expect
 from supervisor.store import EntryKind, TimelineRow
 
 #: The transitions that say the daemon noticed the fault.

@@ -8,7 +8,7 @@ In process::
 Standalone (prints exactly one line, `READY http://HOST:PORT`, once it accepts connections; exits
 0 on SIGTERM/SIGINT; SIGUSR1 kills its "engine")::
 
-    python -m supervisor.lab.vllm_sim --host 127.0.0.1 --port 0 --model NAME
+    python -m fleet_lab.vllm_sim --host 127.0.0.1 --port 0 --model NAME
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from http import HTTPStatus
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from supervisor.lab.vllm_sim_chat import engine_error, error_body
-from supervisor.lab.vllm_sim_http import BadRequestError, Responder, read_request
-from supervisor.lab.vllm_sim_metrics import SimMetrics
-from supervisor.lab.vllm_sim_routes import route
+from fleet_lab.vllm_sim_chat import engine_error, error_body
+from fleet_lab.vllm_sim_http import BadRequestError, Responder, read_request
+from fleet_lab.vllm_sim_metrics import SimMetrics
+from fleet_lab.vllm_sim_routes import route
 
 _log = logging.getLogger(__name__)
 Flavour = Literal["vllm", "ollama", "mlx"]
@@ -282,6 +282,6 @@ class VllmSim:
 
 
 if __name__ == "__main__":
-    from supervisor.lab.vllm_sim_cli import main
+    from fleet_lab.vllm_sim_cli import main
 
     raise SystemExit(main())

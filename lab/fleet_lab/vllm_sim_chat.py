@@ -11,10 +11,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from supervisor.lab.vllm_sim_http import Request, Responder
+from fleet_lab.vllm_sim_http import Request, Responder
 
 if TYPE_CHECKING:
-    from supervisor.lab.vllm_sim import VllmSim
+    from fleet_lab.vllm_sim import VllmSim
 
 REASONING_TEXT = (
     "The user asks for a small sum. Seventeen plus twenty-five: ten and twenty make thirty, "

@@ -1,4 +1,4 @@
-"""`python -m supervisor.lab.vllm_sim`: the simulated server as its own process.
+"""`python -m fleet_lab.vllm_sim`: the simulated server as its own process.
 
 Prints exactly one line, `READY http://HOST:PORT`, once it accepts connections; serves until
 SIGTERM or SIGINT (exit 0). SIGUSR1 kills the "engine" (with `--exit-on-engine-death` the process
@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from fleet_lab.vllm_sim import FLAVOURS, Flavour, SimBehaviour, VllmSim
 from supervisor.durations import DurationError, parse_duration
-from supervisor.lab.vllm_sim import FLAVOURS, Flavour, SimBehaviour, VllmSim
 
 PROG = "vllm_sim"
 

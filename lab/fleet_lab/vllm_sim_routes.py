@@ -11,11 +11,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from supervisor.lab.vllm_sim_chat import admit, bad_request, handle_chat
-from supervisor.lab.vllm_sim_http import Request, Responder
+from fleet_lab.vllm_sim_chat import admit, bad_request, handle_chat
+from fleet_lab.vllm_sim_http import Request, Responder
 
 if TYPE_CHECKING:
-    from supervisor.lab.vllm_sim import VllmSim
+    from fleet_lab.vllm_sim import VllmSim
 
 Handler = Callable[["VllmSim", Request, Responder], Awaitable[None]]
 VLLM_VERSION = "0.32.0"

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 
 from supervisor import __version__
-from supervisor.cli import check, diagnose, incidents, lab, notify, probe, rules, run, status
+from supervisor.cli import check, diagnose, extra, incidents, notify, probe, rules, run, status
 from supervisor.cli.common import CliError
 from supervisor.config import ConfigError
 from supervisor.durations import DurationError, parse_duration
@@ -24,7 +23,7 @@ def _duration(text: str) -> object:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleet-supervisor",
         description="Keeps a home/lab LLM inference fleet serving.",
@@ -65,50 +64,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--state", choices=("down", "degraded", "unreachable"), help="diagnose as if in this state"
     )
-    p = sub.add_parser(
-        "demo",
-        help="watch the supervisor heal the four headline failures in the lab (root, Linux; "
-        "else three faults on loopback servers)",
-    )
-    p.add_argument("--loopback", action="store_true", help="the loopback demo, even as root")
-    p.add_argument(
-        "--lab", type=Path, metavar="FOLDER", help="use this running lab (no boot, no teardown)"
-    )
     p = sub.add_parser("timeline", help="one incident's timeline")
     p.add_argument("id", type=int)
     p.add_argument("--json", action="store_true")
     rules.add_parser(sub)
-    lab.add_parser(sub)
+    for command in commands.values():
+        command.add_parser(sub)
     sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
     return parser
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from supervisor.demo import main as demo
-    from supervisor.lab.lab import LabError
-
-    if args.loopback and args.lab is not None:
-        raise CliError("--loopback and --lab exclude each other: the loopback demo boots no lab")
-    try:
-        return demo(loopback=args.loopback, lab=args.lab)
-    except LabError as exc:
-        raise CliError(str(exc)) from None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(
+    argv: Sequence[str] | None = None, *, commands: Mapping[str, extra.Command] | None = None
+) -> int:
+    """`commands`: the extra commands (default: those installed, see `supervisor.cli.extra`)."""
+    found = extra.with_stand_ins(extra.discover() if commands is None else commands)
+    args = _parser(found).parse_args(argv)
     handlers = {
+        **{name: command.main for name, command in found.items()},
         "check": check.main,
         "run": run.main,
         "status": status.main,
         "probe": probe.main,
         "incidents": incidents.main_list,
         "timeline": incidents.main_timeline,
-        "demo": _demo,
         "diagnose": diagnose.main,
         "rules": rules.main,
         "notify-test": notify.main,
-        "lab": lab.main,
     }
     try:
         return handlers[args.command](args)

@@ -1,6 +1,6 @@
 """The lab fixture: two simulated hosts (spark1 127.0.0.11, spark2 127.0.0.12), booted once per
 test run of this package, each a real systemd as PID 1 with its own sshd and the fleet's units (see
-`supervisor.lab.fleet`); stopped at the end."""
+`fleet_lab.fleet`); stopped at the end."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from supervisor.lab import fleet
-from supervisor.lab.lab import Lab, LabError, check_root
+from fleet_lab import fleet
+from fleet_lab.lab import Lab, LabError, check_root
 
 
 @pytest.fixture(scope="package")

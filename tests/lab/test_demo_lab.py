@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.lab import procs
-from supervisor.lab.lab import ADDRESSES, Lab
-from supervisor.lab.lab_demo import HEADLINE
+from fleet_lab import procs
+from fleet_lab.lab import ADDRESSES, Lab
+from fleet_lab.lab_demo import HEADLINE
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.lab import drills, faults, fleet
-from supervisor.lab.lab import Lab, LabError
-from supervisor.lab.report import DrillReport
+from fleet_lab import drills, faults, fleet
+from fleet_lab.lab import Lab, LabError
+from fleet_lab.report import DrillReport
 
 pytestmark = pytest.mark.slow
 

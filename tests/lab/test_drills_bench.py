@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.lab.lab import Lab
+from fleet_lab.lab import Lab
 from tests.helpers import bench_smoke
 
 ROOT = Path(__file__).resolve().parents[2]

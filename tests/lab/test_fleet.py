@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from supervisor.lab import fleet
-from supervisor.lab.lab import Lab, LabHost
+from fleet_lab import fleet
+from fleet_lab.lab import Lab, LabHost
 
 pytestmark = pytest.mark.slow
 

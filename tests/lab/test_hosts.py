@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fleet_lab import procs
+from fleet_lab.lab import Lab, LabError, LabHost
 from supervisor.executor.ssh import SshExecutor
-from supervisor.lab import procs
-from supervisor.lab.lab import Lab, LabError, LabHost
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.lab.lab import Lab, LabError, LabHost, check_root
+from fleet_lab.lab import Lab, LabError, LabHost, check_root
 
 pytestmark = [
     pytest.mark.slow,

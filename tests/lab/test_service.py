@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.lab.lab import Lab
+from fleet_lab.lab import Lab
 
 pytestmark = pytest.mark.slow
 
