@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import RESULTS, median, ms, percentile, until, write_section
 from fleet_lab.botapi import BotApiStub, Sent
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.notify.notifier import Timing
+from supervisor.notify.timing import Timing
 from supervisor.store import EntryKind, Store
 from supervisor.store.outbox import OutboxStore
 

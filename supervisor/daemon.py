@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import httpx
 import structlog
@@ -20,7 +21,8 @@ from supervisor.executor import Executor
 from supervisor.executor.fleet import FleetExecutor
 from supervisor.hosts import UNREACHABLE, HostWatcher
 from supervisor.machine import FleetMachine, State
-from supervisor.notify.notifier import Notifier, Timing, make_notifier
+from supervisor.notify.start import make_notifier
+from supervisor.notify.timing import Timing
 from supervisor.ops.runtime import OpsRuntime  # ops hook (issue 6)
 from supervisor.playbook.live import LivePlaybook
 from supervisor.probes import make_client, make_tls, run_probe
@@ -37,6 +39,9 @@ from supervisor.store import (
 from supervisor.store.resilient import ResilientStore
 from supervisor.worker import EndpointWorker, Prober
 from supervisor.worker_state import restored_from
+
+if TYPE_CHECKING:
+    from supervisor.notify.notifier import Notifier
 
 log = structlog.get_logger("supervisor.daemon")
 

@@ -1,5 +1,7 @@
-"""The demo a newcomer runs first: it must detect and recover every fault it injects. (The lab
-demo, as root, is tested in tests/lab/test_demo_lab.py; here the loopback one.)"""
+"""The demo a newcomer runs first: the supervisor must detect every fault the demo injects, and see
+each endpoint recover once the demo has undone it; the demo says who did what and claims no
+repair the supervisor did not make. (The lab demo, as root, is tested in
+tests/lab/test_demo_lab.py; here the loopback one.)"""
 
 from __future__ import annotations
 
@@ -16,6 +18,14 @@ FALLBACK = (
     "the lab demo needs root on Linux (the lab needs root: it mounts filesystems and starts "
     "systemd): running the loopback demo instead"
 )
+#: how the loopback demo ends: the supervisor runs observe-only, so every repair is the demo's
+ENDING = [
+    "The supervisor detected 3 of 3 faults and opened an incident for each.",
+    "The supervisor repaired none of them: it runs observe-only here (remediation.dry_run), "
+    "recording what it would do.",
+    "The demo undid each of its 3 faults itself; the supervisor then saw a real completion pass "
+    "and closed each incident (3 of 3).",
+]
 
 
 def _as_someone_else() -> list[str]:
@@ -40,7 +50,7 @@ async def test_without_root_it_says_so_in_one_line_then_runs_the_loopback_demo()
     text = out.decode()
     assert proc.returncode == 0, text + err.decode()
     assert text.splitlines()[0] == FALLBACK
-    assert text.rstrip().endswith("3 of 3 faults detected and recovered.")
+    assert text.splitlines()[-3:] == ENDING
 
 
 async def test_demo_detects_and_recovers_every_fault() -> None:
@@ -56,8 +66,20 @@ async def test_demo_detects_and_recovers_every_fault() -> None:
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     text = out.decode()
     assert proc.returncode == 0, text + err.decode()
-    assert "ds4 is down: connection refused (incident #1 opened)" in text
-    assert "kimi is degraded: no reasoning text (incident #2 opened)" in text
-    assert "ds4 is down: timed out after 2s (incident #3 opened)" in text
-    assert text.rstrip().endswith("3 of 3 faults detected and recovered.")
+    said = [line.split("] ", 1)[1] for line in text.splitlines() if line.startswith("[")]
+    for number, detected, endpoint, incident in [
+        (1, "ds4 is down: connection refused", "ds4", 1),
+        (2, "kimi is degraded: no reasoning text", "kimi", 2),
+        (3, "ds4 is down: timed out after 2s", "ds4", 3),
+    ]:
+        at = said.index(f"the supervisor detected it: {detected} (incident #{incident} opened)")
+        assert said[at - 1].startswith(f"the demo injects fault {number}: ")
+        assert said[at + 1] == f"the demo undoes fault {number} itself"
+        assert said[at + 2] == (
+            f"{endpoint} passed a real completion again: the supervisor closed incident "
+            f"#{incident} (it made no repair attempt)"
+        )
+    assert "repaired by hand" not in text
+    assert "detected and recovered" not in text
+    assert text.splitlines()[-3:] == ENDING
     assert err.decode() == ""

@@ -19,8 +19,8 @@ from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
 from supervisor.machine import State
-from supervisor.notify.notifier import Notifier, Timing
-from supervisor.notify.sender import Pacing
+from supervisor.notify.notifier import Notifier
+from supervisor.notify.timing import Pacing, Timing
 from supervisor.playbook.model import All, Mode, Rule, Severity
 from supervisor.store.outbox import OutboxStore
 from supervisor.worker import EndpointWorker

@@ -1,7 +1,9 @@
 """`fleet-supervisor demo`: as root on Linux, the lab demo (`fleet_lab.lab_demo`: real
 systemd hosts, the four headline failures healed). Otherwise, or with `--loopback`: the daemon
-supervising real vLLM-shaped servers on loopback while faults are injected one after another,
-narrated in plain words, ending with the incident timelines. Everything it starts lives in a
+supervising real vLLM-shaped servers on loopback while the demo injects faults one after another
+and, once the supervisor has detected each, undoes it itself (the supervisor runs observe-only
+here); narrated in plain words, ending with the incident timelines and what each side did, as the
+store recorded it (`fleet_lab.demo_summary`). Everything it starts lives in a
 temporary folder and this process, and is cleaned up on exit and on Ctrl-C.
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from fleet_lab.demo_summary import SceneResult, attempts_phrase, summary
 from fleet_lab.lab import LabError, check_root
 from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
 from supervisor import logs
@@ -25,6 +28,7 @@ from supervisor.cli.incidents import entry_lines
 from supervisor.config import load_config
 from supervisor.daemon import Daemon
 from supervisor.machine import State
+from supervisor.store import AttemptRow
 from supervisor.worker import EndpointWorker
 
 MODELS: dict[str, tuple[str, Flavour]] = {
@@ -155,7 +159,7 @@ async def run_demo(folder: Path) -> int:
         await sims[name].start("127.0.0.1", 0)
         narrator.say(f"started a {flavour}-shaped server for {name} ({model}) at {sims[name].url}")
     daemon = Daemon(load_config(_fleet_file(folder, sims)))
-    healed = 0
+    results: list[SceneResult] = []
     try:
         await daemon.start()
         narrator.say("the supervisor is running: liveness every 1s, a real completion every 2s")
@@ -169,30 +173,51 @@ async def run_demo(folder: Path) -> int:
                     f"ttft {worker.last_ttft_s or 0:.2f}s, {worker.last_tok_s or 0:.0f} tok/s"
                 )
         for number, scene in enumerate(SCENES, 1):
-            worker = workers[scene.endpoint]
             print()
-            narrator.say(f"fault {number}: {scene.title}. {scene.explain}")
-            await scene.inject(sims)
-            if await _reach(worker, scene.expect, incident_open=True, narrator=narrator, within=30):
-                await _say_opened(daemon, scene.endpoint, worker.incident_id, narrator)
-            incident = worker.incident_id
-            narrator.say(f"fault {number} is repaired by hand (the playbook does this next)")
-            await scene.repair(sims)
-            if await _reach(
-                worker, State.HEALTHY, incident_open=False, narrator=narrator, within=30
-            ):
-                healed += 1
-                narrator.say(
-                    f"{scene.endpoint} passed a real completion again: incident #{incident} closed"
-                )
+            results.append(await _play(daemon, number, scene, sims, narrator))
         print()
         await _print_timelines(daemon)
     finally:
         await daemon.stop()
         for sim in sims.values():
             await sim.stop()
-    print(f"\n{healed} of {len(SCENES)} faults detected and recovered.")
-    return 0 if healed == len(SCENES) else 1
+    print()
+    print("\n".join(summary(results, dry_run=daemon.config.remediation.dry_run)))
+    done = all(r.incident is not None and r.recovered for r in results)
+    return 0 if done else 1
+
+
+async def _play(
+    daemon: Daemon, number: int, scene: Scene, sims: dict[str, VllmSim], narrator: Narrator
+) -> SceneResult:
+    """One fault: the demo injects it, the supervisor detects it, the demo undoes it, the
+    supervisor sees the endpoint recover; the supervisor's repair attempts, from the store."""
+    worker = daemon.workers[scene.endpoint]
+    narrator.say(f"the demo injects fault {number}: {scene.title}. {scene.explain}")
+    await scene.inject(sims)
+    detected = await _reach(worker, scene.expect, incident_open=True, narrator=narrator, within=30)
+    incident = worker.incident_id if detected else None
+    if detected:
+        await _say_opened(daemon, scene.endpoint, incident, narrator)
+    narrator.say(f"the demo undoes fault {number} itself")
+    await scene.repair(sims)
+    healthy = await _reach(worker, State.HEALTHY, incident_open=False, narrator=narrator, within=30)
+    recovered = healthy and incident is not None
+    attempts = await _attempts(daemon, scene.endpoint, incident)
+    if recovered:
+        narrator.say(
+            f"{scene.endpoint} passed a real completion again: the supervisor closed incident "
+            f"#{incident} (it made {attempts_phrase(len(attempts))})"
+        )
+    return SceneResult(
+        endpoint=scene.endpoint, incident=incident, recovered=recovered, attempts=attempts
+    )
+
+
+async def _attempts(daemon: Daemon, name: str, incident: int | None) -> tuple[AttemptRow, ...]:
+    if daemon.store is None or incident is None:
+        return ()
+    return tuple(a for a in await daemon.store.attempts(name) if a.incident_id == incident)
 
 
 async def _say_opened(
@@ -202,8 +227,9 @@ async def _say_opened(
     if daemon.store is not None and incident_id is not None:
         incident = await daemon.store.incident(incident_id)
     cause = incident.cause if incident else "?"
+    state = daemon.workers[name].state
     narrator.say(
-        f"{name} is {daemon.workers[name].state}: {cause} (incident #{incident_id} opened)"
+        f"the supervisor detected it: {name} is {state}: {cause} (incident #{incident_id} opened)"
     )
 
 

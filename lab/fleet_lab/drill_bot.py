@@ -13,8 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from fleet_lab.botapi import BotApiStub, Sent
-from supervisor.notify.notifier import Timing
-from supervisor.notify.sender import Pacing
+from supervisor.notify.timing import Pacing, Timing
 
 TOKEN = "424242:lab-drill-token"  # noqa: S105 - the stub's own, never a real bot's
 CHAT = -1001

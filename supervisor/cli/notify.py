@@ -1,13 +1,12 @@
-"""`notify-test`: send one message to every configured chat and say what happened to each."""
+"""`notify-test`: send one message to every configured chat and say what happened to each. The
+Telegram client is imported when the command runs, not when the CLI loads (`run` does not need
+it unless Telegram is configured)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
-
-from telegram import Bot
-from telegram.error import TelegramError
 
 from supervisor.cli.common import CliError, load
 from supervisor.config.models import TelegramConfig
@@ -34,6 +33,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _send(telegram: TelegramConfig, token: str) -> tuple[list[str], bool]:
+    from telegram import Bot
+    from telegram.error import TelegramError
+
     bot = Bot(token, base_url=telegram.base_url or "https://api.telegram.org/bot")
     lines: list[str] = []
     ok = True

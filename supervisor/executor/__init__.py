@@ -1,10 +1,15 @@
-"""Running commands on the fleet's hosts: over SSH, or locally for `local: true` hosts."""
+"""Running commands on the fleet's hosts: over SSH, or locally for `local: true` hosts.
+`SshExecutor` (asyncssh) is loaded on first use only."""
+
+from typing import TYPE_CHECKING
 
 from supervisor.executor.base import CommandResult, Executor, command_line
 from supervisor.executor.dryrun import DryRunExecutor
 from supervisor.executor.fleet import FleetExecutor, UnknownHostError
 from supervisor.executor.local import LocalExecutor
-from supervisor.executor.ssh import SshExecutor
+
+if TYPE_CHECKING:
+    from supervisor.executor.ssh import SshExecutor
 
 __all__ = [
     "CommandResult",
@@ -16,3 +21,11 @@ __all__ = [
     "UnknownHostError",
     "command_line",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "SshExecutor":
+        from supervisor.executor.ssh import SshExecutor
+
+        return SshExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

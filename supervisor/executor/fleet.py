@@ -8,7 +8,6 @@ from datetime import timedelta
 from supervisor.config import FleetConfig, Host
 from supervisor.executor.base import CommandResult, Executor
 from supervisor.executor.local import LocalExecutor
-from supervisor.executor.ssh import SshExecutor
 
 
 class UnknownHostError(KeyError):
@@ -20,7 +19,8 @@ class UnknownHostError(KeyError):
 
 class FleetExecutor:
     """Routes each command by `host.local`: to `local` (default `LocalExecutor()`) or to `ssh`
-    (default `SshExecutor()`). `config` gives the fleet's hosts, for `host(name)`."""
+    (default `SshExecutor()`, made on first use: a fleet of local hosts never loads asyncssh).
+    `config` gives the fleet's hosts, for `host(name)`."""
 
     def __init__(
         self,
@@ -31,7 +31,7 @@ class FleetExecutor:
         self.hosts: Mapping[str, Host] = (
             config.hosts if isinstance(config, FleetConfig) else dict(config)
         )
-        self.ssh: Executor = ssh if ssh is not None else SshExecutor()
+        self._ssh: Executor | None = ssh
         self.local: Executor = local if local is not None else LocalExecutor()
 
     def host(self, name: str) -> Host:
@@ -41,6 +41,14 @@ class FleetExecutor:
         except KeyError:
             known = ", ".join(sorted(self.hosts)) or "none"
             raise UnknownHostError(f"unknown host {name!r} (hosts: {known})") from None
+
+    @property
+    def ssh(self) -> Executor:
+        if self._ssh is None:
+            from supervisor.executor.ssh import SshExecutor
+
+            self._ssh = SshExecutor()
+        return self._ssh
 
     def for_host(self, host: Host) -> Executor:
         return self.local if host.local else self.ssh
@@ -60,5 +68,6 @@ class FleetExecutor:
         )
 
     async def close(self) -> None:
-        await self.ssh.close()
+        if self._ssh is not None:
+            await self._ssh.close()
         await self.local.close()

@@ -6,10 +6,8 @@ composer keeps queueing meanwhile, and the sender delivers once the bot is up.""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -21,11 +19,12 @@ from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.config.models import TelegramConfig
 from supervisor.hosts import HostWatcher
-from supervisor.notify.auth import NotifyError, load_token, quiet_http_logs
+from supervisor.notify.auth import quiet_http_logs
 from supervisor.notify.bot import App, Commands
 from supervisor.notify.compose import Settings
 from supervisor.notify.composer import Composer
-from supervisor.notify.sender import Pacing, Sender
+from supervisor.notify.sender import Sender
+from supervisor.notify.timing import Timing
 from supervisor.playbook.model import Rule
 from supervisor.remediation.runner import Remediator
 from supervisor.store import Store
@@ -33,18 +32,6 @@ from supervisor.store.outbox import OutboxStore
 from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.notify")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Timing:
-    """How often things happen (tests shorten them)."""
-
-    pacing: Pacing = field(default_factory=Pacing)
-    compose_every: float = 1.0
-    flap_every: timedelta = timedelta(minutes=5)
-    settle: timedelta | None = None  #: default: `defaults.reopen_within`
-    poll_timeout: float = 10.0  #: getUpdates long-poll
-    startup_retry: float = 5.0
 
 
 class Notifier:
@@ -159,45 +146,3 @@ class Notifier:
                 await self.app.stop()
         with suppress(TelegramError, RuntimeError):
             await self.app.shutdown()
-
-
-def make_notifier(
-    config: FleetConfig,
-    *,
-    store: Store,
-    workers: Mapping[str, EndpointWorker],
-    hosts: Mapping[str, HostWatcher],
-    remediator: Remediator | None,
-    clock: Clock,
-    timing: Timing | None = None,
-) -> Notifier | None:
-    """The daemon's notifier, or None (logged) when Telegram is not configured or has no
-    token: the daemon keeps supervising without it."""
-    telegram = config.notify.telegram
-    if telegram is None:
-        return None
-    try:
-        token = load_token(telegram, os.environ)
-    except NotifyError as exc:
-        log.error("telegram disabled", reason=str(exc))
-        return None
-
-    async def diagnose(name: str) -> list[str]:
-        from supervisor.cli.diagnose import report
-
-        worker = workers.get(name)
-        last_ok_at = worker.last_ok_at if worker is not None else None
-        return await report(config, config.endpoints[name], dry_run=True, last_ok_at=last_ok_at)
-
-    return Notifier(
-        config=config,
-        telegram=telegram,
-        token=token,
-        store=store,
-        workers=workers,
-        hosts=hosts,
-        remediator=remediator,
-        clock=clock,
-        timing=timing,
-        diagnose=diagnose,
-    )

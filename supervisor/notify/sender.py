@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 
 import structlog
 from telegram import Bot, ReplyParameters
@@ -18,18 +17,11 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, Tele
 from supervisor.aio import wait_event
 from supervisor.clock import Clock
 from supervisor.notify.texts import split
+from supervisor.notify.timing import Pacing
 from supervisor.store import EntryKind, Store, TimelineEntry
 from supervisor.store.outbox import OutboxRow, OutboxStore
 
 log = structlog.get_logger("supervisor.notify")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Pacing:
-    retry_first: float = 1.0  #: seconds before the first retry after a failure
-    retry_max: float = 60.0  #: the pause stops growing here
-    per_chat: float = 1.0  #: at least this long between two messages to one chat
-    idle_poll: float = 1.0  #: how often an idle sender looks at the outbox anyway
 
 
 class Sender:

@@ -1,0 +1,85 @@
+"""A daemon loads only what its config needs: the Telegram client (python-telegram-bot) only when
+Telegram is configured with a token, asyncssh only when a command goes to an SSH host, the lab
+never (`fleet-supervisor run` as a real process; what it imported, read at its exit)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import write_fleet
+
+pytestmark = pytest.mark.slow
+
+WATCHED = ("telegram", "asyncssh", "cryptography", "fleet_lab.demo", "fleet_lab.vllm_sim")
+
+#: `run` under the real CLI, stopped by SIGTERM after a second; prints the watched modules loaded
+RUN = f"""
+import os, signal, sys, threading
+from supervisor.cli import main
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+code = main(["--config", sys.argv[1], "run", "--log-format", "json"])
+print(code, sorted(m for m in {WATCHED!r} if m in sys.modules))
+"""
+
+TELEGRAM = {"chat_ids": [-100], "user_ids": [7], "base_url": "http://127.0.0.1:9/bot"}
+
+
+def _run(config: Path, env: dict[str, str]) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", RUN, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("telegram", "env", "loaded"),
+    [
+        (None, {}, "0 []"),
+        # configured without a token: disabled (logged), and the client is never loaded
+        (TELEGRAM, {}, "0 []"),
+        (TELEGRAM, {"FLEET_SUPERVISOR_TELEGRAM_TOKEN": "1:t"}, "0 ['cryptography', 'telegram']"),
+    ],
+)
+def test_the_daemon_loads_the_telegram_client_only_when_telegram_is_configured(
+    tmp_path: Path, telegram: dict[str, Any] | None, env: dict[str, str], loaded: str
+) -> None:
+    config = write_fleet(tmp_path, {"asr": {"kind": "health", "url": "http://127.0.0.1:9/h"}})
+    if telegram is not None:
+        text = config.read_text() + f"notify:\n  telegram: {telegram!r}\n"
+        config.write_text(text)
+    assert _run(config, env) == loaded
+
+
+#: a local command through the fleet's executor, then the SSH executor asked for
+EXECUTOR = """
+import asyncio, sys
+from datetime import timedelta
+from supervisor.config import Host
+from supervisor.executor import FleetExecutor
+forge = Host(name="forge", local=True)
+fleet = FleetExecutor({"forge": forge})
+result = asyncio.run(fleet.run(forge, ["true"], timeout=timedelta(seconds=5)))
+print(result.exit_status, "asyncssh" in sys.modules)
+fleet.ssh
+print("asyncssh" in sys.modules)
+asyncio.run(fleet.close())
+"""
+
+
+def test_asyncssh_is_loaded_only_when_a_command_goes_over_ssh() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", EXECUTOR], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "0 False\nTrue\n"
