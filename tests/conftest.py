@@ -1,4 +1,5 @@
-"""Shared fixtures: in-process vLLM-shaped servers on 127.0.0.1, stopped at teardown."""
+"""Shared fixtures: in-process vLLM-shaped servers on 127.0.0.1, stopped at teardown; and the one
+line the run ends with when it skipped something (`tests.skips`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Protocol
 import pytest
 
 from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
+from tests.skips import reason, skip_line
 from tests.sshd import SSHD, Sshd
 
 FAST_TOK_S = 2000.0
@@ -75,3 +77,10 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
     server.start()
     yield server
     server.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    skipped = terminalreporter.stats.get("skipped", [])
+    line = skip_line((reason(report) for report in skipped), os.geteuid())
+    if line is not None:
+        terminalreporter.write_line(line)
