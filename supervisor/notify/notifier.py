@@ -20,6 +20,7 @@ from telegram.ext import ApplicationBuilder
 from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.config.models import TelegramConfig
+from supervisor.control import ControlApi
 from supervisor.hosts import HostWatcher
 from supervisor.notify.auth import NotifyError, load_token, quiet_http_logs
 from supervisor.notify.bot import App, Commands
@@ -27,6 +28,7 @@ from supervisor.notify.compose import Settings
 from supervisor.notify.composer import Composer
 from supervisor.notify.sender import Pacing, Sender
 from supervisor.playbook.model import Rule
+from supervisor.remediation.report import report
 from supervisor.remediation.runner import Remediator
 from supervisor.store import Store
 from supervisor.store.outbox import OutboxStore
@@ -59,6 +61,7 @@ class Notifier:
         hosts: Mapping[str, HostWatcher],
         remediator: Remediator | None,
         clock: Clock,
+        control: ControlApi | None = None,
         timing: Timing | None = None,
         diagnose: Callable[[str], Awaitable[list[str]]] | None = None,
     ) -> None:
@@ -98,17 +101,21 @@ class Notifier:
             workers=workers,
             hosts=hosts,
             remediator=remediator,
+            control=control,
             clock=clock,
             memory_lock=self.composer.lock,
             diagnose=diagnose,
         )
         self.commands.install(self.app)
+        self._control = control
         self.ready = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
         await self.outbox.ensure()
         self._store.on_timeline.append(self.composer.wake)
+        if self._control is not None:
+            self._control.on_ack.append(self.commands.remember_ack)
         self._tasks.append(asyncio.create_task(self.composer.run(), name="notify:composer"))
         self._tasks.append(asyncio.create_task(self._bring_up(), name="notify:bot"))
 
@@ -146,6 +153,8 @@ class Notifier:
     async def stop(self) -> None:
         if self.composer.wake in self._store.on_timeline:
             self._store.on_timeline.remove(self.composer.wake)
+        if self._control is not None and self.commands.remember_ack in self._control.on_ack:
+            self._control.on_ack.remove(self.commands.remember_ack)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -169,6 +178,7 @@ def make_notifier(
     hosts: Mapping[str, HostWatcher],
     remediator: Remediator | None,
     clock: Clock,
+    control: ControlApi | None = None,
     timing: Timing | None = None,
 ) -> Notifier | None:
     """The daemon's notifier, or None (logged) when Telegram is not configured or has no
@@ -183,11 +193,15 @@ def make_notifier(
         return None
 
     async def diagnose(name: str) -> list[str]:
-        from supervisor.cli.diagnose import report
-
+        """The chat's /diagnose: the daemon's own diagnosis service (its live playbook)."""
         worker = workers.get(name)
-        last_ok_at = worker.last_ok_at if worker is not None else None
-        return await report(config, config.endpoints[name], dry_run=True, last_ok_at=last_ok_at)
+        if remediator is None or worker is None:
+            return [f"no endpoint {name!r}"]
+        service = remediator.diagnosis
+        lines, _ = await report(
+            service, worker.endpoint, dry_run=True, last_ok_at=worker.last_ok_at
+        )
+        return lines
 
     return Notifier(
         config=config,
@@ -198,6 +212,7 @@ def make_notifier(
         hosts=hosts,
         remediator=remediator,
         clock=clock,
+        control=control,
         timing=timing,
         diagnose=diagnose,
     )
