@@ -88,8 +88,8 @@ def _state(worker: EndpointWorker) -> State:
 
 
 def _paused(daemon: Daemon) -> bool:
-    assert daemon.remediator is not None
-    return daemon.remediator.paused
+    assert daemon.control is not None
+    return daemon.control.fleet_paused
 
 
 async def _restart(sim: VllmSim) -> None:
@@ -257,8 +257,7 @@ async def test_strangers_are_refused_and_recorded(
         await eventually(_notifier(daemon).ready.is_set, what="bot up")
         answer = await _command(stub, "/pause", user=user, chat=chat)
         assert answer == "Sorry, you are not allowed to use this bot."
-        assert daemon.remediator is not None
-        assert not daemon.remediator.paused
+        assert not _paused(daemon)
         refusals = await _notifier(daemon).outbox.refusals()
         assert [(r.user_id, r.chat_id, r.text) for r in refusals] == [(user, chat, "/pause")]
     finally:

@@ -4,6 +4,7 @@ bump. A thin layer over `Store.tx`: every call is one transaction."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -24,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from supervisor.control.model import JournalRow, PauseRow, SilenceRow
-from supervisor.store.coltypes import JSONData, UTCDateTime
+from supervisor.store.coltypes import UTCDateTime
 from supervisor.store.store import Store
 
 control_metadata = MetaData()
@@ -60,7 +61,7 @@ journal = Table(
     Column("at", UTCDateTime, nullable=False),
     Column("action", Text, nullable=False),
     Column("target", Text, nullable=False),
-    Column("subjects", JSONData, nullable=False),
+    Column("subjects", Text, nullable=False),  #: a JSON list of endpoint names
     Column("who", Text, nullable=False),
     Column("via", Text, nullable=False),
     Column("why", Text, nullable=False),
@@ -151,7 +152,7 @@ class ControlStore:
                     at=row.at,
                     action=row.action,
                     target=row.target,
-                    subjects=list(row.subjects),
+                    subjects=json.dumps(list(row.subjects)),
                     who=row.who,
                     via=row.via,
                     why=row.why,
@@ -167,7 +168,7 @@ class ControlStore:
         async with self.store.tx(write=False) as conn:
             rows = (await conn.execute(select(journal).order_by(journal.c.id))).mappings().all()
         found = [
-            JournalRow(**{**row, "subjects": tuple(str(s) for s in row["subjects"] or [])})
+            JournalRow(**{**row, "subjects": tuple(str(s) for s in json.loads(row["subjects"]))})
             for row in rows
         ]
         if subject is None:
