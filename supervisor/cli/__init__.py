@@ -10,7 +10,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from supervisor import __version__
-from supervisor.cli import check, diagnose, incidents, lab, notify, probe, rules, run, status
+from supervisor.cli import (
+    check,
+    control,
+    diagnose,
+    incidents,
+    lab,
+    notify,
+    probe,
+    rules,
+    run,
+    status,
+)
 from supervisor.cli.common import CliError
 from supervisor.config import ConfigError
 from supervisor.durations import DurationError, parse_duration
@@ -79,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     rules.add_parser(sub)
     lab.add_parser(sub)
+    control.add_parsers(sub)
     sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
     return parser
 
@@ -109,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rules": rules.main,
         "notify-test": notify.main,
         "lab": lab.main,
+        **dict.fromkeys(control.COMMANDS, control.main),
     }
     try:
         return handlers[args.command](args)
