@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from supervisor.config import load_config
 from supervisor.control import Actor, Answer, Code, ControlApi, Via
@@ -356,3 +357,31 @@ def test_control_routes_are_documented_with_their_statuses() -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     for route in ("silence", "unsilence", "pause", "resume", "ack", "restart", "silences"):
         assert f"/control/{route}" in readme
+
+
+async def test_a_stored_glob_silence_covers_an_endpoint_added_before_a_restart(
+    tmp_path: Path,
+) -> None:
+    path = _fleet(tmp_path)
+    daemon = await _started(path)
+    try:
+        answer = await _api(daemon).silence("q*", actor=ALICE, length=timedelta(hours=2))
+        assert answer.text == "silenced qwen for 2h: nothing is acted on until then"
+    finally:
+        await daemon.stop()
+    document = yaml.safe_load(path.read_text())
+    document["endpoints"]["qwen2"] = dict(document["endpoints"]["qwen"])
+    path.write_text(yaml.safe_dump(document))
+    daemon = Daemon(load_config(path))
+    await daemon.start()
+    try:
+        states = {name: w.state for name, w in daemon.workers.items()}
+        rows = await _api(daemon).silences()
+        qwen2 = daemon.workers["qwen2"].grace_until
+    finally:
+        await daemon.stop()
+    assert states["qwen"] is State.MAINTENANCE
+    assert states["qwen2"] is State.MAINTENANCE
+    assert states["ds4"] is not State.MAINTENANCE
+    assert [(r.id, r.target) for r in rows] == [(1, "q*")]
+    assert qwen2 == rows[0].until
