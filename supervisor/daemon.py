@@ -16,6 +16,8 @@ import structlog
 from supervisor.actions.registry import ACTIONS
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Endpoint, FleetConfig
+from supervisor.control import ControlApi  # control (issue 11)
+from supervisor.control.wiring import start_control  # control (issue 11)
 from supervisor.events import Event, HostReachability, ProbeResult, Stop, Tier
 from supervisor.executor import Executor
 from supervisor.executor.fleet import FleetExecutor
@@ -79,6 +81,7 @@ class Daemon:
         self.notifier: Notifier | None = None
         self.notify_timing: Timing | None = None
         self.ops = OpsRuntime(self)  # ops hook (issue 6): HTTP, sd_notify, watchdog
+        self.control: ControlApi | None = None  # control (issue 11): silences, pauses, acks
 
     async def _probe(self, endpoint: Endpoint, tier: Tier) -> ProbeResult:
         client = self._clients.get(endpoint.name)
@@ -105,6 +108,7 @@ class Daemon:
             clock=self.clock,
             playbook=self.playbook,
             actions=ACTIONS,
+            prober=self._prober or self._probe,
             dry_run=self.dry_run,
         )
         for name, host in self.config.hosts.items():
@@ -122,6 +126,15 @@ class Daemon:
         for name, endpoint in self.config.endpoints.items():
             snapshot = await _current(store, SubjectKind.ENDPOINT, name)
             self.start_worker(endpoint, snapshot, reopen_within=self.config.defaults.reopen_within)
+        # control (issue 11): stored pauses and silences in force before the first probe
+        self.control = await start_control(
+            store=store,
+            workers=self.workers,
+            config=lambda: self.config,
+            remediator=self.remediator,
+            clock=self.clock,
+        )
+        # end control
         self._schedule = ProbeSchedule(
             self.config, self.workers, self.hosts, store, self.clock, self.playbook
         )
@@ -137,6 +150,7 @@ class Daemon:
             workers=self.workers,
             hosts=self.hosts,
             remediator=self.remediator,
+            control=self.control,
             clock=self.clock,
             timing=self.notify_timing,
         )
@@ -150,10 +164,9 @@ class Daemon:
         """A problem the last run left open: judged afresh from a new probe (a diagnosis needs
         the failing probe; without one no rule can match)."""
         assert self.remediator is not None
-        result = await worker.probe_now(Tier.DEEP)
+        result = await worker.probe_now(Tier.DEEP, keep_problem=True)
         if result.ok:
             return  # the schedule's next probe will see it healthy
-        worker.last_problem = result
         self.remediator.schedule(worker)
 
     def start_worker(

@@ -1,6 +1,9 @@
 """One endpoint's worker: consumes its events in order, runs its probes, records every step.
 
-Two things never act on one endpoint at once: everything about it goes through this queue.
+Two things never act on one endpoint at once: everything about it goes through this queue, the
+probe events and the commands from outside (`supervisor.worker_commands`: fire a trigger, record
+an entry, probe once) alike. The worker is the only writer of its endpoint's state; callers await
+a command's reply, never its internals.
 """
 
 from __future__ import annotations
@@ -8,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import structlog
 
@@ -32,6 +35,7 @@ from supervisor.machine import Change, FleetMachine, State, Trigger
 from supervisor.policy import Limits, Streaks, judge
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.summaries import probe_entry, resolution_text, transition_entry
+from supervisor.worker_commands import Command, Fire, ProbeOnce, Record, WorkerStopped
 from supervisor.worker_state import Restored, WallDeadline
 
 
@@ -66,8 +70,11 @@ class EndpointWorker:
         self._prober = prober
         self._host_check = host_check
         self._clock = clock
-        #: (priority, order, event): a lost host's news goes ahead of waiting probe ticks
-        self._queue: asyncio.PriorityQueue[tuple[int, int, Event]] = asyncio.PriorityQueue()
+        #: (priority, order, item): a lost host's news goes ahead of waiting probe ticks; the
+        #: commands wait their turn with the other events
+        self._queue: asyncio.PriorityQueue[tuple[int, int, Event | Command]] = (
+            asyncio.PriorityQueue()
+        )
         self._order = itertools.count()
         self._pending: set[Tier] = set()
         self._inflight: asyncio.Future[ProbeResult] | None = None
@@ -90,7 +97,8 @@ class EndpointWorker:
         self._last_recorded: tuple[Outcome, str] | None = None
         self.idle = asyncio.Event()
         self.idle.set()
-        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         #: called (without awaiting) after a change into down, degraded or unreachable
         self.on_problem: Callable[[EndpointWorker], None] | None = None
         #: set on every state change (the repair runner waits on it while verifying)
@@ -138,22 +146,90 @@ class EndpointWorker:
         self._queue.put_nowait((priority, next(self._order), event))
 
     async def run(self) -> None:
+        self._task = asyncio.current_task()
         while True:
-            _, _, event = await self._queue.get()
+            _, _, item = await self._queue.get()
             try:
-                if isinstance(event, Stop):
+                if isinstance(item, Stop):
+                    self._stop()
                     return
-                async with self._lock:
-                    try:
-                        await self._handle(event)
-                    except Exception:  # one bad event (the store locked, say) never ends the worker
-                        self._log.exception("event failed", event=type(event).__name__)
+                try:
+                    await self._handle(item)
+                except Exception as exc:  # one bad event (the store locked, say) never ends it
+                    self._log.exception("event failed", event=type(item).__name__)
+                    if isinstance(item, _COMMANDS) and not item.reply.done():
+                        item.reply.set_exception(exc)
             finally:
                 if self._queue.empty():
                     self.idle.set()
 
-    async def _handle(self, event: Event) -> None:
-        if isinstance(event, ProbeTick):
+    def _stop(self) -> None:
+        """After Stop: commands still queued (or sent later) get WorkerStopped, never silence."""
+        self._stopped = True
+        while not self._queue.empty():
+            _, _, item = self._queue.get_nowait()
+            if isinstance(item, _COMMANDS) and not item.reply.done():
+                item.reply.set_exception(WorkerStopped(f"the worker of {self.name} has stopped"))
+
+    # -- commands: how everything outside the worker reaches its state ---------------------
+
+    async def _ask(self, command: Command, reply: asyncio.Future[_T]) -> _T:
+        if self._task is not None and asyncio.current_task() is self._task:
+            raise RuntimeError(f"the worker of {self.name} cannot wait on its own queue")
+        if self._stopped:
+            raise WorkerStopped(f"the worker of {self.name} has stopped")
+        self.idle.clear()
+        self._queue.put_nowait((_NORMAL, next(self._order), command))
+        return await reply
+
+    async def apply(
+        self,
+        trigger: Trigger,
+        note: str,
+        *,
+        data: Mapping[str, str] | None = None,
+        until: datetime | None = None,
+    ) -> Change | None:
+        """Fire a trigger (the repair runner, the control API), in turn with the events."""
+        reply: asyncio.Future[Change | None] = asyncio.get_running_loop().create_future()
+        command = Fire(trigger=trigger, note=note, data=dict(data or {}), until=until, reply=reply)
+        return await self._ask(command, reply)
+
+    async def silence(self, until: datetime, note: str) -> Change | None:
+        """Maintenance until `until` (kept in the snapshot, so a restart does not forget it)."""
+        return await self.apply(
+            Trigger.SILENCE, note, data={"until": until.isoformat()}, until=until
+        )
+
+    async def record(self, entry: TimelineEntry, *, incident_id: int | None = None) -> None:
+        """Append an entry (diagnosis, action, decision ...) to `incident_id` (closed ones too),
+        else to the open incident, if any."""
+        reply: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._ask(Record(entry=entry, incident_id=incident_id, reply=reply), reply)
+
+    async def probe_now(self, tier: Tier, *, keep_problem: bool = False) -> ProbeResult:
+        """Probe once and change no state (actions that wait for health, a resumed problem)."""
+        reply: asyncio.Future[ProbeResult] = asyncio.get_running_loop().create_future()
+        return await self._ask(ProbeOnce(tier=tier, keep_problem=keep_problem, reply=reply), reply)
+
+    async def _command(self, command: Command) -> None:
+        if isinstance(command, Fire):
+            _answer(command.reply, await self._on_fire(command))
+        elif isinstance(command, Record):
+            await self._on_record(command.entry, command.incident_id)
+            _answer(command.reply, None)
+        else:
+            result = await self._prober(self.endpoint, command.tier)
+            if command.keep_problem and not result.ok:
+                self.last_problem = result
+            _answer(command.reply, result)
+
+    # -- the events ------------------------------------------------------------------------
+
+    async def _handle(self, event: Event | Command) -> None:
+        if isinstance(event, _COMMANDS):
+            await self._command(event)
+        elif isinstance(event, ProbeTick):
             self._pending.discard(event.tier)
             if self.state is State.MAINTENANCE and not await self._silence_over():
                 return
@@ -164,10 +240,6 @@ class EndpointWorker:
             await self._on_host(event)
         elif isinstance(event, EndpointRestarted):
             await self._on_restarted(event)
-
-    async def probe_now(self, tier: Tier) -> ProbeResult:
-        """Probe once outside the queue and change nothing (actions that wait for health)."""
-        return await self._prober(self.endpoint, tier)
 
     async def _probe(self, tier: Tier, *, is_reprobe: bool) -> None:
         probe = asyncio.ensure_future(self._prober(self.endpoint, tier))
@@ -265,15 +337,6 @@ class EndpointWorker:
         if change is not None:
             await self._record_change(change, note, None, extra=data)
 
-    async def silence(self, until: datetime, note: str) -> Change | None:
-        """Maintenance until `until` (kept in the snapshot, so a restart does not forget it)."""
-        async with self._lock:
-            change = await self._machine.fire(self.name, Trigger.SILENCE)
-            if change is not None:
-                self.grace_until = until
-                await self._record_change(change, note, None, extra={"until": until.isoformat()})
-            return change
-
     async def _silence_over(self) -> bool:
         """In maintenance: end it when its time is up (then probing goes on)."""
         if self.grace_until is None or self._clock.now() < self.grace_until:
@@ -284,23 +347,20 @@ class EndpointWorker:
             await self._record_change(change, "silence ended", None)
         return True
 
-    async def apply(
-        self, trigger: Trigger, note: str, *, data: dict[str, str] | None = None
-    ) -> Change | None:
-        """Fire a trigger from outside the queue (the repair runner), in turn with the events."""
-        async with self._lock:
-            if trigger is Trigger.RESTARTED:
-                self._begin_grace()
-            if trigger is Trigger.UNSILENCE:
-                self.grace_until = None
-            change = await self._machine.fire(self.name, trigger)
-            if change is not None:
-                await self._record_change(change, note, None, extra=data or {})
-            return change
+    async def _on_fire(self, command: Fire) -> Change | None:
+        trigger = command.trigger
+        if trigger is Trigger.SILENCE and self.state is not State.MAINTENANCE:
+            self.grace_until = command.until
+        elif trigger is Trigger.RESTARTED:
+            self._begin_grace()
+        elif trigger is Trigger.UNSILENCE:
+            self.grace_until = None
+        change = await self._machine.fire(self.name, trigger)
+        if change is not None:
+            await self._record_change(change, command.note, None, extra=dict(command.data))
+        return change
 
-    async def record(self, entry: TimelineEntry, *, incident_id: int | None = None) -> None:
-        """Append an entry (diagnosis, action, decision ...) to `incident_id` (closed ones too),
-        else to the open incident, if any."""
+    async def _on_record(self, entry: TimelineEntry, incident_id: int | None) -> None:
         target = incident_id if incident_id is not None else self.incident_id
         if target is not None:
             await self._store.append(target, entry)
@@ -383,5 +443,12 @@ class EndpointWorker:
         )
 
 
+_T = TypeVar("_T")
 _URGENT = 0
+_COMMANDS = (Fire, Record, ProbeOnce)
 _NORMAL = 1
+
+
+def _answer(reply: asyncio.Future[_T], value: _T) -> None:
+    if not reply.done():  # its caller may have been cancelled meanwhile
+        reply.set_result(value)

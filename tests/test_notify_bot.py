@@ -88,8 +88,8 @@ def _state(worker: EndpointWorker) -> State:
 
 
 def _paused(daemon: Daemon) -> bool:
-    assert daemon.remediator is not None
-    return daemon.remediator.paused
+    assert daemon.control is not None
+    return daemon.control.fleet_paused
 
 
 async def _restart(sim: VllmSim) -> None:
@@ -196,10 +196,17 @@ async def test_every_command(tmp_path: Path, stub: BotApiStub, vllm: VllmSim) ->
         assert await _command(stub, "/silence ds4 soon") == (
             "expected a duration like 90s, 15m or 2h, got 'soon'"
         )
-        assert await _command(stub, "/silence ds4 2h") == (
+        assert await _command(stub, "/silence ds4 2h disk swap") == (
             "silenced ds4 for 2h: nothing is acted on until then"
         )
         assert _state(worker) is State.MAINTENANCE
+        assert await _command(stub, "/silence d* 1h") == (
+            "ds4 is already silenced: /unsilence it first"
+        )
+        assert await _command(stub, "/pause ds4") == (
+            "automatic action on ds4 is paused: /resume ds4 to resume"
+        )
+        assert await _command(stub, "/resume ds4") == "automatic action on ds4 is on again"
         assert await _command(stub, "/unsilence ds4") == "unsilenced ds4: it is judged afresh"
         assert _state(worker) is not State.MAINTENANCE
         assert await _command(stub, "/unsilence ds4") == "ds4 is not silenced"
@@ -222,8 +229,21 @@ async def test_every_command(tmp_path: Path, stub: BotApiStub, vllm: VllmSim) ->
         assert daemon.store is not None
         notes = [r.summary for r in await daemon.store.timeline(incident or 0)]
         assert "acknowledged by @op on Telegram: no more reminders" in notes
+        assert daemon.control is not None
+        journal = await daemon.control.journal()
     finally:
         await daemon.stop()
+    assert [(j.action, j.target, j.who, j.via, j.why, j.code) for j in journal] == [
+        ("pause", "*", "@op", "telegram", "", "done"),
+        ("resume", "*", "@op", "telegram", "", "done"),
+        ("silence", "ds4", "@op", "telegram", "disk swap", "done"),
+        ("silence", "d*", "@op", "telegram", "", "refused"),
+        ("pause", "ds4", "@op", "telegram", "", "done"),
+        ("resume", "ds4", "@op", "telegram", "", "done"),
+        ("unsilence", "ds4", "@op", "telegram", "", "done"),
+        ("unsilence", "ds4", "@op", "telegram", "", "refused"),
+        ("ack", f"#{incident}", "@op", "telegram", "", "done"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -232,6 +252,9 @@ async def test_every_command(tmp_path: Path, stub: BotApiStub, vllm: VllmSim) ->
         ("/restart nope", "no endpoint 'nope' (endpoints: ds4)"),
         ("/diagnose nope", "no endpoint 'nope' (endpoints: ds4)"),
         ("/silence nope 2h", "no endpoint 'nope' (endpoints: ds4)"),
+        ("/silence host:mars 2h", "no host 'mars' (hosts: forge)"),
+        ("/pause nope", "no endpoint 'nope' (endpoints: ds4)"),
+        ("/pause a b", "usage: /pause [NAME]"),
         ("/restart", "usage: /restart NAME"),
         ("/silence ds4", "usage: /silence NAME 2h"),
         ("/ack abc", "an incident id is a number, got 'abc'"),
@@ -257,10 +280,14 @@ async def test_strangers_are_refused_and_recorded(
         await eventually(_notifier(daemon).ready.is_set, what="bot up")
         answer = await _command(stub, "/pause", user=user, chat=chat)
         assert answer == "Sorry, you are not allowed to use this bot."
-        assert daemon.remediator is not None
-        assert not daemon.remediator.paused
+        assert not _paused(daemon)
         refusals = await _notifier(daemon).outbox.refusals()
         assert [(r.user_id, r.chat_id, r.text) for r in refusals] == [(user, chat, "/pause")]
+        assert daemon.control is not None
+        journal = await daemon.control.journal()
+        assert [(j.action, j.code, j.answer) for j in journal] == [
+            ("pause", "refused", "Sorry, you are not allowed to use this bot.")
+        ]
     finally:
         await daemon.stop()
 

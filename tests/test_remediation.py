@@ -15,6 +15,7 @@ import pytest
 
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.config import load_config
+from supervisor.control import Actor, Via
 from supervisor.daemon import Daemon
 from supervisor.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
@@ -415,8 +416,8 @@ async def test_paused_means_recorded_and_not_acted_on(tmp_path: Path) -> None:
     )
     daemon = Daemon(load_config(config))
     await daemon.start()
-    assert daemon.remediator is not None
-    daemon.remediator.paused = True
+    assert daemon.control is not None
+    await daemon.control.pause(actor=Actor(who="alice", via=Via.CLI))
     worker = daemon.workers["m"]
     try:
         await eventually(lambda: _state(worker) is State.DOWN, within=20, what="down")

@@ -9,7 +9,18 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from supervisor import __version__
-from supervisor.cli import check, diagnose, extra, incidents, notify, probe, rules, run, status
+from supervisor.cli import (
+    check,
+    control,
+    diagnose,
+    extra,
+    incidents,
+    notify,
+    probe,
+    rules,
+    run,
+    status,
+)
 from supervisor.cli.common import CliError
 from supervisor.config import ConfigError
 from supervisor.durations import DurationError, parse_duration
@@ -68,6 +79,7 @@ def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.add_argument("--json", action="store_true")
     rules.add_parser(sub)
+    control.add_parsers(sub)
     for command in commands.values():
         command.add_parser(sub)
     sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
@@ -91,6 +103,7 @@ def main(
         "diagnose": diagnose.main,
         "rules": rules.main,
         "notify-test": notify.main,
+        **dict.fromkeys(control.COMMANDS, control.main),
     }
     try:
         return handlers[args.command](args)

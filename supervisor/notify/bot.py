@@ -1,6 +1,8 @@
 """The operator's commands and buttons. Every update first passes the gate (allow-listed users
 in allow-listed chats); `/restart` asks first with a Confirm button, then takes the same guarded
-path as automatic repairs; confirm-mode rules ask Apply/Skip (`Commands.approve`)."""
+path as automatic repairs; confirm-mode rules ask Apply/Skip (`Commands.approve`). Silences,
+pauses, acks and restarts are calls of the control API (`supervisor.control`), as from the CLI
+and HTTP."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 import structlog
@@ -27,16 +28,16 @@ from telegram.ext import (
 from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.config.models import TelegramConfig
+from supervisor.control import Actor, Answer, ControlApi, Via
 from supervisor.durations import DurationError, format_duration, parse_duration
 from supervisor.hosts import HostWatcher
-from supervisor.machine import Trigger
 from supervisor.notify import texts
 from supervisor.notify.auth import REFUSAL, allowed
 from supervisor.notify.compose import Memory
 from supervisor.notify.texts import h
 from supervisor.playbook.model import Rule
 from supervisor.remediation.runner import Remediator
-from supervisor.store import EntryKind, Store, TimelineEntry
+from supervisor.store import Store
 from supervisor.store.outbox import OutboxStore
 from supervisor.worker import EndpointWorker
 
@@ -52,10 +53,10 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("timeline", "ID: one incident's timeline"),
     ("diagnose", "NAME: gather evidence now and say which rule matches"),
     ("ack", "ID: stop the reminders of an escalated incident"),
-    ("silence", "NAME 2h: maintenance for a while"),
-    ("unsilence", "NAME: end maintenance now"),
-    ("pause", "pause all automatic action"),
-    ("resume", "resume automatic action"),
+    ("silence", "NAME|GLOB|host:H|all 2h [WHY]: maintenance for a while"),
+    ("unsilence", "NAME|GLOB|host:H|all: end maintenance now"),
+    ("pause", "[NAME]: pause automatic action (all, or one endpoint)"),
+    ("resume", "[NAME]: resume automatic action"),
     ("help", "what the bot understands"),
 )
 
@@ -84,6 +85,7 @@ class Commands:
         remediator: Remediator | None,
         clock: Clock,
         memory_lock: asyncio.Lock,
+        control: ControlApi | None = None,
         diagnose: Callable[[str], Awaitable[list[str]]] | None = None,
     ) -> None:
         self.config = config
@@ -93,6 +95,7 @@ class Commands:
         self.workers = workers
         self.hosts = hosts
         self.remediator = remediator
+        self.control = control
         self.clock = clock
         self._memory_lock = memory_lock
         self._diagnose = diagnose
@@ -135,6 +138,10 @@ class Commands:
             at=self.clock.now(), user_id=user_id, chat_id=chat_id, username=username, text=text
         )
         log.warning("telegram: refused", user=user_id, chat=chat_id, text=text[:100])
+        command = text.split(maxsplit=1)[0].lstrip("/") if text.startswith("/") else ""
+        if self.control is not None and command in _CONTROL:
+            actor = Actor(who=username or f"Telegram user {user_id}", via=Via.TELEGRAM)
+            await self.control.refuse(command, text[:200], actor=actor, why=REFUSAL)
         if update.callback_query is not None:
             await _quietly(update.callback_query.answer(REFUSAL))
         elif message is not None:
@@ -187,7 +194,7 @@ class Commands:
             lines.append(line)
         for name, host in self.hosts.items():
             lines.append(f"host {h(name)}: {host.state} for {texts.ago(now - host.since)}")
-        paused = self.remediator is not None and self.remediator.paused
+        paused = self.control is not None and self.control.fleet_paused
         lines.append("automatic action: " + ("paused (/resume)" if paused else "on"))
         return "\n".join(lines)
 
@@ -227,7 +234,7 @@ class Commands:
 
     async def cmd_restart(self, args: list[str], who: str) -> str:
         worker = self._endpoint(args, "/restart NAME")
-        if self.remediator is None:
+        if self.remediator is None or self.control is None:
             raise UsageError("restarts are not available here")
         raise _Ask(
             f"Restart <b>{h(worker.name)}</b> (now {worker.state.value})? It goes through the "
@@ -238,59 +245,44 @@ class Commands:
 
     async def cmd_ack(self, args: list[str], who: str) -> str:
         incident_id = _incident_arg(args, "/ack ID")
-        incident = await self.store.incident(incident_id)
-        if incident is None:
-            raise UsageError(f"no incident {incident_id}")
+        return _said(await self._control().ack(incident_id, actor=_actor(who)))
+
+    async def remember_ack(self, incident_id: int, actor: Actor) -> None:
+        """The control API's ack hook: the composer sends no more reminders."""
         async with self._memory_lock:
             memory = Memory.from_json(await self.outbox.state(incident_id))
-            memory = replace(memory, acked_by=who)
+            memory = replace(memory, acked_by=actor.who)
             await self.outbox.put_state(incident_id, memory.to_json(), active=memory.active)
-        entry = TimelineEntry(
-            kind=EntryKind.NOTE,
-            at=self.clock.now(),
-            subject=incident.subject,
-            summary=f"acknowledged by {who} on Telegram: no more reminders",
-        )
-        await self.store.append(incident_id, entry)
-        return f"acknowledged incident #{incident_id}: no more reminders"
 
     async def cmd_silence(self, args: list[str], who: str) -> str:
-        if len(args) != 2:
+        if len(args) < 2:
             raise UsageError("usage: /silence NAME 2h")
-        worker = self._endpoint(args[:1], "/silence NAME 2h")
         try:
             length = parse_duration(args[1])
         except DurationError as exc:
             raise UsageError(str(exc)) from None
-        if length <= timedelta(0):
-            raise UsageError("the silence must last longer than 0s")
-        span = format_duration(length)
-        until = self.clock.now() + length
-        change = await worker.silence(until, f"silenced for {span} by {who}")
-        if change is None:
-            return f"{h(worker.name)} is already silenced: /unsilence it first"
-        return f"silenced {h(worker.name)} for {span}: nothing is acted on until then"
+        answer = await self._control().silence(
+            args[0], actor=_actor(who), length=length, why=" ".join(args[2:])
+        )
+        return _said(answer)
 
     async def cmd_unsilence(self, args: list[str], who: str) -> str:
-        worker = self._endpoint(args, "/unsilence NAME")
-        change = await worker.apply(Trigger.UNSILENCE, f"unsilenced by {who}")
-        if change is None:
-            return f"{h(worker.name)} is not silenced"
-        return f"unsilenced {h(worker.name)}: it is judged afresh"
+        if len(args) != 1:
+            raise UsageError("usage: /unsilence NAME")
+        return _said(await self._control().unsilence(args[0], actor=_actor(who)))
 
-    async def cmd_pause(self, _args: list[str], who: str) -> str:
-        if self.remediator is None:
-            raise UsageError("automatic action is not available here")
-        self.remediator.paused = True
-        log.warning("automatic action paused", by=who)
-        return "automatic action is paused: /resume to resume"
+    async def cmd_pause(self, args: list[str], who: str) -> str:
+        endpoint = self._optional_endpoint(args, "/pause [NAME]")
+        return _said(await self._control().pause(actor=_actor(who), endpoint=endpoint))
 
-    async def cmd_resume(self, _args: list[str], who: str) -> str:
-        if self.remediator is None:
-            raise UsageError("automatic action is not available here")
-        self.remediator.paused = False
-        log.warning("automatic action resumed", by=who)
-        return "automatic action is on again"
+    async def cmd_resume(self, args: list[str], who: str) -> str:
+        endpoint = self._optional_endpoint(args, "/resume [NAME]")
+        return _said(await self._control().resume(actor=_actor(who), endpoint=endpoint))
+
+    def _control(self) -> ControlApi:
+        if self.control is None:
+            raise UsageError("control is not available here")
+        return self.control
 
     # -- questions and buttons -------------------------------------------------------------
 
@@ -356,11 +348,16 @@ class Commands:
             await _quietly(query.edit_message_text(h(f"restart of {question.endpoint} cancelled")))
             return
         await _quietly(query.edit_message_text(h(f"restarting {worker.name} (asked by {who})…")))
-        result = await self.remediator.request_restart(worker, who=who)
+        answer = await self._control().restart(worker.name, actor=_actor(who))
         if isinstance(query.message, Message):
-            await _quietly(query.message.reply_text(h(result)))
+            await _quietly(query.message.reply_text(h(answer.text)))
 
     # -- arguments -------------------------------------------------------------------------
+
+    def _optional_endpoint(self, args: list[str], usage: str) -> str | None:
+        if len(args) > 1:
+            raise UsageError(f"usage: {usage}")
+        return args[0] if args else None
 
     def _endpoint(self, args: list[str], usage: str) -> EndpointWorker:
         if len(args) != 1:
@@ -388,6 +385,18 @@ def _keyboard(nonce: str, labels: tuple[str, str]) -> InlineKeyboardMarkup:
             ]
         ]
     )
+
+
+_CONTROL = frozenset({"silence", "unsilence", "pause", "resume", "ack", "restart"})
+"""Commands that are control actions: a stranger's try is recorded in the control journal."""
+
+
+def _actor(who: str) -> Actor:
+    return Actor(who=who, via=Via.TELEGRAM)
+
+
+def _said(answer: Answer) -> str:
+    return h(answer.text)
 
 
 def _who(update: Update) -> str:

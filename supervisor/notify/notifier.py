@@ -18,6 +18,7 @@ from telegram.ext import ApplicationBuilder
 from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.config.models import TelegramConfig
+from supervisor.control import ControlApi
 from supervisor.hosts import HostWatcher
 from supervisor.notify.auth import quiet_http_logs
 from supervisor.notify.bot import App, Commands
@@ -46,6 +47,7 @@ class Notifier:
         hosts: Mapping[str, HostWatcher],
         remediator: Remediator | None,
         clock: Clock,
+        control: ControlApi | None = None,
         timing: Timing | None = None,
         diagnose: Callable[[str], Awaitable[list[str]]] | None = None,
     ) -> None:
@@ -85,17 +87,21 @@ class Notifier:
             workers=workers,
             hosts=hosts,
             remediator=remediator,
+            control=control,
             clock=clock,
             memory_lock=self.composer.lock,
             diagnose=diagnose,
         )
         self.commands.install(self.app)
+        self._control = control
         self.ready = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
         await self.outbox.ensure()
         self._store.on_timeline.append(self.composer.wake)
+        if self._control is not None:
+            self._control.on_ack.append(self.commands.remember_ack)
         self._tasks.append(asyncio.create_task(self.composer.run(), name="notify:composer"))
         self._tasks.append(asyncio.create_task(self._bring_up(), name="notify:bot"))
 
@@ -133,6 +139,8 @@ class Notifier:
     async def stop(self) -> None:
         if self.composer.wake in self._store.on_timeline:
             self._store.on_timeline.remove(self.composer.wake)
+        if self._control is not None and self.commands.remember_ack in self._control.on_ack:
+            self._control.on_ack.remove(self.commands.remember_ack)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -11,9 +11,11 @@ import structlog
 
 from supervisor.clock import Clock
 from supervisor.config import FleetConfig
+from supervisor.control import ControlApi
 from supervisor.hosts import HostWatcher
 from supervisor.notify.auth import NotifyError, load_token
 from supervisor.notify.timing import Timing
+from supervisor.remediation.report import report
 from supervisor.remediation.runner import Remediator
 from supervisor.store import Store
 from supervisor.worker import EndpointWorker
@@ -32,6 +34,7 @@ def make_notifier(
     hosts: Mapping[str, HostWatcher],
     remediator: Remediator | None,
     clock: Clock,
+    control: ControlApi | None = None,
     timing: Timing | None = None,
 ) -> Notifier | None:
     """The daemon's notifier, or None (logged) when Telegram is not configured or has no
@@ -48,11 +51,14 @@ def make_notifier(
     from supervisor.notify.notifier import Notifier  # the Telegram client: only when configured
 
     async def diagnose(name: str) -> list[str]:
-        from supervisor.cli.diagnose import report
-
+        """The chat's /diagnose: the daemon's own diagnosis service (its live playbook)."""
         worker = workers.get(name)
-        last_ok_at = worker.last_ok_at if worker is not None else None
-        return await report(config, config.endpoints[name], dry_run=True, last_ok_at=last_ok_at)
+        if remediator is None or worker is None:
+            return [f"no endpoint {name!r}"]
+        lines, _ = await report(
+            remediator.diagnosis, worker.endpoint, dry_run=True, last_ok_at=worker.last_ok_at
+        )
+        return lines
 
     return Notifier(
         config=config,
@@ -63,6 +69,7 @@ def make_notifier(
         hosts=hosts,
         remediator=remediator,
         clock=clock,
+        control=control,
         timing=timing,
         diagnose=diagnose,
     )

@@ -1,13 +1,15 @@
 """The daemon's own HTTP server (asyncio streams, loopback by default): `/metrics`
 (Prometheus text), `/healthz` (200 when the loop and the store answer, else 503 with the
-reason) and `/status` (the `status --json` document, from the live daemon).
+reason) and `/status` (the `status --json` document, from the live daemon); and the control API
+under `/control/` (see `supervisor.control.routes`), answered to loopback peers only.
 
-One GET per connection (`Connection: close`); anything else is a plain-text 404/405/400.
+One request per connection (`Connection: close`); anything else is a plain-text 404/405/400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from supervisor.control import routes as control_routes
 from supervisor.ops import metrics
 from supervisor.ops.view import gather, status_document
 
@@ -27,7 +30,9 @@ STORE_DEADLINE = 2.0
 """Seconds the store has to answer /healthz."""
 _READ_DEADLINE = 5.0
 _MAX_HEAD = 16 * 1024
+_MAX_BODY = 64 * 1024
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS |= {403: "Forbidden", 409: "Conflict"}
 _REASONS |= {500: "Internal Server Error", 503: "Service Unavailable"}
 
 
@@ -102,7 +107,10 @@ class OpsServer:
         try:
             async with asyncio.timeout(_READ_DEADLINE):
                 head = await reader.readuntil(b"\r\n\r\n")
-            response = await self.respond(head)
+                length = _headers(head).get("content-length", "0")
+                size = int(length) if length.isdigit() else 0
+                body = await reader.readexactly(size) if 0 < size <= _MAX_BODY else b""
+            response = await self.respond(head, body, peer=_peer(writer))
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             response = _text(400, "bad request: expected one HTTP/1.1 request head")
         except ConnectionError:
@@ -116,14 +124,17 @@ class OpsServer:
         finally:
             writer.close()
 
-    async def respond(self, head: bytes) -> Response:
-        """The response to one request head (request line and headers)."""
+    async def respond(self, head: bytes, body: bytes = b"", *, peer: str = "") -> Response:
+        """The response to one request head (request line and headers) and its body, from
+        `peer` (an IP address; '' when unknown)."""
         if len(head) > _MAX_HEAD:
             return _text(400, "bad request: request head too large")
         words = head.split(b"\r\n", 1)[0].decode("latin-1").split()
         if len(words) != 3 or not words[2].startswith("HTTP/"):
             return _text(400, "bad request: expected a request line like GET /metrics HTTP/1.1")
         method, target = words[0], words[1].split("?", 1)[0]
+        if target.startswith(control_routes.PREFIX):
+            return await self._control(method, target, head, body, peer)
         routes = {"/metrics": self._metrics, "/healthz": self._healthz, "/status": self._status}
         handler = routes.get(target)
         if handler is None:
@@ -135,6 +146,23 @@ class OpsServer:
         except Exception as exc:  # a broken page must not take the daemon down
             log.exception("http handler failed", path=target)
             return _text(500, f"internal error: {exc}")
+
+    async def _control(
+        self, method: str, target: str, head: bytes, body: bytes, peer: str
+    ) -> Response:
+        api = self._daemon.control
+        if not _loopback(peer):
+            return _text(403, f"forbidden: the control API answers loopback peers only, not {peer}")
+        if api is None:
+            return _text(503, "unavailable: the control API has not started")
+        try:
+            status, document = await control_routes.handle(
+                api, method, target, _headers(head), body
+            )
+        except Exception as exc:  # a broken control call must not take the daemon down
+            log.exception("control request failed", path=target)
+            return _text(500, f"internal error: {exc}")
+        return Response(status, document, "application/json")
 
     async def _metrics(self) -> Response:
         view = await gather(self._daemon, self._started_at)
@@ -148,6 +176,28 @@ class OpsServer:
     async def _healthz(self) -> Response:
         reason = await health_problem(self._daemon)
         return _text(503, f"unhealthy: {reason}") if reason else _text(200, "ok")
+
+
+def _headers(head: bytes) -> dict[str, str]:
+    """The request's headers, names lower-cased."""
+    found = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            found[name.strip().lower()] = value.strip()
+    return found
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    address = writer.get_extra_info("peername")
+    return str(address[0]) if isinstance(address, tuple) and address else ""
+
+
+def _loopback(peer: str) -> bool:
+    try:
+        return ipaddress.ip_address(peer).is_loopback
+    except ValueError:
+        return False
 
 
 async def health_problem(daemon: Daemon) -> str:

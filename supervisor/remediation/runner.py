@@ -6,12 +6,16 @@ Every decision is recorded in the incident's timeline, the ones that did nothing
 (paused, budget spent, manual or confirm mode, dry run), so "why didn't it act?" is a query.
 A repair that is not verified in time makes the endpoint `down` again and the runner starts over
 from a fresh diagnosis; budgets end that loop with one escalation.
+
+Diagnosis and plans come from the one `DiagnosisService`; every attempt (automatic, confirmed, or
+a person's restart) runs through the one `AttemptRunner`. The runner reaches the worker only
+through its commands (`apply`, `record`, `probe_now`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import httpx
@@ -21,22 +25,22 @@ from supervisor.actions.base import Action
 from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.durations import format_duration
-from supervisor.events import Tier
 from supervisor.executor import Executor
-from supervisor.executor.dryrun import DryRunExecutor
 from supervisor.machine import State, Trigger
-from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.model import Mode, Rule
 from supervisor.playbook.results import Diagnosis, RuleMatch
 from supervisor.remediation import records
+from supervisor.remediation import restart as asked
+from supervisor.remediation.attempt import AUTOMATIC, Acted, Attempt, AttemptRunner
+from supervisor.remediation.diagnosis import DiagnosisService, Prober
 from supervisor.remediation.guards import HostLocks, check_budget
 from supervisor.remediation.rulefacts import ask_text, runbook_head, scopes_of
-from supervisor.remediation.steps import StepEnv, StepRun, run_steps
-from supervisor.remediation.verify import answers_degraded, verify
+from supervisor.remediation.steps import StepRun
 from supervisor.store import EntryKind, Store
 from supervisor.worker import EndpointWorker
+from supervisor.worker_commands import WorkerStopped
 
 log = structlog.get_logger("supervisor.remediation")
 
@@ -46,6 +50,14 @@ _ACTIONABLE = frozenset({State.DOWN, State.DEGRADED, State.UNREACHABLE})
 class Approver(Protocol):
     async def __call__(self, endpoint: str, rule: Rule, plan: list[str]) -> bool | None:
         """True to go ahead, False to skip, None when nobody answered in time."""
+
+
+Paused = Callable[[str], str]
+"""Why automatic action on an endpoint is paused ('' when it is not)."""
+
+
+def _never_paused(_endpoint: str) -> str:
+    return ""
 
 
 class Remediator:
@@ -59,32 +71,59 @@ class Remediator:
         clock: Clock,
         playbook: Callable[[], Playbook],
         actions: Mapping[str, Action[Any]],
+        prober: Prober,
         locks: HostLocks | None = None,
         dry_run: bool = False,
         approver: Approver | None = None,
     ) -> None:
-        self.config = config
         self.store = store
         self.executor = executor
-        self._http = http
         self.clock = clock
         self._playbook = playbook
-        self._actions = actions
         self.locks = locks or HostLocks()
         self.dry_run = dry_run
         self.approver = approver
-        self.paused = False
+        #: whether automatic action is paused (the control API's pauses, persisted)
+        self.paused: Paused = _never_paused
+        self.diagnosis = DiagnosisService(
+            config=config,
+            playbook=playbook,
+            executor=executor,
+            http=http,
+            clock=clock,
+            actions=actions,
+            prober=prober,
+        )
+        self.attempts = AttemptRunner(
+            store=store,
+            clock=clock,
+            locks=self.locks,
+            service=self.diagnosis,
+            executor=executor,
+            note=self.note,
+            escalate=self._escalate,
+        )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopped = False
 
+    @property
+    def config(self) -> FleetConfig:
+        return self.diagnosis.config
+
+    @config.setter
+    def config(self, value: FleetConfig) -> None:
+        self.diagnosis.config = value  # a config reload
+
     def schedule(self, worker: EndpointWorker) -> None:
         """The worker's `on_problem` hook: one repair task per endpoint at a time."""
-        if self._stopped:
+        if self._stopped or self.running(worker.name):
             return
-        running = self._tasks.get(worker.name)
-        if running is not None and not running.done():
-            return
-        self._tasks[worker.name] = asyncio.create_task(self._guarded(worker))
+        self._tasks[worker.name] = asyncio.create_task(self._guarded(worker, self.handle(worker)))
+
+    def running(self, endpoint: str) -> bool:
+        """Whether a repair task (a person's restart included) runs for `endpoint` now."""
+        task = self._tasks.get(endpoint)
+        return task is not None and not task.done()
 
     def started(self, endpoint: str) -> bool:
         """Whether a repair task was ever started for `endpoint` (tests wait on it)."""
@@ -102,16 +141,68 @@ class Remediator:
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
     async def request_restart(self, worker: EndpointWorker, *, who: str) -> str:
-        """A person asked for a restart (chat `/restart`): see `remediation.manual`."""
-        from supervisor.remediation.manual import request_restart
+        """A person asked for a restart: the answer in one line (see `restart`)."""
+        return (await self.restart(worker, who=who)).text
 
-        return await request_restart(self, worker, who=who)
+    async def restart(self, worker: EndpointWorker, *, who: str) -> asked.Answer:
+        """A person asked for a restart: answered once the units restarted (or why not). The
+        verification goes on in the endpoint's repair task, like any repair's."""
+        why = await asked.refusal(
+            worker,
+            config=self.config,
+            store=self.store,
+            now=self.clock.now(),
+            repairing=self.running(worker.name),
+        )
+        if why:
+            await self.note(worker, EntryKind.DECISION, f"restart by {who} refused: {why}")
+            return asked.Answer(ok=False, text=f"not restarting {worker.name}: {why}")
+        attempt = asked.attempt(worker, self.config, who=who)
+        if self.dry_run:
+            plan = await self.plan(worker, attempt.rule, attempt.matched, attempt.scopes)
+            await self.note(worker, EntryKind.DECISION, f"dry run: restart by {who}: {plan}")
+            text = f"dry run: would restart {worker.name}: " + "; ".join(plan)
+            return asked.Answer(ok=True, text=text)
+        if self._stopped:
+            return asked.Answer(ok=False, text=f"not restarting {worker.name}: it is stopping")
+        answered: asyncio.Future[asked.Answer] = asyncio.get_running_loop().create_future()
+        job = self._restart(worker, attempt, who, answered)
+        self._tasks[worker.name] = task = asyncio.create_task(self._guarded(worker, job))
 
-    async def _guarded(self, worker: EndpointWorker) -> None:
+        def ended(_: asyncio.Task[None]) -> None:
+            if not answered.done():
+                answered.set_result(asked.Answer(ok=False, text=_gone(worker)))
+
+        task.add_done_callback(ended)
+        return await asyncio.shield(answered)
+
+    async def _restart(
+        self,
+        worker: EndpointWorker,
+        attempt: Attempt,
+        who: str,
+        answered: asyncio.Future[asked.Answer],
+    ) -> None:
+        acted = await self.attempts.act(worker, attempt)
+        if not isinstance(acted, Acted):
+            why = acted.why or f"it is {worker.state} now"
+            await self.note(worker, EntryKind.DECISION, f"restart by {who} failed: {why}")
+            answered.set_result(
+                asked.Answer(ok=False, text=f"restart of {worker.name} failed: {why}")
+            )
+            return
+        answered.set_result(asked.Answer(ok=True, text=asked.answer(worker)))
+        every = self.config.remediation.verify_every
+        await self.attempts.prove(worker, attempt, acted, every=every)
+        await self.handle(worker)  # a problem seen meanwhile is this task's to take on
+
+    async def _guarded(self, worker: EndpointWorker, job: Any) -> None:
         try:
-            await self.handle(worker)
+            await job
         except asyncio.CancelledError:
             raise
+        except WorkerStopped:
+            log.info("repair ended: the endpoint's worker stopped", endpoint=worker.name)
         except Exception as exc:  # a broken repair is recorded, never fatal
             log.exception("repair runner failed", endpoint=worker.name)
             await self.note(worker, EntryKind.NOTE, f"repair runner failed: {exc!r}")
@@ -124,10 +215,9 @@ class Remediator:
 
     async def handle(self, worker: EndpointWorker) -> None:
         while worker.state in _ACTIONABLE:
-            if self.paused:
-                await self.note(
-                    worker, EntryKind.DECISION, "automatic action is paused: not acting"
-                )
+            paused = self.paused(worker.name)
+            if paused:
+                await self.note(worker, EntryKind.DECISION, f"{paused}: not acting")
                 return
             diagnosis = await self._diagnose(worker)
             if worker.state not in _ACTIONABLE:
@@ -140,16 +230,10 @@ class Remediator:
                 return
 
     async def _diagnose(self, worker: EndpointWorker) -> Diagnosis:
-        state = worker.state
-        diagnosis = await diagnose(
+        diagnosis = await self.diagnosis.diagnose(
             worker.endpoint,
-            config=self.config,
-            state=state.value,
+            state=worker.state.value,
             trigger=worker.last_problem,
-            playbook=self._playbook(),
-            executor=self.executor,
-            http=self._http,
-            timeout=self.config.remediation.evidence_timeout,
             last_ok_at=worker.last_ok_at,
         )
         now = self.clock.now()
@@ -196,97 +280,29 @@ class Remediator:
             summary = f"dry run: would apply {rule.id} ({spend.note}): " + "; ".join(plan)
             await self.note(worker, EntryKind.DECISION, summary)
             return False
-        return await self._repair(worker, rule, matched, scopes, spend.note)
-
-    async def _repair(
-        self,
-        worker: EndpointWorker,
-        rule: Rule,
-        matched: list[tuple[Any, Facts]],
-        scopes: list[tuple[Any, Facts]],
-        budget_note: str,
-    ) -> bool:
-        hosts = worker.endpoint.hosts()
-        busy = self.locks.busy(hosts)
-        if busy:
-            held = ", ".join(f"{h} (by {who})" for h, who in busy.items())
-            await self.note(
-                worker, EntryKind.DECISION, f"waiting for hosts busy with a repair: {held}"
-            )
-        async with self.locks.hold(hosts, worker.name):
-            change = await worker.apply(
-                Trigger.REMEDIATE, f"applying {rule.id} ({budget_note}): {rule.title}"
-            )
-            if change is None:
-                return False
-            incident = worker.incident_id
-            attempt = await self.store.start_attempt(
-                endpoint=worker.name,
-                rule_id=rule.id,
-                incident_id=worker.incident_id,
-                at=self.clock.now(),
-            )
-
-            async def record(run: StepRun) -> None:
-                entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=False)
-                await worker.record(entry)
-
-            result = await run_steps(
-                rule.actions,
-                env=self.env(worker, self.executor, dry_run=False),
-                matched=matched,
-                scopes=scopes,
-                on_run=record,
-            )
-            if not result.ok:
-                await self.store.finish_attempt(
-                    attempt, at=self.clock.now(), outcome=f"failed: {result.stopped}"
-                )
-                await self._escalate(worker, result.needs_person or result.stopped, rule)
-                return False
-            within = rule.verify.within or worker.endpoint.startup_grace
-            await worker.apply(
-                Trigger.VERIFY,
-                f"{rule.id} done: a real completion must pass within {format_duration(within)}",
-            )
-        began = self.clock.now()
-        verified = await verify(worker, within, self.config.remediation.verify_every, self.clock)
-        outcome = "healed" if verified else f"not verified within {format_duration(within)}"
-        await self.store.finish_attempt(attempt, at=self.clock.now(), outcome=outcome)
-        if verified:
-            summary = f"verified: {rule.id} healed it"
-            await self.note(worker, EntryKind.VERIFICATION, summary, incident)
-            return False
-        await self.note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
-        degraded = answers_degraded(worker, began)
-        if degraded:  # it serves again, but not well: diagnosed afresh as degraded, not down
-            note = f"{rule.id}: {outcome}; it answers, degraded: {degraded}"
-            change = await worker.apply(Trigger.DEGRADE, note)
-        else:
-            change = await worker.apply(Trigger.VERIFY_FAILED, f"{rule.id}: {outcome}")
-        return change is not None
-
-    def env(self, worker: EndpointWorker, executor: Executor, *, dry_run: bool) -> StepEnv:
-        return StepEnv(
-            endpoint=worker.endpoint,
-            hosts=self.config.hosts,
-            executor=executor,
-            timeout=self.config.remediation.command_timeout,
-            dry_run=dry_run,
-            clock=self.clock,
-            probe=lambda: worker.probe_now(Tier.DEEP),
-            actions=self._actions,
+        within = rule.verify.within or worker.endpoint.startup_grace
+        attempt = Attempt(
+            route=AUTOMATIC,
+            rule=rule,
+            matched=matched,
+            scopes=scopes,
+            begin=f"applying {rule.id} ({spend.note}): {rule.title}",
+            proven=f"{rule.id} done: a real completion must pass within {format_duration(within)}",
+            within=within,
         )
+        acted = await self.attempts.act(worker, attempt)
+        if not isinstance(acted, Acted):
+            return False
+        return await self.attempts.prove(worker, attempt, acted, every=settings.verify_every)
 
     async def plan(
         self,
         worker: EndpointWorker,
         rule: Rule,
-        matched: list[tuple[Any, Facts]],
-        scopes: list[tuple[Any, Facts]],
+        matched: Sequence[tuple[Any, Facts]],
+        scopes: Sequence[tuple[Any, Facts]],
     ) -> list[str]:
         """The rule's steps run against a dry-run executor: the commands it would send."""
-        planner = DryRunExecutor(self.executor)
         lines: list[str] = []
 
         async def record(run: StepRun) -> None:
@@ -297,12 +313,8 @@ class Remediator:
                 f"{run.action} on {run.target}: " + (" && ".join(commands) or run.outcome.summary)
             )
 
-        await run_steps(
-            rule.actions,
-            env=self.env(worker, planner, dry_run=True),
-            matched=matched,
-            scopes=scopes,
-            on_run=record,
+        await self.diagnosis.dry_run(
+            worker.endpoint, rule.actions, matched=matched, scopes=scopes, on_run=record
         )
         return lines
 
@@ -316,3 +328,7 @@ class Remediator:
         data = {"why": why, "rule": rule.id if rule else "", "runbook": head}
         await worker.apply(Trigger.ESCALATE, f"a person is needed: {why}", data=data)
         log.warning("escalated", endpoint=worker.name, why=why)
+
+
+def _gone(worker: EndpointWorker) -> str:
+    return f"restart of {worker.name} ended before its units restarted: see the timeline"

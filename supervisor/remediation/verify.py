@@ -13,11 +13,19 @@ from supervisor.machine import State
 from supervisor.worker import EndpointWorker
 
 
-async def verify(worker: EndpointWorker, within: timedelta, every: timedelta, clock: Clock) -> bool:
-    """Ask `worker` for a real completion every `every` while it is verifying; True once it is
-    healthy, False when `within` ran out (or it left verifying another way)."""
+async def verify(
+    worker: EndpointWorker,
+    within: timedelta,
+    every: timedelta,
+    clock: Clock,
+    *,
+    waiting: State = State.VERIFYING,
+) -> bool:
+    """Ask `worker` for a real completion every `every` while it is `waiting` (verifying, or
+    starting after a person's restart); True once it is healthy, False when `within` ran out (or
+    it left `waiting` another way)."""
     deadline = time.monotonic() + within.total_seconds()
-    while worker.state is State.VERIFYING and time.monotonic() < deadline:
+    while worker.state is waiting and time.monotonic() < deadline:
         worker.changed.clear()
         worker.submit(ProbeTick(endpoint=worker.name, tier=Tier.DEEP, at=clock.now()))
         remaining = max(0.0, deadline - time.monotonic())

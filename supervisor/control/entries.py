@@ -1,0 +1,148 @@
+"""Every text and timeline entry the control API writes, in one place (so they can become typed
+records: Silenced, Unsilenced, Paused, Resumed, Acked, with who, why, until and the matcher).
+
+Silence and unsilence reach an endpoint's incident as the worker's transitions (their notes are
+built here); pause, resume and ack are notes appended to the open incidents they concern. Every
+action, on a healthy endpoint too, is also a row of the control journal (`tables.journal`),
+queried by subject."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from supervisor.control.model import Actor
+from supervisor.durations import format_duration
+from supervisor.store import EntryKind, JSONValue, TimelineEntry
+
+
+def _names(subjects: Sequence[str]) -> str:
+    return ", ".join(subjects)
+
+
+def _why(why: str) -> str:
+    return f": {why}" if why else ""
+
+
+def _until(until: datetime) -> str:
+    return until.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def silence_note(actor: Actor, *, length: str, why: str) -> str:
+    """The note of the transition into maintenance."""
+    return f"silenced for {length} by {actor.who}{_why(why)}"
+
+
+def silence_data(
+    silence_id: int, actor: Actor, *, until: datetime, target: str, why: str
+) -> dict[str, str]:
+    return {
+        "until": until.isoformat(),
+        "silence": str(silence_id),
+        "target": target,
+        "who": actor.who,
+        "via": actor.via.value,
+        "why": why,
+    }
+
+
+def restored_note(silence_id: int, who: str) -> str:
+    return f"silence #{silence_id} by {who} holds after a restart"
+
+
+def unsilence_note(actor: Actor) -> str:
+    return f"unsilenced by {actor.who}"
+
+
+def silenced_text(subjects: Sequence[str], length: str) -> str:
+    return f"silenced {_names(subjects)} for {length}: nothing is acted on until then"
+
+
+def _is(subjects: Sequence[str]) -> str:
+    return "is" if len(subjects) == 1 else "are"
+
+
+def already_silenced_text(subjects: Sequence[str]) -> str:
+    return f"{_names(subjects)} {_is(subjects)} already silenced: /unsilence it first"
+
+
+def unsilenced_text(subjects: Sequence[str]) -> str:
+    they = "it" if len(subjects) == 1 else "they"
+    return f"unsilenced {_names(subjects)}: {they} {_is(subjects)} judged afresh"
+
+
+def not_silenced_text(subjects: Sequence[str]) -> str:
+    return f"{_names(subjects)} {_is(subjects)} not silenced"
+
+
+def length_text(now: datetime, until: datetime) -> str:
+    return format_duration(until - now)
+
+
+def past_until_text(until: datetime) -> str:
+    return f"the silence must end in the future, got {_until(until)}"
+
+
+NO_END = "a silence needs a length (for) or an end (until)"
+NOT_LONGER_THAN_ZERO = "the silence must last longer than 0s"
+
+
+def paused_text(endpoint: str | None) -> str:
+    if endpoint is None:
+        return "automatic action is paused: /resume to resume"
+    return f"automatic action on {endpoint} is paused: /resume {endpoint} to resume"
+
+
+def resumed_text(endpoint: str | None) -> str:
+    if endpoint is None:
+        return "automatic action is on again"
+    return f"automatic action on {endpoint} is on again"
+
+
+def not_paused_text(endpoint: str | None) -> str:
+    if endpoint is None:
+        return "automatic action is not paused"
+    return f"automatic action on {endpoint} is not paused"
+
+
+def pause_reason(endpoint: str | None) -> str:
+    """What the repair runner records when it does not act (followed by ': not acting')."""
+    return (
+        "automatic action is paused"
+        if endpoint is None
+        else f"automatic action on {endpoint} is paused"
+    )
+
+
+def acked_text(incident_id: int) -> str:
+    return f"acknowledged incident #{incident_id}: no more reminders"
+
+
+def no_incident_text(incident_id: int) -> str:
+    return f"no incident {incident_id}"
+
+
+RESTARTS_NOT_AVAILABLE = "restarts are not available here"
+PAUSE_NOT_AVAILABLE = "automatic action is not available here"
+
+
+def note(
+    kind: EntryKind, subject: str, at: datetime, summary: str, data: dict[str, JSONValue]
+) -> TimelineEntry:
+    return TimelineEntry(kind=kind, at=at, subject=subject, summary=summary, data=data)
+
+
+def pause_entry(
+    subject: str, at: datetime, actor: Actor, *, paused: bool, scope: str, why: str
+) -> TimelineEntry:
+    """A pause or resume, in an open incident it concerns."""
+    verb = "paused" if paused else "resumed"
+    where = "fleet-wide" if scope == "*" else f"on {scope}"
+    summary = f"automatic action {verb} {where} by {actor}{_why(why)}"
+    data: dict[str, JSONValue] = {"scope": scope, "who": actor.who, "via": actor.via.value}
+    return note(EntryKind.DECISION, subject, at, summary, data | {"why": why})
+
+
+def ack_entry(subject: str, at: datetime, actor: Actor) -> TimelineEntry:
+    summary = f"acknowledged by {actor}: no more reminders"
+    return note(EntryKind.NOTE, subject, at, summary, {"who": actor.who, "via": actor.via.value})

@@ -1,0 +1,182 @@
+"""The one attempt runner: hosts' locks, the attempt row, the rule's steps (each recorded), the
+verification by a real completion, and what follows a failure. Automatic repairs, repairs a
+person confirmed (Apply) and a person's `/restart` all run through here; they differ only in how
+the attempt enters and leaves the state machine (`Route`).
+
+It runs outside the endpoint's worker and reaches it only through the worker's commands, so
+waiting for the verification never blocks the worker's queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from supervisor.clock import Clock
+from supervisor.durations import format_duration
+from supervisor.events import Tier
+from supervisor.executor import Executor
+from supervisor.machine import State, Trigger
+from supervisor.playbook.facts import Facts
+from supervisor.playbook.model import Rule
+from supervisor.remediation import records
+from supervisor.remediation.diagnosis import DiagnosisService
+from supervisor.remediation.guards import HostLocks
+from supervisor.remediation.steps import StepRun, run_steps
+from supervisor.remediation.verify import answers_degraded, verify
+from supervisor.store import EntryKind, Store
+from supervisor.worker import EndpointWorker
+
+Scopes = Sequence[tuple[Any, Facts]]
+Note = Callable[[EndpointWorker, EntryKind, str, "int | None"], Awaitable[None]]
+Escalate = Callable[[EndpointWorker, str, "Rule | None"], Awaitable[None]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """How one kind of attempt enters and leaves the state machine."""
+
+    #: fired before the steps (None: the endpoint keeps its state while they run)
+    enter: Trigger | None
+    #: fired after the steps; the verification waits while the endpoint is in `waiting`
+    proven_by: Trigger
+    waiting: State
+    #: a step that failed calls a person (a repair), or is answered to the person who asked
+    escalate_failed_steps: bool
+
+
+AUTOMATIC = Route(
+    enter=Trigger.REMEDIATE,
+    proven_by=Trigger.VERIFY,
+    waiting=State.VERIFYING,
+    escalate_failed_steps=True,
+)
+"""A rule's repair (automatic, or confirmed by a person): remediating, then verifying."""
+
+RESTART = Route(
+    enter=None, proven_by=Trigger.RESTARTED, waiting=State.STARTING, escalate_failed_steps=False
+)
+"""A person's restart: the units restart, then a new startup grace that a real completion ends."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One attempt to run."""
+
+    route: Route
+    rule: Rule
+    matched: Scopes
+    scopes: Scopes
+    begin: str  #: the note of the `enter` transition
+    proven: str  #: the note of the `proven_by` transition
+    within: timedelta  #: how long the verification may take
+
+
+@dataclass(frozen=True, kw_only=True)
+class Acted:
+    """The steps ran: the attempt now waits for its verification (`prove`)."""
+
+    attempt_id: int
+    incident: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stopped:
+    """The attempt ended before its verification; `why` is '' when it did not start at all."""
+
+    why: str
+
+
+class AttemptRunner:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        clock: Clock,
+        locks: HostLocks,
+        service: DiagnosisService,
+        executor: Executor,
+        note: Note,
+        escalate: Escalate,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.locks = locks
+        self.service = service
+        self.executor = executor
+        self._note = note
+        self._escalate = escalate
+
+    async def act(self, worker: EndpointWorker, attempt: Attempt) -> Acted | Stopped:
+        """Locks, the `enter` transition, the attempt row, the steps, the `proven_by`
+        transition."""
+        rule, route = attempt.rule, attempt.route
+        hosts = worker.endpoint.hosts()
+        busy = self.locks.busy(hosts)
+        if busy:
+            held = ", ".join(f"{h} (by {who})" for h, who in busy.items())
+            await self._note(
+                worker, EntryKind.DECISION, f"waiting for hosts busy with a repair: {held}", None
+            )
+        async with self.locks.hold(hosts, worker.name):
+            if route.enter is not None and await worker.apply(route.enter, attempt.begin) is None:
+                return Stopped(why="")
+            incident = worker.incident_id
+            attempt_id = await self.store.start_attempt(
+                endpoint=worker.name, rule_id=rule.id, incident_id=incident, at=self.clock.now()
+            )
+
+            async def record(run: StepRun) -> None:
+                entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=False)
+                await worker.record(entry)
+
+            env = self.service.env(
+                worker.endpoint,
+                self.executor,
+                dry_run=False,
+                probe=lambda: worker.probe_now(Tier.DEEP),
+            )
+            result = await run_steps(
+                rule.actions,
+                env=env,
+                matched=attempt.matched,
+                scopes=attempt.scopes,
+                on_run=record,
+            )
+            if not result.ok:
+                outcome = f"failed: {result.stopped}"
+                await self.store.finish_attempt(attempt_id, at=self.clock.now(), outcome=outcome)
+                if route.escalate_failed_steps:
+                    await self._escalate(worker, result.needs_person or result.stopped, rule)
+                return Stopped(why=result.stopped)
+            await worker.apply(route.proven_by, attempt.proven)
+        return Acted(attempt_id=attempt_id, incident=incident)
+
+    async def prove(
+        self, worker: EndpointWorker, attempt: Attempt, acted: Acted, *, every: timedelta
+    ) -> bool:
+        """Wait for a real completion; record the verdict. True when the runner should diagnose
+        again (a repair not verified moved the endpoint to down or degraded)."""
+        rule, within = attempt.rule, attempt.within
+        began = self.clock.now()
+        waiting = attempt.route.waiting
+        verified = await verify(worker, within, every, self.clock, waiting=waiting)
+        outcome = "healed" if verified else f"not verified within {format_duration(within)}"
+        await self.store.finish_attempt(acted.attempt_id, at=self.clock.now(), outcome=outcome)
+        incident = acted.incident
+        if verified:
+            summary = f"verified: {rule.id} healed it"
+            await self._note(worker, EntryKind.VERIFICATION, summary, incident)
+            return False
+        await self._note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
+        if attempt.route.waiting is not State.VERIFYING:
+            return False  # a restart's startup grace ends by itself; the probes judge after it
+        degraded = answers_degraded(worker, began)
+        if degraded:  # it serves again, but not well: diagnosed afresh as degraded, not down
+            note = f"{rule.id}: {outcome}; it answers, degraded: {degraded}"
+            change = await worker.apply(Trigger.DEGRADE, note)
+        else:
+            change = await worker.apply(Trigger.VERIFY_FAILED, f"{rule.id}: {outcome}")
+        return change is not None
