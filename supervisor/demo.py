@@ -19,9 +19,9 @@ import yaml
 
 from supervisor import logs
 from supervisor.aio import poll
+from supervisor.app import Supervisor
 from supervisor.cli.incidents import entry_lines
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.lab.lab import LabError, check_root
 from supervisor.lab.vllm_sim import Flavour, SimBehaviour, VllmSim
 from supervisor.machine import State
@@ -154,7 +154,7 @@ async def run_demo(folder: Path) -> int:
         sims[name] = VllmSim(SimBehaviour(tok_s=400.0), model=model, flavour=flavour)
         await sims[name].start("127.0.0.1", 0)
         narrator.say(f"started a {flavour}-shaped server for {name} ({model}) at {sims[name].url}")
-    daemon = Daemon(load_config(_fleet_file(folder, sims)))
+    daemon = Supervisor(load_config(_fleet_file(folder, sims)))
     healed = 0
     try:
         await daemon.start()
@@ -196,7 +196,7 @@ async def run_demo(folder: Path) -> int:
 
 
 async def _say_opened(
-    daemon: Daemon, name: str, incident_id: int | None, narrator: Narrator
+    daemon: Supervisor, name: str, incident_id: int | None, narrator: Narrator
 ) -> None:
     incident = None
     if daemon.store is not None and incident_id is not None:
@@ -207,7 +207,7 @@ async def _say_opened(
     )
 
 
-async def _print_timelines(daemon: Daemon) -> None:
+async def _print_timelines(daemon: Supervisor) -> None:
     store = daemon.store
     assert store is not None
     for incident in reversed(await store.incidents()):

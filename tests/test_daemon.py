@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.app import Supervisor
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State
 from supervisor.store import EntryKind, Store, TimelineRow
@@ -51,8 +51,8 @@ def _ds4(url: str, **extra: object) -> dict[str, object]:
     }
 
 
-async def _started(path: Path) -> Daemon:
-    daemon = Daemon(load_config(path))
+async def _started(path: Path) -> Supervisor:
+    daemon = Supervisor(load_config(path))
     await daemon.start()
     return daemon
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from supervisor.app import Supervisor
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
@@ -127,7 +127,7 @@ async def test_a_stale_listener_is_killed_over_ssh_and_the_repair_verified(
         playbook=str(playbook),
     )
     restarter = asyncio.create_task(_keep_restarting(sim, port))
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     worker = daemon.workers["m"]
     try:
@@ -197,7 +197,7 @@ budget: {{attempts: 2, window: 1h}}
 
 async def _down_endpoint(
     tmp_path: Path, rule: str | None, remediation: dict[str, Any]
-) -> tuple[Daemon, EndpointWorker]:
+) -> tuple[Supervisor, EndpointWorker]:
     playbook = tmp_path / "playbooks"
     playbook.mkdir()
     if rule is not None:
@@ -215,12 +215,12 @@ async def _down_endpoint(
         remediation={"verify_every": "100ms", **remediation},
         playbook=str(playbook),
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     return daemon, daemon.workers["m"]
 
 
-async def _timeline(daemon: Daemon, worker: EndpointWorker) -> list[tuple[EntryKind, str]]:
+async def _timeline(daemon: Supervisor, worker: EndpointWorker) -> list[tuple[EntryKind, str]]:
     assert daemon.store is not None
     assert daemon.remediator is not None
     remediator = daemon.remediator
@@ -318,7 +318,7 @@ async def test_a_repair_that_brings_it_back_degraded_is_diagnosed_as_degraded(
         remediation={"verify_every": "100ms"},
         playbook=str(playbook),
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     worker = daemon.workers["m"]
     sim = VllmSim(SimBehaviour(reasoning_field=None), model="m")
@@ -413,7 +413,7 @@ async def test_paused_means_recorded_and_not_acted_on(tmp_path: Path) -> None:
         remediation={},
         playbook=str(playbook),
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     assert daemon.remediator is not None
     daemon.remediator.paused = True
@@ -497,7 +497,7 @@ async def test_a_restart_asked_for_by_a_person_goes_through_the_guards(tmp_path:
         playbook=str(playbook),
         startup_grace="1h",
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     remediator = daemon.remediator
     assert remediator is not None
@@ -525,7 +525,7 @@ async def test_a_broken_rule_file_beside_a_good_one_never_stops_the_daemon(tmp_p
     await daemon.stop()
     (tmp_path / "playbooks" / "broken.yaml").write_text("id: broken\nwhen: [not, a, rule\n")
     (tmp_path / "state" / "supervisor.db").unlink()
-    daemon = Daemon(load_config(tmp_path / "fleet.yaml"))
+    daemon = Supervisor(load_config(tmp_path / "fleet.yaml"))
     await daemon.start()
     worker = daemon.workers["m"]
     try:

@@ -155,8 +155,6 @@ async def health_problem(daemon: Daemon) -> str:
 
     (That the event loop answers is shown by this running at all: a hung loop answers nothing.)"""
     store = daemon.store
-    if store is None:
-        return "the store is not open"
     try:
         async with asyncio.timeout(STORE_DEADLINE):
             await store.snapshots()
@@ -172,8 +170,6 @@ async def health_problem(daemon: Daemon) -> str:
 
 
 def worker_task(daemon: Daemon, name: str) -> asyncio.Task[None] | None:
-    """The task running endpoint `name`'s worker (named `endpoint:NAME` by the daemon)."""
-    for task in reversed(daemon._tasks):  # the newest (a reload restarts workers)
-        if task.get_name() == f"endpoint:{name}" and not task.cancelled():
-            return task
-    return None
+    """The task running endpoint `name`'s worker: the newest (a reload restarts workers)."""
+    running = [t for t in daemon.worker_tasks(name) if not t.cancelled()]
+    return running[-1] if running else None

@@ -90,6 +90,11 @@ class Remediator:
         """Whether a repair task was ever started for `endpoint` (tests wait on it)."""
         return endpoint in self._tasks
 
+    def repairing(self, endpoint: str) -> bool:
+        """Whether a repair task runs for `endpoint` now."""
+        task = self._tasks.get(endpoint)
+        return task is not None and not task.done()
+
     async def wait(self) -> None:
         """Until every repair task has finished (tests, shutdown)."""
         while pending := [t for t in self._tasks.values() if not t.done()]:
