@@ -459,7 +459,7 @@ mode: manual
 """
 
 
-def test_a_broken_rule_file_on_reload_keeps_the_last_good_rules(tmp_path: Path) -> None:
+def test_a_broken_rule_file_on_reload_is_disabled_and_the_good_rules_stay(tmp_path: Path) -> None:
     _rule(tmp_path, "good", GOOD)
     live = LivePlaybook(tmp_path)
     assert [r.id for r in live().rules] == ["good"]
@@ -470,7 +470,7 @@ def test_a_broken_rule_file_on_reload_keeps_the_last_good_rules(tmp_path: Path) 
         "(operators: eq, ne, in, not_in, gt, ge, lt, le, regex, not_regex, contains, exists, "
         "count_eq, count_ne, count_gt, count_ge, count_lt, count_le, all_match, any_match)"
     ]
-    assert [r.id for r in live().rules] == ["good"]  # the last good set stays in force
+    assert [r.id for r in live().rules] == ["good"]  # the broken one disabled, as at start
     (tmp_path / "broken.yaml").unlink()
     _rule(tmp_path, "second", GOOD.replace("id: good", "id: second"))
     assert live.reload_if_changed() is True
