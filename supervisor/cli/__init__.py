@@ -11,7 +11,7 @@ from pathlib import Path
 
 from supervisor import __version__
 from supervisor.cli import check, diagnose, incidents, lab, notify, probe, rules, run, status
-from supervisor.cli.common import CliError
+from supervisor.cli.common import CliError, add_config_option
 from supervisor.config import ConfigError
 from supervisor.durations import DurationError, parse_duration
 from supervisor.store import StoreError
@@ -30,11 +30,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Keeps a home/lab LLM inference fleet serving.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="fleet config (default: $FLEET_SUPERVISOR_CONFIG, else ./fleet.yaml)",
-    )
+    add_config_option(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("check", help="validate the config; exit 1 with file:line: field errors")
     p = sub.add_parser("run", help="run the daemon until SIGTERM or Ctrl-C")
@@ -80,7 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     rules.add_parser(sub)
     lab.add_parser(sub)
     sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
+    for command in sub.choices.values():  # `check --config FILE` as well as before the command
+        add_config_option(command, after_command=True)
     return parser
+
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -95,8 +94,13 @@ def _demo(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line as the commands see it (usage errors exit 2, as argparse does)."""
+    return _parser().parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     handlers = {
         "check": check.main,
         "run": run.main,
