@@ -27,6 +27,7 @@ from supervisor.ops.reload import ConfigReloader
 from supervisor.ops.runtime import OpsRuntime
 from supervisor.playbook.live import LivePlaybook
 from supervisor.probes import make_client, make_tls
+from supervisor.probes.clients import ProbeClients
 from supervisor.remediation.runner import Remediator
 from supervisor.store import Store
 from supervisor.store.resilient import ResilientStore
@@ -63,6 +64,7 @@ class Supervisor:
         self.notifier: Notifier | None = None
         self.notify_timing: Timing | None = None  #: the notifier's timings (tests shorten them)
         self._http: httpx.AsyncClient | None = None  #: the repair runner's
+        self._probes: ProbeClients | None = None  #: the daemon's, one client per endpoint
         self._reloader = ConfigReloader(self)
 
     @property
@@ -92,6 +94,8 @@ class Supervisor:
         self.store = store = await ResilientStore.open(config.store.path)
         tls = make_tls()  # one CA bundle for the runner's client and every probe client
         self._http = make_client(tls)
+        self._probes = ProbeClients(tls, self.clock)
+        prober = self._prober or self._probes.probe
         self.playbook = LivePlaybook(config.playbook.path)
         self.remediator = remediator = Remediator(
             config=config,
@@ -109,11 +113,12 @@ class Supervisor:
             playbook=self.playbook,
             remediator=remediator,
             clock=self.clock,
-            tls=tls,
-            prober=self._prober,
+            prober=prober,
+            forget=self._probes.drop,
             reconfigured=self._reconfigured,
         )
-        await daemon.start()
+        await daemon.restore()  # workers from their snapshots; nothing probed yet
+        daemon.start_probing()
         await self.ops.start(daemon)  # HTTP server, READY=1, watchdog pings
         self.notifier = self._make_notifier(daemon, remediator)
         if self.notifier is not None:
@@ -162,6 +167,8 @@ class Supervisor:
         await self.ops.stop()  # STOPPING=1, watchdog and HTTP server off
         if self.daemon is not None:
             await self.daemon.stop()
+        if self._probes is not None:
+            await self._probes.close()
         if self.notifier is not None:
             await self.notifier.stop()
         if self._http is not None:

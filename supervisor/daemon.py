@@ -15,21 +15,18 @@ effect only when the daemon restarts.
 from __future__ import annotations
 
 import asyncio
-import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from datetime import timedelta
 
-import httpx
 import structlog
 
 from supervisor.clock import Clock
 from supervisor.config import Endpoint, FleetConfig
-from supervisor.events import Event, HostReachability, ProbeResult, Stop, Tier
+from supervisor.events import Event, HostReachability, Stop, Tier
 from supervisor.hosts import UNREACHABLE, HostWatcher
 from supervisor.machine import FleetMachine, State
 from supervisor.playbook.live import LivePlaybook
-from supervisor.probes import make_client, run_probe
 from supervisor.remediation.runner import Remediator
 from supervisor.restore import close_interrupted, stored_snapshot
 from supervisor.schedule import ProbeSchedule
@@ -39,12 +36,16 @@ from supervisor.worker_state import restored_from
 
 log = structlog.get_logger("supervisor.daemon")
 
+Forget = Callable[[str], Awaitable[None]]
+"""Told the name of an endpoint that left the config once its worker is gone (the root closes
+what it kept for it, e.g. its probe client)."""
 Reconfigured = Callable[[FleetConfig], None]
 """Told the config in force once a reload applied it (the root re-points what it wired)."""
 
 
 class Daemon:
-    """The host watchers, endpoint workers and probe schedule. `start`, then `stop`."""
+    """The host watchers, endpoint workers and probe schedule. `restore`, `start_probing`,
+    then `stop`."""
 
     def __init__(
         self,
@@ -54,8 +55,8 @@ class Daemon:
         playbook: LivePlaybook,
         remediator: Remediator,
         clock: Clock,
-        tls: ssl.SSLContext,
-        prober: Prober | None = None,
+        prober: Prober,
+        forget: Forget | None = None,
         reconfigured: Reconfigured | None = None,
     ) -> None:
         self.config = config
@@ -66,29 +67,16 @@ class Daemon:
         self.machine = FleetMachine()
         self.workers: dict[str, EndpointWorker] = {}
         self.hosts: dict[str, HostWatcher] = {}
-        self._tls = tls
         self._prober = prober
+        self._forget = forget
         self._reconfigured = reconfigured
-        self._clients: dict[str, httpx.AsyncClient] = {}  #: one per endpoint, for its probes
         self._tasks: list[asyncio.Task[None]] = []
         self._schedule: ProbeSchedule | None = None
         self._reconciling = asyncio.Lock()
 
-    async def _probe(self, endpoint: Endpoint, tier: Tier) -> ProbeResult:
-        client = self._clients.get(endpoint.name)
-        if client is None:
-            client = self._clients[endpoint.name] = make_client(self._tls)
-        return await run_probe(endpoint, tier, client, clock=self.clock)
-
-    async def _drop_client(self, endpoint: str) -> None:
-        """Close the probe client of an endpoint that left the config."""
-        client = self._clients.pop(endpoint, None)
-        if client is not None:
-            await client.aclose()
-
-    async def start(self) -> None:
-        """Restore what the last run left (its interrupted repairs closed), watch the hosts,
-        start the workers and the schedule, and judge afresh the problems left open."""
+    async def restore(self) -> None:
+        """Close the repairs the last run left unfinished, watch the hosts and start the
+        workers from their stored snapshots. Nothing is probed yet."""
         store = self.store
         await close_interrupted(store, self.clock.now())
         for name, host in self.config.hosts.items():
@@ -97,6 +85,9 @@ class Daemon:
         for name, endpoint in self.config.endpoints.items():
             snapshot = await stored_snapshot(store, SubjectKind.ENDPOINT, name)
             self.start_worker(endpoint, snapshot, reopen_within=self.config.defaults.reopen_within)
+
+    def start_probing(self) -> None:
+        """Start the probe schedule, and judge afresh the problems the last run left open."""
         self._start_schedule()
         for worker in self.workers.values():
             if worker.state in (State.DOWN, State.DEGRADED, State.UNREACHABLE):
@@ -140,7 +131,7 @@ class Daemon:
             endpoint,
             machine=self.machine,
             store=self.store,
-            prober=self._prober or self._probe,
+            prober=self._prober,
             clock=self.clock,
             restored=restored,
             unreachable_hosts=down_hosts & set(endpoint.hosts()),
@@ -192,8 +183,6 @@ class Daemon:
         for task in self._tasks:
             with suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(task, timeout=_DRAIN_SECONDS)
-        for name in list(self._clients):
-            await self._drop_client(name)
 
     async def reconcile(self, new: FleetConfig) -> list[str]:
         """Apply a validated config without losing state; returns what changed, one line each.
@@ -226,7 +215,8 @@ class Daemon:
             for worker in removed:
                 last = worker.snapshot()
                 del self.workers[worker.name]
-                await self._drop_client(worker.name)
+                if self._forget is not None:
+                    await self._forget(worker.name)
                 self.machine.remove(worker.name)
                 await self.store.save_snapshot(last)
             self._start_schedule()
