@@ -91,6 +91,7 @@ async def test_a_good_rule_beside_a_broken_one_fires_after_a_reload(
         UNKNOWN_OP.format(file=broken),
     ]
 
+
 def test_a_rule_broken_by_an_edit_is_disabled_and_the_others_stay(tmp_path: Path) -> None:
     _write(tmp_path, "good", GOOD.format(id="good"))
     edited = _write(tmp_path, "broken", GOOD.format(id="broken"))

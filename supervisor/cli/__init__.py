@@ -81,7 +81,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-
 def _demo(args: argparse.Namespace) -> int:
     from supervisor.demo import main as demo
     from supervisor.lab.lab import LabError
