@@ -81,7 +81,7 @@ class Daemon:
         await close_interrupted(store, self.clock.now())
         for name, host in self.config.hosts.items():
             if not host.local:
-                self.hosts[name] = await self._watcher(host.name, self.config)
+                self.hosts[name] = await self._watcher(name, self.config)
         for name, endpoint in self.config.endpoints.items():
             snapshot = await stored_snapshot(store, SubjectKind.ENDPOINT, name)
             self.start_worker(endpoint, snapshot, reopen_within=self.config.defaults.reopen_within)
