@@ -13,10 +13,10 @@ import httpx
 import pytest
 import yaml
 
+from supervisor.app import Supervisor
 from supervisor.config import load_config
 from supervisor.control import Actor, Answer, Code, ControlApi, Via
 from supervisor.control.matchers import MatchError, select
-from supervisor.daemon import Daemon
 from supervisor.machine import State
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
@@ -67,15 +67,15 @@ def _fleet(tmp_path: Path, *, http: bool = False) -> Path:
     )
 
 
-async def _started(path: Path) -> Daemon:
-    daemon = Daemon(load_config(path))
+async def _started(path: Path) -> Supervisor:
+    daemon = Supervisor(load_config(path))
     await daemon.start()
     workers = list(daemon.workers.values())
     await eventually(lambda: all(w.state is State.STARTING for w in workers), what="starting")
     return daemon
 
 
-def _api(daemon: Daemon) -> ControlApi:
+def _api(daemon: Supervisor) -> ControlApi:
     assert daemon.control is not None
     return daemon.control
 
@@ -372,7 +372,7 @@ async def test_a_stored_glob_silence_covers_an_endpoint_added_before_a_restart(
     document = yaml.safe_load(path.read_text())
     document["endpoints"]["qwen2"] = dict(document["endpoints"]["qwen"])
     path.write_text(yaml.safe_dump(document))
-    daemon = Daemon(load_config(path))
+    daemon = Supervisor(load_config(path))
     await daemon.start()
     try:
         states = {name: w.state for name, w in daemon.workers.items()}

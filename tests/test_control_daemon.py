@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervisor.cli import main
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.cli import main
 from supervisor.store import Store, SubjectKind
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.app import Supervisor
 from supervisor.config import load_config
 from supervisor.control import Actor, Code, Via
-from supervisor.daemon import Daemon
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.machine import State
 from supervisor.store import EntryKind, TimelineRow
 from supervisor.worker import EndpointWorker
@@ -97,7 +97,7 @@ async def test_a_restart_records_what_an_automatic_repair_records(
         startup_grace="5s",
     )
     systemd = asyncio.create_task(_systemd(calls, sim, port))
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     worker = daemon.workers["m"]
     assert daemon.store is not None

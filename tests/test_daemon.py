@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.app import Supervisor
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.machine import State
 from supervisor.store import EntryKind, Store, TimelineRow
 from supervisor.worker import EndpointWorker
@@ -51,8 +51,8 @@ def _ds4(url: str, **extra: object) -> dict[str, object]:
     }
 
 
-async def _started(path: Path) -> Daemon:
-    daemon = Daemon(load_config(path))
+async def _started(path: Path) -> Supervisor:
+    daemon = Supervisor(load_config(path))
     await daemon.start()
     return daemon
 

@@ -16,8 +16,8 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub, Sent
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.app import Supervisor
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.machine import State
 from supervisor.notify.notifier import Notifier
 from supervisor.notify.timing import Pacing, Timing
@@ -71,14 +71,14 @@ def _fleet(tmp_path: Path, stub: BotApiStub, url: str, **notify: Any) -> Path:
     return path
 
 
-async def _daemon(path: Path) -> Daemon:
-    daemon = Daemon(load_config(path))
+async def _daemon(path: Path) -> Supervisor:
+    daemon = Supervisor(load_config(path))
     daemon.notify_timing = FAST
     await daemon.start()
     return daemon
 
 
-def _notifier(daemon: Daemon) -> Notifier:
+def _notifier(daemon: Supervisor) -> Notifier:
     assert daemon.notifier is not None
     return daemon.notifier
 
@@ -87,7 +87,7 @@ def _state(worker: EndpointWorker) -> State:
     return worker.state  # read through a call: it changes while the test awaits
 
 
-def _paused(daemon: Daemon) -> bool:
+def _paused(daemon: Supervisor) -> bool:
     assert daemon.control is not None
     return daemon.control.fleet_paused
 
@@ -155,7 +155,7 @@ async def test_a_state_change_is_composed_at_once_not_at_the_next_round(
 ) -> None:
     """The composer's round is an hour here: the down message can only come from the store
     waking it when the transition was committed."""
-    daemon = Daemon(load_config(_fleet(tmp_path, stub, vllm.url)))
+    daemon = Supervisor(load_config(_fleet(tmp_path, stub, vllm.url)))
     daemon.notify_timing = replace(FAST, compose_every=3600.0)
     await daemon.start()
     worker = daemon.workers["ds4"]

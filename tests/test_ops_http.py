@@ -11,15 +11,15 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet_lab.vllm_sim import VllmSim
+from supervisor.app import Supervisor
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.events import Stop
 from supervisor.machine import State
 from supervisor.ops.http import ListenError, parse_listen
 from tests.helpers import eventually, write_fleet
 
 
-async def _daemon(tmp_path: Path, sim: VllmSim) -> Daemon:
+async def _daemon(tmp_path: Path, sim: VllmSim) -> Supervisor:
     path = write_fleet(
         tmp_path,
         {
@@ -30,7 +30,7 @@ async def _daemon(tmp_path: Path, sim: VllmSim) -> Daemon:
     document = yaml.safe_load(path.read_text())
     document["http"] = {"listen": "127.0.0.1:0"}
     path.write_text(yaml.safe_dump(document))
-    daemon = Daemon(load_config(path))
+    daemon = Supervisor(load_config(path))
     await daemon.start()
     return daemon
 
@@ -68,7 +68,9 @@ async def test_metrics_parse_and_show_every_endpoint(tmp_path: Path, sim: VllmSi
             healthz = await client.get("/healthz")
             assert (healthz.status_code, healthz.text) == (200, "ok\n")
             daemon.workers["web"].submit(Stop(endpoint="web", at=daemon.clock.now()))
-            await eventually(lambda: daemon._tasks[1].done(), what="web's worker ended")
+            assert daemon.daemon is not None
+            (web,) = daemon.daemon.worker_tasks("web")
+            await eventually(web.done, what="web's worker ended")
             healthz = await client.get("/healthz")
             assert (healthz.status_code, healthz.text) == (
                 503,

@@ -15,12 +15,12 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
+from supervisor import daemon as daemon_module
+from supervisor.app import Supervisor
 from supervisor.clock import SystemClock
 from supervisor.config import Endpoint, load_config
-from supervisor.daemon import Daemon
 from supervisor.events import ProbeResult, Tier
 from supervisor.machine import State
-from supervisor.ops import reload as reload_module
 from supervisor.ops.reload import ReloadResult, reload_from_file
 from supervisor.probes import make_client, run_probe
 from supervisor.worker import EndpointWorker
@@ -83,18 +83,18 @@ def _rewrite(path: Path, change: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
-async def _started(path: Path, prober: CountingProber) -> Daemon:
-    daemon = Daemon(load_config(path), prober=prober)
+async def _started(path: Path, prober: CountingProber) -> Supervisor:
+    daemon = Supervisor(load_config(path), prober=prober)
     await daemon.start()
     return daemon
 
 
-def _state(daemon: Daemon, name: str) -> State | None:
+def _state(daemon: Supervisor, name: str) -> State | None:
     worker = daemon.workers.get(name)
     return worker.state if worker is not None else None
 
 
-async def _status(daemon: Daemon) -> dict[str, Any]:
+async def _status(daemon: Supervisor) -> dict[str, Any]:
     server = daemon.ops.server
     assert server is not None
     async with httpx.AsyncClient(trust_env=False) as client:
@@ -166,7 +166,8 @@ async def test_a_removed_endpoint_stops_and_is_no_longer_listed(
     daemon = await _started(path, prober)
     try:
         await eventually(lambda: _state(daemon, "a") is State.HEALTHY, what="a healthy")
-        task = next(t for t in daemon._tasks if t.get_name() == "endpoint:a")
+        assert daemon.daemon is not None
+        (task,) = daemon.daemon.worker_tasks("a")
         _rewrite(path, {"a": None})
         assert (await reload_from_file(daemon)).changes == ("endpoint a removed",)
         assert task.done()
@@ -267,7 +268,7 @@ async def test_a_probe_that_outlasts_the_drain_is_cancelled_and_the_reload_compl
     prober: CountingProber,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(reload_module, "_DRAIN_SECONDS", 0.3)
+    monkeypatch.setattr(daemon_module, "DRAIN_ON_RELOAD_SECONDS", 0.3)
     a, b = await sim_factory(), await sim_factory()
     path = write_fleet(tmp_path, {"a": _openai(a.url), "b": _openai(b.url)}, http=HTTP)
     daemon = await _started(path, prober)
@@ -303,9 +304,10 @@ async def test_two_reloads_at_once_leave_one_worker_per_endpoint(
         _rewrite(path, {"a": _openai(a.url, probe={"timeout": "3s"})})
         second = load_config(path)
         await asyncio.wait_for(
-            asyncio.gather(daemon.reload_config(first), daemon.reload_config(second)), timeout=10
+            asyncio.gather(daemon.reconcile(first), daemon.reconcile(second)), timeout=10
         )
-        running = [t for t in daemon._tasks if t.get_name() == "endpoint:a" and not t.done()]
+        assert daemon.daemon is not None
+        running = [t for t in daemon.daemon.worker_tasks("a") if not t.done()]
         assert len(running) == 1
         assert daemon.workers["a"].endpoint.probe.timeout == timedelta(seconds=3)
         seen = prober.count("a")

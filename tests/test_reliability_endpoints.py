@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fleet_lab.vllm_sim import SimBehaviour
+from supervisor.app import Supervisor
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.machine import State
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
@@ -39,7 +39,7 @@ async def test_a_misbehaving_endpoint_is_called_out_and_the_others_stay_healthy(
         },
         probe={"timeout": "500ms"},
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     try:
         worker = daemon.workers["bad"]

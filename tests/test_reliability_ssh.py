@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from supervisor.app import Supervisor
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.store import EntryKind, TimelineRow
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
@@ -102,7 +102,7 @@ def _fleet(tmp_path: Path, host: Mapping[str, Any], good_url: str) -> Path:
 async def _diagnose_while_hung(config: Path) -> tuple[list[TimelineRow], list[float]]:
     """Run the daemon until `bad`'s diagnosis is recorded; return its incident's timeline and
     the gaps (seconds) between `good`'s liveness probes meanwhile."""
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     try:
         assert daemon.store is not None

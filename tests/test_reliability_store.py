@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.app import Supervisor
 from supervisor.clock import SystemClock
 from supervisor.config import Endpoint, load_config
-from supervisor.daemon import Daemon
 from supervisor.events import ProbeResult, Tier
 from supervisor.machine import State
 from supervisor.probes import make_client, run_probe
@@ -59,7 +59,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
         probed.append(result)
         return result
 
-    daemon = Daemon(load_config(config), prober=prober)
+    daemon = Supervisor(load_config(config), prober=prober)
     await daemon.start()
     store, worker = daemon.store, daemon.workers["m"]
     assert isinstance(store, ResilientStore)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor.app import Supervisor
 from supervisor.config import load_config
 from supervisor.control import Actor, Via
-from supervisor.daemon import Daemon
 from supervisor.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
 from supervisor.remediation.guards import HostLocks
@@ -128,7 +128,7 @@ async def test_a_stale_listener_is_killed_over_ssh_and_the_repair_verified(
         playbook=str(playbook),
     )
     restarter = asyncio.create_task(_keep_restarting(sim, port))
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     worker = daemon.workers["m"]
     try:
@@ -198,7 +198,7 @@ budget: {{attempts: 2, window: 1h}}
 
 async def _down_endpoint(
     tmp_path: Path, rule: str | None, remediation: dict[str, Any]
-) -> tuple[Daemon, EndpointWorker]:
+) -> tuple[Supervisor, EndpointWorker]:
     playbook = tmp_path / "playbooks"
     playbook.mkdir()
     if rule is not None:
@@ -216,12 +216,12 @@ async def _down_endpoint(
         remediation={"verify_every": "100ms", **remediation},
         playbook=str(playbook),
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     return daemon, daemon.workers["m"]
 
 
-async def _timeline(daemon: Daemon, worker: EndpointWorker) -> list[tuple[EntryKind, str]]:
+async def _timeline(daemon: Supervisor, worker: EndpointWorker) -> list[tuple[EntryKind, str]]:
     assert daemon.store is not None
     assert daemon.remediator is not None
     remediator = daemon.remediator
@@ -319,7 +319,7 @@ async def test_a_repair_that_brings_it_back_degraded_is_diagnosed_as_degraded(
         remediation={"verify_every": "100ms"},
         playbook=str(playbook),
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     worker = daemon.workers["m"]
     sim = VllmSim(SimBehaviour(reasoning_field=None), model="m")
@@ -414,7 +414,7 @@ async def test_paused_means_recorded_and_not_acted_on(tmp_path: Path) -> None:
         remediation={},
         playbook=str(playbook),
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     assert daemon.control is not None
     await daemon.control.pause(actor=Actor(who="alice", via=Via.CLI))
@@ -460,7 +460,7 @@ mode: manual
 """
 
 
-def test_a_broken_rule_file_on_reload_keeps_the_last_good_rules(tmp_path: Path) -> None:
+def test_a_broken_rule_file_on_reload_is_disabled_and_the_good_rules_stay(tmp_path: Path) -> None:
     _rule(tmp_path, "good", GOOD)
     live = LivePlaybook(tmp_path)
     assert [r.id for r in live().rules] == ["good"]
@@ -471,7 +471,7 @@ def test_a_broken_rule_file_on_reload_keeps_the_last_good_rules(tmp_path: Path) 
         "(operators: eq, ne, in, not_in, gt, ge, lt, le, regex, not_regex, contains, exists, "
         "count_eq, count_ne, count_gt, count_ge, count_lt, count_le, all_match, any_match)"
     ]
-    assert [r.id for r in live().rules] == ["good"]  # the last good set stays in force
+    assert [r.id for r in live().rules] == ["good"]  # the broken one disabled, as at start
     (tmp_path / "broken.yaml").unlink()
     _rule(tmp_path, "second", GOOD.replace("id: good", "id: second"))
     assert live.reload_if_changed() is True
@@ -498,7 +498,7 @@ async def test_a_restart_asked_for_by_a_person_goes_through_the_guards(tmp_path:
         playbook=str(playbook),
         startup_grace="1h",
     )
-    daemon = Daemon(load_config(config))
+    daemon = Supervisor(load_config(config))
     await daemon.start()
     remediator = daemon.remediator
     assert remediator is not None
@@ -526,7 +526,7 @@ async def test_a_broken_rule_file_beside_a_good_one_never_stops_the_daemon(tmp_p
     await daemon.stop()
     (tmp_path / "playbooks" / "broken.yaml").write_text("id: broken\nwhen: [not, a, rule\n")
     (tmp_path / "state" / "supervisor.db").unlink()
-    daemon = Daemon(load_config(tmp_path / "fleet.yaml"))
+    daemon = Supervisor(load_config(tmp_path / "fleet.yaml"))
     await daemon.start()
     worker = daemon.workers["m"]
     try:

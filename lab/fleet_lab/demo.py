@@ -24,9 +24,9 @@ from fleet_lab.lab import LabError, check_root
 from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
 from supervisor import logs
 from supervisor.aio import poll
+from supervisor.app import Supervisor
 from supervisor.cli.incidents import entry_lines
 from supervisor.config import load_config
-from supervisor.daemon import Daemon
 from supervisor.machine import State
 from supervisor.store import AttemptRow
 from supervisor.worker import EndpointWorker
@@ -158,7 +158,7 @@ async def run_demo(folder: Path) -> int:
         sims[name] = VllmSim(SimBehaviour(tok_s=400.0), model=model, flavour=flavour)
         await sims[name].start("127.0.0.1", 0)
         narrator.say(f"started a {flavour}-shaped server for {name} ({model}) at {sims[name].url}")
-    daemon = Daemon(load_config(_fleet_file(folder, sims)))
+    daemon = Supervisor(load_config(_fleet_file(folder, sims)))
     results: list[SceneResult] = []
     try:
         await daemon.start()
@@ -188,7 +188,7 @@ async def run_demo(folder: Path) -> int:
 
 
 async def _play(
-    daemon: Daemon, number: int, scene: Scene, sims: dict[str, VllmSim], narrator: Narrator
+    daemon: Supervisor, number: int, scene: Scene, sims: dict[str, VllmSim], narrator: Narrator
 ) -> SceneResult:
     """One fault: the demo injects it, the supervisor detects it, the demo undoes it, the
     supervisor sees the endpoint recover; the supervisor's repair attempts, from the store."""
@@ -214,14 +214,14 @@ async def _play(
     )
 
 
-async def _attempts(daemon: Daemon, name: str, incident: int | None) -> tuple[AttemptRow, ...]:
+async def _attempts(daemon: Supervisor, name: str, incident: int | None) -> tuple[AttemptRow, ...]:
     if daemon.store is None or incident is None:
         return ()
     return tuple(a for a in await daemon.store.attempts(name) if a.incident_id == incident)
 
 
 async def _say_opened(
-    daemon: Daemon, name: str, incident_id: int | None, narrator: Narrator
+    daemon: Supervisor, name: str, incident_id: int | None, narrator: Narrator
 ) -> None:
     incident = None
     if daemon.store is not None and incident_id is not None:
@@ -233,7 +233,7 @@ async def _say_opened(
     )
 
 
-async def _print_timelines(daemon: Daemon) -> None:
+async def _print_timelines(daemon: Supervisor) -> None:
     store = daemon.store
     assert store is not None
     for incident in reversed(await store.incidents()):

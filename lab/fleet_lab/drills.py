@@ -2,7 +2,7 @@
 against it, and report what it detected, diagnosed, did and verified, with the time to detect
 (fault injected -> down) and the time to heal (down -> healthy).
 
-Each drill settles the lab first (the pair serving a real completion), starts a `Daemon` on a
+Each drill settles the lab first (the pair serving a real completion), starts a `Supervisor` on a
 fleet config generated into the lab's folder (`drills/NAME/fleet.yaml`, a fresh store each run)
 whose Telegram notifier talks to a Bot API stub the drill serves, waits for the drilled endpoint
 (`ds4`, or `qwen` for a host-script unit) to be healthy, injects the fault, waits for the
@@ -26,8 +26,8 @@ from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError
 from fleet_lab.report import DETECTED, DrillReport, DrillStep, first, seconds, steps_of
 from supervisor.aio import poll
+from supervisor.app import Supervisor
 from supervisor.config import FleetConfig, load_config
-from supervisor.daemon import Daemon
 from supervisor.machine import State
 from supervisor.store import EntryKind, SubjectKind
 
@@ -67,14 +67,14 @@ async def _until(predicate: Callable[[], bool], within: float, what: str) -> str
     return f"timed out after {within:g}s waiting for {what}"
 
 
-def _queued(daemon: Daemon) -> Callable[[], Awaitable[bool]]:
+def _queued(daemon: Supervisor) -> Callable[[], Awaitable[bool]]:
     async def queued() -> bool:
         return daemon.notifier is not None and bool(await daemon.notifier.outbox.pending())
 
     return queued
 
 
-async def _escalated(daemon: Daemon, name: str, within: float) -> str:
+async def _escalated(daemon: Supervisor, name: str, within: float) -> str:
     """Wait until `name` is escalated and the repair finished; then nothing more may happen for
     `QUIET_S` (several probe rounds): still escalated, no new repair."""
     worker = daemon.workers[name]
@@ -91,7 +91,7 @@ async def _escalated(daemon: Daemon, name: str, within: float) -> str:
     return ""
 
 
-async def _healed(daemon: Daemon, name: str, within: float) -> str:
+async def _healed(daemon: Supervisor, name: str, within: float) -> str:
     worker = daemon.workers[name]
     assert daemon.remediator is not None
     problem = await _until(lambda: worker.incident_id is not None, within, "an incident")
@@ -127,7 +127,7 @@ async def _run(
     lab: Lab, fault: faults.Fault, config: FleetConfig, bot: DrillBot, within: float
 ) -> DrillReport:
     await asyncio.to_thread(settle, lab)
-    daemon = Daemon(config)
+    daemon = Supervisor(config)
     daemon.notify_timing = TIMING
     await daemon.start()
     name = fault.endpoint

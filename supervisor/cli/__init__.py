@@ -21,7 +21,7 @@ from supervisor.cli import (
     run,
     status,
 )
-from supervisor.cli.common import CliError
+from supervisor.cli.common import CliError, add_config_option
 from supervisor.config import ConfigError
 from supervisor.durations import DurationError, parse_duration
 from supervisor.store import StoreError
@@ -40,11 +40,7 @@ def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
         description="Keeps a home/lab LLM inference fleet serving.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="fleet config (default: $FLEET_SUPERVISOR_CONFIG, else ./fleet.yaml)",
-    )
+    add_config_option(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("check", help="validate the config; exit 1 with file:line: field errors")
     p = sub.add_parser("run", help="run the daemon until SIGTERM or Ctrl-C")
@@ -83,14 +79,28 @@ def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
     for command in commands.values():
         command.add_parser(sub)
     sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
+    for subparser in sub.choices.values():  # `check --config FILE` as well as before it
+        add_config_option(subparser, after_command=True)
     return parser
+
+
+def parse_args(
+    argv: Sequence[str] | None = None, *, commands: Mapping[str, extra.Command] | None = None
+) -> argparse.Namespace:
+    """The command line as the commands see it (usage errors exit 2, as argparse does).
+    `commands`: the extra commands (default: those installed, see `supervisor.cli.extra`)."""
+    return _parser(_extra(commands)).parse_args(argv)
+
+
+def _extra(commands: Mapping[str, extra.Command] | None) -> Mapping[str, extra.Command]:
+    return extra.with_stand_ins(extra.discover() if commands is None else commands)
 
 
 def main(
     argv: Sequence[str] | None = None, *, commands: Mapping[str, extra.Command] | None = None
 ) -> int:
     """`commands`: the extra commands (default: those installed, see `supervisor.cli.extra`)."""
-    found = extra.with_stand_ins(extra.discover() if commands is None else commands)
+    found = _extra(commands)
     args = _parser(found).parse_args(argv)
     handlers = {
         **{name: command.main for name, command in found.items()},

@@ -13,6 +13,18 @@ class CliError(Exception):
     """A plain message for stderr, exit code 2."""
 
 
+def add_config_option(parser: argparse.ArgumentParser, *, after_command: bool = False) -> None:
+    """`--config FILE`, before the command or (`after_command`) after it: given there, it wins
+    over one before the command (its default leaves the one before in place)."""
+    default = argparse.SUPPRESS if after_command else None
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default,
+        help="fleet config (default: $FLEET_SUPERVISOR_CONFIG, else ./fleet.yaml)",
+    )
+
+
 def load(args: argparse.Namespace) -> FleetConfig:
     return load_config(resolve_config_path(args.config, os.environ))
 

@@ -8,14 +8,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from supervisor.durations import format_duration
+from supervisor.timefmt import iso as iso  # the commands' JSON writes times with it
 
 
 def when(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
 def ago(value: datetime | None, now: datetime) -> str:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from supervisor.cli.common import add_config_option
 from supervisor.cli.render import dump, table
 from supervisor.config import load_config, resolve_config_path
 from supervisor.config.loader import ENV_VAR
@@ -31,6 +32,7 @@ def add_parser(sub: Any) -> None:
     test = commands.add_parser("test", help="run rule test fixtures (exit 1 if a case fails)")
     test.add_argument("fixtures", nargs="+", metavar="FIXTURE")
     test.add_argument("--playbook", metavar="DIR", default=argparse.SUPPRESS, help=_PLAYBOOK_HELP)
+    add_config_option(test, after_command=True)
 
 
 _PLAYBOOK_HELP = "rule folder (default: the config's playbook.path, else ./playbooks)"

@@ -1,4 +1,4 @@
-"""`run`: the daemon in the foreground until SIGTERM, SIGINT or Ctrl-C."""
+"""`run`: the daemon in the foreground until SIGTERM, SIGINT or Ctrl-C; SIGHUP reloads."""
 
 from __future__ import annotations
 
@@ -7,29 +7,22 @@ import asyncio
 import signal
 
 from supervisor import logs
+from supervisor.app import Supervisor
 from supervisor.cli.common import load
-from supervisor.daemon import Daemon
-from supervisor.ops.reload import ConfigReloader
 
 
 def main(args: argparse.Namespace) -> int:
     config = load(args)
     fmt = args.log_format
     logs.configure(json=None if fmt == "auto" else fmt == "json")
-    asyncio.run(_run(Daemon(config, dry_run=args.dry_run)))
+    asyncio.run(_run(Supervisor(config, dry_run=args.dry_run)))
     return 0
 
 
-async def _run(daemon: Daemon) -> None:
+async def _run(supervisor: Supervisor) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    reloader = ConfigReloader(daemon)  # ops hook (issue 6): the config file too
-
-    def reload() -> None:
-        daemon.reload()  # the playbook
-        reloader.request()  # the config (a bad one is refused, the running one stays)
-
-    loop.add_signal_handler(signal.SIGHUP, reload)
-    await daemon.run_until(stop)
+    loop.add_signal_handler(signal.SIGHUP, supervisor.request_reload)
+    await supervisor.run_until(stop)

@@ -22,6 +22,7 @@ from supervisor.ops import metrics
 from supervisor.ops.view import gather, status_document
 
 if TYPE_CHECKING:
+    from supervisor.control import ControlApi
     from supervisor.daemon import Daemon
 
 log = structlog.get_logger("supervisor.ops.http")
@@ -73,8 +74,16 @@ def _text(status: int, message: str) -> Response:
 class OpsServer:
     """Serves the daemon's /metrics, /healthz and /status. `start`, then `stop`."""
 
-    def __init__(self, daemon: Daemon, *, listen: str, started_at: datetime) -> None:
+    def __init__(
+        self,
+        daemon: Daemon,
+        *,
+        listen: str,
+        started_at: datetime,
+        control: ControlApi | None = None,
+    ) -> None:
         self._daemon = daemon
+        self._api = control
         self._host, self._port = parse_listen(listen)
         self._started_at = started_at
         self._server: asyncio.Server | None = None
@@ -150,7 +159,7 @@ class OpsServer:
     async def _control(
         self, method: str, target: str, head: bytes, body: bytes, peer: str
     ) -> Response:
-        api = self._daemon.control
+        api = self._api
         if not _loopback(peer):
             return _text(403, f"forbidden: the control API answers loopback peers only, not {peer}")
         if api is None:
@@ -205,8 +214,6 @@ async def health_problem(daemon: Daemon) -> str:
 
     (That the event loop answers is shown by this running at all: a hung loop answers nothing.)"""
     store = daemon.store
-    if store is None:
-        return "the store is not open"
     try:
         async with asyncio.timeout(STORE_DEADLINE):
             await store.snapshots()
@@ -222,8 +229,6 @@ async def health_problem(daemon: Daemon) -> str:
 
 
 def worker_task(daemon: Daemon, name: str) -> asyncio.Task[None] | None:
-    """The task running endpoint `name`'s worker (named `endpoint:NAME` by the daemon)."""
-    for task in reversed(daemon._tasks):  # the newest (a reload restarts workers)
-        if task.get_name() == f"endpoint:{name}" and not task.cancelled():
-            return task
-    return None
+    """The task running endpoint `name`'s worker: the newest (a reload restarts workers)."""
+    running = [t for t in daemon.worker_tasks(name) if not t.cancelled()]
+    return running[-1] if running else None

@@ -1,6 +1,6 @@
-"""The daemon's ops side, started and stopped by two hooks in `Daemon.start`/`Daemon.stop`:
-the HTTP server (when `http.enabled`), READY=1 once the first probe round is scheduled, the
-watchdog pings, and STOPPING=1 on the way down."""
+"""The daemon's ops side, started and stopped by the composition root (`supervisor.app`) around
+the running daemon: the HTTP server (when `http.enabled`), READY=1 once the first probe round is
+scheduled, the watchdog pings, and STOPPING=1 on the way down."""
 
 from __future__ import annotations
 
@@ -14,25 +14,27 @@ from supervisor.ops.http import ListenError, OpsServer
 from supervisor.ops.sdnotify import Notifier, ping_forever, watchdog_interval
 
 if TYPE_CHECKING:
+    from supervisor.control import ControlApi
     from supervisor.daemon import Daemon
 
 log = structlog.get_logger("supervisor.ops")
 
 
 class OpsRuntime:
-    def __init__(self, daemon: Daemon, notifier: Notifier | None = None) -> None:
-        self._daemon = daemon
+    def __init__(self, notifier: Notifier | None = None) -> None:
         self.notifier = notifier or Notifier.from_env()
         self.server: OpsServer | None = None
         self._watchdog: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        """After the first probe round is scheduled: serve HTTP, say READY=1, start pinging."""
-        daemon = self._daemon
+    async def start(self, daemon: Daemon, *, control: ControlApi | None = None) -> None:
+        """After the first probe round is scheduled: serve HTTP (the control API's routes
+        with it), say READY=1, start pinging."""
         http = daemon.config.http
         if http.enabled:
             try:
-                server = OpsServer(daemon, listen=http.listen, started_at=daemon.clock.now())
+                server = OpsServer(
+                    daemon, listen=http.listen, started_at=daemon.clock.now(), control=control
+                )
                 await server.start()
                 self.server = server
             except (ListenError, OSError) as exc:

@@ -15,14 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor.hosts import UNREACHABLE
 from supervisor.store import Snapshot, Store
+from supervisor.timefmt import iso
 
 if TYPE_CHECKING:
     from supervisor.daemon import Daemon
-
-
-def iso(value: datetime | None) -> str | None:
-    """As `supervisor.cli.render.iso` (not imported: the CLI package imports the daemon)."""
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
 RUNNING = "running"
@@ -62,10 +58,8 @@ class FleetView:
 
 
 async def gather(daemon: Daemon, started_at: datetime) -> FleetView:
-    """The fleet as the live daemon sees it (its store must be open)."""
+    """The fleet as the live daemon sees it."""
     store = daemon.store
-    if store is None:
-        raise RuntimeError("the daemon's store is not open")
     endpoints = []
     for name, worker in list(daemon.workers.items()):
         endpoint = worker.endpoint

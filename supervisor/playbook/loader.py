@@ -41,6 +41,7 @@ class Playbook:
     rules: tuple[Rule, ...] = ()  #: the valid rules, highest priority first, then by id
     problems: tuple[RuleProblem, ...] = ()
     folder: Path | None = None
+    unreadable: bool = False  #: the folder itself could not be read: no rule file was looked at
 
     @property
     def by_id(self) -> Mapping[str, Rule]:
@@ -50,6 +51,14 @@ class Playbook:
     def errors(self) -> tuple[RuleProblem, ...]:
         """Problems that disabled a rule (or a whole file)."""
         return tuple(p for p in self.problems if p.level is Level.ERROR)
+
+    @property
+    def disabled(self) -> tuple[str, ...]:
+        """The rule files whose errors disabled them (in file order)."""
+        if self.unreadable:
+            return ()
+        loaded = {rule.source for rule in self.rules}
+        return tuple(dict.fromkeys(p.file for p in self.errors if p.file not in loaded))
 
     def lines(self) -> list[str]:
         """Every problem as one line, for `fleet-supervisor check`."""
@@ -64,7 +73,8 @@ def load_playbook(
         files = sorted(p for p in folder.iterdir() if p.suffix in SUFFIXES and p.is_file())
     except OSError as exc:
         message = f"cannot read the playbook folder: {exc.strerror or exc}"
-        return Playbook(problems=(RuleProblem(str(folder), None, None, "", message),))
+        problem = RuleProblem(str(folder), None, None, "", message)
+        return Playbook(problems=(problem,), unreadable=True)
     playbook = load_rule_files(files, collectors=collectors, actions=actions)
     return Playbook(rules=playbook.rules, problems=playbook.problems, folder=folder)
 

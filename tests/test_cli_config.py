@@ -1,0 +1,62 @@
+"""`--config FILE` before or after the command, for every command: `check --config FILE` is the
+form the first issue promised. Given in both places, the one after the command wins."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from supervisor.cli import main, parse_args
+from tests.helpers import write_fleet
+
+COMMANDS = [
+    pytest.param(["check"], [], id="check"),
+    pytest.param(["run"], ["--dry-run"], id="run"),
+    pytest.param(["status"], ["--json"], id="status"),
+    pytest.param(["probe"], ["ds4"], id="probe"),
+    pytest.param(["incidents"], ["--open"], id="incidents"),
+    pytest.param(["timeline"], ["7"], id="timeline"),
+    pytest.param(["diagnose"], ["ds4", "--dry-run"], id="diagnose"),
+    pytest.param(["demo"], ["--loopback"], id="demo"),
+    pytest.param(["rules"], ["--json"], id="rules"),
+    pytest.param(["rules", "test"], ["case.yaml"], id="rules-test"),
+    pytest.param(["lab"], ["up"], id="lab"),
+    pytest.param(["notify-test"], [], id="notify-test"),
+]
+
+
+@pytest.mark.parametrize(("command", "rest"), COMMANDS)
+def test_config_before_or_after_the_command(command: list[str], rest: list[str]) -> None:
+    before = parse_args(["--config", "a.yaml", *command, *rest])
+    after = parse_args([*command, "--config", "b.yaml", *rest])
+    both = parse_args(["--config", "a.yaml", *command, "--config", "b.yaml", *rest])
+    assert (before.config, after.config, both.config) == ("a.yaml", "b.yaml", "b.yaml")
+    assert vars(before) == {**vars(after), "config": "a.yaml"}
+    if command != ["lab"]:  # (`lab`'s options come before its subcommand)
+        assert parse_args([*command, *rest, "--config", "b.yaml"]) == after
+
+
+def test_every_command_is_in_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = re.findall(r"^    (\S+)", capsys.readouterr().out, flags=re.MULTILINE)
+    assert sorted(listed) == sorted({p.values[0][0] for p in COMMANDS})  # type: ignore[index]
+
+
+def test_no_config_anywhere_leaves_the_default() -> None:
+    assert parse_args(["check"]).config is None
+
+
+def test_check_config_after_the_command_checks_that_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_fleet(tmp_path, {"ds4": {"kind": "health", "url": "http://127.0.0.1:9/health"}})
+    (tmp_path / "playbooks").mkdir()
+    monkeypatch.chdir(tmp_path.parent)  # no ./fleet.yaml here: only --config can find it
+    monkeypatch.delenv("FLEET_SUPERVISOR_CONFIG", raising=False)
+    assert main(["check", "--config", str(path)]) == 0
+    assert capsys.readouterr().out == (
+        f"{path}: ok (1 hosts, 1 endpoints)\n{tmp_path / 'playbooks'}: ok (0 rules)\n"
+    )
