@@ -24,6 +24,13 @@ COMMANDS = [
     pytest.param(["rules", "test"], ["case.yaml"], id="rules-test"),
     pytest.param(["lab"], ["up"], id="lab"),
     pytest.param(["notify-test"], [], id="notify-test"),
+    pytest.param(["silence"], ["ds4", "--for", "2h", "--why", "driver update"], id="silence"),
+    pytest.param(["unsilence"], ["ds4"], id="unsilence"),
+    pytest.param(["pause"], ["ds4"], id="pause"),
+    pytest.param(["resume"], [], id="resume"),
+    pytest.param(["ack"], ["7"], id="ack"),
+    pytest.param(["restart"], ["ds4", "--why", "stuck"], id="restart"),
+    pytest.param(["silences"], ["--json"], id="silences"),
 ]
 
 

@@ -80,7 +80,8 @@ def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
         command.add_parser(sub)
     sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
     for subparser in sub.choices.values():  # `check --config FILE` as well as before it
-        add_config_option(subparser, after_command=True)
+        if "-" in subparser.prefix_chars:  # (a stand-in takes every word as it comes)
+            add_config_option(subparser, after_command=True)
     return parser
 
 
