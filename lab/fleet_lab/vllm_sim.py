@@ -22,7 +22,10 @@ from collections import Counter
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+if TYPE_CHECKING:
+    from fleet_lab.vllm_sim_control import ControlFile
 
 from fleet_lab.vllm_sim_chat import engine_error, error_body
 from fleet_lab.vllm_sim_http import BadRequestError, Responder, read_request
@@ -50,6 +53,15 @@ class SimBehaviour:
     exit_on_engine_death: bool = False  #: stop serving (exit 0 standalone) soon after engine death
     die_after_pieces: int | None = None  #: the engine dies after this many pieces of one reply
     exit_delay_s: float = 0.5  #: how soon after engine death it exits (vLLM: 1.5-4.5 s)
+    #: other users' load, as vLLM's /metrics shows it: requests running and waiting beside ours,
+    #: and the tokens they get per second (a saturated server: 48 running, 20 waiting, 940 tok/s)
+    load_running: int = 0
+    load_waiting: int = 0
+    load_tok_s: float = 0.0
+    queue_s: float = 0.0  #: a new completion waits this long in the queue before it runs
+    #: the engine stops stepping: /health and /v1/models answer, requests run and get no token,
+    #: the generation counter freezes (vLLM's dead-engine-but-/health-200 class)
+    engine_hung: bool = False
 
 
 class VllmSim:
@@ -83,6 +95,8 @@ class VllmSim:
         self._engine_killed = False
         self._connections: set[asyncio.Task[Any]] = set()
         self._background: set[asyncio.Task[Any]] = set()
+        #: a standalone sim's control file (`--control-file`), polled on every request
+        self.control: ControlFile | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -264,6 +278,8 @@ class VllmSim:
             if request is None:
                 return
             self.requests[request.path] += 1
+            if self.control is not None:
+                self.behaviour = self.control.poll(self.behaviour)
             if self.behaviour.hang:
                 await asyncio.Event().wait()  # until stop() cancels this connection
             out = Responder(writer, server=server, keep_alive=request.keep_alive)

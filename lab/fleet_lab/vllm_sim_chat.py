@@ -24,6 +24,7 @@ CONTENT_TEXT = "The answer is 42."
 ENGINE_ERROR = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 DEFAULT_MAX_TOKENS = 4096
 SSE = "text/event-stream; charset=utf-8"
+_HUNG_POLL_S = 0.05
 
 
 def error_body(message: str, kind: str, code: int) -> dict[str, Any]:
@@ -81,8 +82,24 @@ def sse(data: Any) -> bytes:
 
 
 async def pace(sim: VllmSim) -> None:
+    """Wait for the next piece: one token's time, and for as long as the engine is hung."""
     tok_s = sim.behaviour.tok_s
     await asyncio.sleep(1.0 / tok_s if tok_s > 0 else 0)
+    # the behaviour is a plain mutable dataclass a test or a control file flips: nothing to await
+    while sim.behaviour.engine_hung and not sim.behaviour.engine_dead:  # noqa: ASYNC110
+        await asyncio.sleep(_HUNG_POLL_S)
+
+
+async def queue(sim: VllmSim) -> None:
+    """Wait in the scheduler's queue (`queue_s`), counted in `vllm:num_requests_waiting`."""
+    seconds = sim.behaviour.queue_s
+    if seconds <= 0:
+        return
+    sim.metrics.waiting += 1
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        sim.metrics.waiting -= 1
 
 
 async def bad_request(out: Responder, message: str) -> None:
@@ -121,6 +138,7 @@ async def handle_chat(sim: VllmSim, request: Request, out: Responder) -> None:
         return
     behaviour = sim.behaviour
     reply = plan_reply(behaviour.reasoning_field, max_tokens)
+    await queue(sim)
     chat = _Chat(sim, out, str(body["model"]), reply, prompt_tokens(messages))
     if body.get("stream") is True and not behaviour.no_stream:
         options = body.get("stream_options")

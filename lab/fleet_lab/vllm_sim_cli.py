@@ -12,9 +12,11 @@ import asyncio
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from fleet_lab.vllm_sim import FLAVOURS, Flavour, SimBehaviour, VllmSim
+from fleet_lab.vllm_sim_control import ControlFile
 from supervisor.durations import DurationError, parse_duration
 
 PROG = "vllm_sim"
@@ -100,6 +102,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="the engine dies after this many streamed pieces of one reply",
     )
     add("--max-model-len", type=_int_between(1, 10_000_000), default=32768)
+    add(
+        "--load-running",
+        type=_int_between(0, 100_000),
+        default=0,
+        help="other users' requests running",
+    )
+    add(
+        "--load-waiting",
+        type=_int_between(0, 100_000),
+        default=0,
+        help="other users' requests queued",
+    )
+    add("--load-tok-s", type=_non_negative, default=0.0, help="tokens/s the other users get")
+    add("--queue", type=_duration_s, default=0.0, help="a new completion waits this long to run")
+    add("--engine-hung", action="store_true", help="the engine stops stepping (/health still 200)")
+    add(
+        "--control-file",
+        type=Path,
+        default=None,
+        help="JSON behaviour overrides, re-read when the file changes (drills flip modes)",
+    )
     return parser
 
 
@@ -115,6 +138,11 @@ def behaviour_from(args: argparse.Namespace) -> SimBehaviour:
         cold_start_s=args.cold_start,
         exit_on_engine_death=args.exit_on_engine_death,
         die_after_pieces=args.die_after_pieces,
+        load_running=args.load_running,
+        load_waiting=args.load_waiting,
+        load_tok_s=args.load_tok_s,
+        queue_s=args.queue,
+        engine_hung=args.engine_hung,
     )
 
 
@@ -123,6 +151,8 @@ async def serve(args: argparse.Namespace) -> int:
     sim = VllmSim(
         behaviour_from(args), model=args.model, flavour=flavour, max_model_len=args.max_model_len
     )
+    if args.control_file is not None:
+        sim.control = ControlFile(args.control_file, sim.behaviour)
     try:
         await sim.start(args.host, args.port)
     except OSError as exc:

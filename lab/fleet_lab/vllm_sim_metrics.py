@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -43,10 +44,24 @@ class SimMetrics:
     preemptions: int = 0
     success: Counter[str] = field(default_factory=Counter)  #: by finished_reason
     ttft: Histogram = field(default_factory=lambda: Histogram(buckets=TTFT_BUCKETS))
+    #: other users' load (see `SimBehaviour.load_*`): shown beside our own requests
+    load_running: int = 0
+    load_waiting: int = 0
+    load_tokens: float = 0.0  #: tokens the other users got so far
+    _load_at: float | None = None
+
+    def advance_load(self, *, running: int, waiting: int, tok_s: float, hung: bool) -> None:
+        """Bring the other users' load up to now: their tokens grow at `tok_s` unless the engine
+        is hung (then every counter stays where it is)."""
+        now = time.monotonic()
+        if self._load_at is not None and not hung:
+            self.load_tokens += tok_s * (now - self._load_at)
+        self._load_at = now
+        self.load_running, self.load_waiting = running, waiting
 
     @property
     def kv_cache_usage(self) -> float:
-        return min(1.0, 0.05 * self.running)
+        return min(1.0, 0.05 * self.running + 0.02 * self.load_running)
 
     def render(self, model: str, engine: str = "0") -> str:
         """Prometheus text format, as vLLM's prometheus_client registry prints it."""
@@ -60,13 +75,11 @@ class SimMetrics:
         def sample(name: str, value: float, extra: str = "") -> None:
             out.append(f"{name}{{{labels}{extra}}} {float(value)!r}")
 
+        running, waiting = self.running + self.load_running, self.waiting + self.load_waiting
+        generation = self.generation_tokens + int(self.load_tokens)
         gauges = (
-            (
-                "num_requests_running",
-                self.running,
-                "Number of requests in model execution batches.",
-            ),
-            ("num_requests_waiting", self.waiting, "Number of requests waiting to be processed."),
+            ("num_requests_running", running, "Number of requests in model execution batches."),
+            ("num_requests_waiting", waiting, "Number of requests waiting to be processed."),
             (
                 "kv_cache_usage_perc",
                 self.kv_cache_usage,
@@ -83,7 +96,7 @@ class SimMetrics:
                 "Cumulative number of preemption from the engine.",
             ),
             ("prompt_tokens", self.prompt_tokens, "Number of prefill tokens processed."),
-            ("generation_tokens", self.generation_tokens, "Number of generation tokens processed."),
+            ("generation_tokens", generation, "Number of generation tokens processed."),
         )
         for name, value, text in counters:
             family(f"vllm:{name}_total", "counter", text)

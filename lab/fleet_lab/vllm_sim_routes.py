@@ -59,6 +59,13 @@ async def models(sim: VllmSim, request: Request, out: Responder) -> None:
 
 
 async def metrics(sim: VllmSim, request: Request, out: Responder) -> None:
+    behaviour = sim.behaviour
+    sim.metrics.advance_load(
+        running=behaviour.load_running,
+        waiting=behaviour.load_waiting,
+        tok_s=behaviour.load_tok_s,
+        hung=behaviour.engine_hung or behaviour.engine_dead,
+    )
     text = sim.metrics.render(sim.model)
     await out.send_text(200, text, "text/plain; version=0.0.4")
 

@@ -1,7 +1,8 @@
 """The `metrics` collector: vLLM's Prometheus gauges and counters from `GET {url}/metrics`.
 
-Only the few series rules use are read, with a small parser of the text format (no client
-library). A series with several label sets (engines, models, finish reasons) is summed; the KV
+Only the few series rules use are read, with `prometheus_client`'s text parser (see
+`supervisor.progress.load`); a page it cannot parse is `available: false` with the parser's
+words. A series with several label sets (engines, models, finish reasons) is summed; the KV
 cache usage, a fraction per engine, takes the fullest engine instead. A series the server does
 not export is absent, not 0. No answer (or not 200) is a fact too: `available: false`.
 """
@@ -9,82 +10,31 @@ not export is absent, not 0. No answer (or not 200) is a fact too: `available: f
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import httpx
 
 from supervisor.durations import format_duration
 from supervisor.evidence.base import CollectContext, Evidence, FactValue, NoParams
 from supervisor.evidence.declare import collector, found
-
-#: Prometheus series -> fact; summed over label sets
-SUMMED = {
-    "vllm:num_requests_running": "num_requests_running",
-    "vllm:num_requests_waiting": "num_requests_waiting",
-    "vllm:generation_tokens_total": "generation_tokens_total",
-    "vllm:prompt_tokens_total": "prompt_tokens_total",
-    "vllm:num_preemptions_total": "num_preemptions_total",
-}
-KV_CACHE = "vllm:kv_cache_usage_perc"
-KV_CACHE_OLD = "vllm:gpu_cache_usage_perc"  #: its name before vLLM 0.9.2
-
-
-def _labels_end(text: str) -> int:
-    """Index just past the `}` closing the label set `text` starts with; -1 if it never closes."""
-    quoted = escaped = False
-    for index, char in enumerate(text):
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == '"':
-            quoted = not quoted
-        elif char == "}" and not quoted:
-            return index + 1
-    return -1
-
-
-def samples(text: str) -> Iterator[tuple[str, float]]:
-    """`(series name, value)` of every sample line; comments and malformed lines skipped."""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        cut = min(
-            (i for i in (line.find("{"), line.find(" "), line.find("\t")) if i >= 0), default=-1
-        )
-        if cut <= 0:
-            continue
-        name, rest = line[:cut], line[cut:]
-        if rest.startswith("{"):
-            end = _labels_end(rest)
-            if end < 0:
-                continue
-            rest = rest[end:]
-        words = rest.split()
-        try:
-            value = float(words[0]) if words else math.nan
-        except ValueError:
-            continue
-        if not math.isnan(value):
-            yield name, value
+from supervisor.progress.load import MetricsFormatError, parse_vllm_metrics
 
 
 def parse_metrics(text: str) -> dict[str, FactValue]:
-    """The `metrics` facts of a Prometheus text page (without `available`)."""
-    sums: dict[str, float] = {}
-    kv: dict[str, float] = {}
-    for name, value in samples(text):
-        fact = SUMMED.get(name)
-        if fact is not None:
-            sums[fact] = sums.get(fact, 0.0) + value
-        elif name in (KV_CACHE, KV_CACHE_OLD):
-            kv[name] = max(kv.get(name, value), value)
-    facts: dict[str, FactValue] = dict(sums)
-    usage = kv.get(KV_CACHE, kv.get(KV_CACHE_OLD))
-    if usage is not None:
-        facts["kv_cache_usage_perc"] = usage
+    """The `metrics` facts of a Prometheus text page (without `available`); raises
+    `MetricsFormatError` when it is not Prometheus text."""
+    load = parse_vllm_metrics(text, at=datetime.now(UTC))
+    facts: dict[str, FactValue] = {}
+    for fact, value in (
+        ("num_requests_running", load.running),
+        ("num_requests_waiting", load.waiting),
+        ("generation_tokens_total", load.generation_tokens),
+        ("prompt_tokens_total", load.prompt_tokens),
+        ("num_preemptions_total", load.preemptions),
+        ("kv_cache_usage_perc", load.kv_cache_usage),
+    ):
+        if value is not None:
+            facts[fact] = value
     return facts
 
 
@@ -120,4 +70,8 @@ async def metrics(ctx: CollectContext, params: NoParams) -> Evidence:
         return _unavailable(f"cannot reach {url}: {str(exc) or type(exc).__name__}")
     if response.status_code != 200:
         return _unavailable(f"HTTP {response.status_code}")
-    return found({"available": True, "reason": "", **parse_metrics(response.text)})
+    try:
+        facts = parse_metrics(response.text)
+    except MetricsFormatError as exc:
+        return _unavailable(str(exc))
+    return found({"available": True, "reason": "", **facts})
