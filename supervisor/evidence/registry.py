@@ -11,11 +11,31 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-from supervisor.evidence import files, journal, memory, metrics, network, processes, systemd
+from supervisor.evidence import (
+    files,
+    journal,
+    launchd,
+    macos,
+    memory,
+    metrics,
+    network,
+    processes,
+    systemd,
+)
 from supervisor.evidence.base import Collector
 from supervisor.evidence.declare import collector
 
-MODULES: tuple[ModuleType, ...] = (systemd, journal, memory, network, processes, files, metrics)
+MODULES: tuple[ModuleType, ...] = (
+    systemd,
+    journal,
+    memory,
+    network,
+    processes,
+    files,
+    metrics,
+    launchd,
+    macos,
+)
 
 
 def collectors_of(modules: Iterable[ModuleType]) -> Mapping[str, Collector[Any]]:
