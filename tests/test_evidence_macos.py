@@ -97,14 +97,14 @@ KIMI_ARGS = (
 JOBS: list[tuple[str, dict[str, FactValue]]] = [
     ("launchctl-print-running.txt",
      {"loaded": True, "state": "running", "running": True, "pid": 48213, "runs": 3,
-      "last_exit_code": 0, "never_exited": False, "last_signal": "",
+      "last_exit_code": 0, "never_exited": False, "last_signal": "", "last_exit": "exit 0",
       "program": "/Users/milo/mlx/.venv/bin/python",
       "arguments": f"{KIMI_ARGS} --host 0.0.0.0 --port 8013",
       "stdout_path": OUT_LOG, "stderr_path": ERR_LOG,
       "plist_path": "/Users/milo/Library/LaunchAgents/com.fleet.mlx-kimi.plist"}),
     ("launchctl-print-never-ran.txt",
      {"loaded": True, "state": "not running", "running": False, "pid": 0, "runs": 0,
-      "never_exited": True, "last_signal": "",
+      "never_exited": True, "last_signal": "", "last_exit": "never exited",
       "program": "/Users/milo/mlx/.venv/bin/mlx-embeddings-server",
       "arguments": "/Users/milo/mlx/.venv/bin/mlx-embeddings-server --model Qwen3-Embedding-8B "
       "--port 8002",
@@ -114,13 +114,14 @@ JOBS: list[tuple[str, dict[str, FactValue]]] = [
     ("launchctl-print-signal.txt",
      {"loaded": True, "state": "spawn scheduled", "running": False, "pid": 0, "runs": 14,
       "never_exited": False, "last_signal": "Killed: 9", "last_signal_number": 9,
+      "last_exit": "signal Killed: 9",
       "program": "/Users/milo/mlx/.venv/bin/python",
       "arguments": f"{KIMI_ARGS} --port 8013",
       "stdout_path": OUT_LOG, "stderr_path": ERR_LOG,
       "plist_path": "/Users/milo/Library/LaunchAgents/com.fleet.mlx-kimi.plist"}),
     ("launchctl-print-exit-1.txt",
      {"loaded": True, "state": "not running", "running": False, "pid": 0, "runs": 1,
-      "last_exit_code": 1, "never_exited": False, "last_signal": "",
+      "last_exit_code": 1, "never_exited": False, "last_signal": "", "last_exit": "exit 1",
       "program": "/opt/mlx/bin/python",
       "arguments": "/opt/mlx/bin/python /opt/mlx/rerank_server.py --port 8003",
       "stdout_path": "", "stderr_path": "/var/log/mlx-rerank.log",
@@ -232,6 +233,11 @@ async def test_launchd_log_reads_only_the_logs_written_since_the_last_passing_ch
     assert dict(evidence.facts) == {
         "text": data("mlx-kimi-metal-oom.err.log").rstrip("\n"),
         "lines": 3,
+        "last_lines": "2026-11-24 21:14:02,118 - INFO - Starting httpd at 0.0.0.0 on port 8013... | "
+        '127.0.0.1 - - [24/Nov/2026 21:20:11] "POST /v1/chat/completions HTTP/1.1" '
+        "200 - | libc++abi: terminating due to uncaught exception of type std::runtime_error: "
+        "[METAL] Command buffer execution failed: Insufficient Memory "
+        "(00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
         "paths": (OUT_LOG, ERR_LOG),
         "read": (ERR_LOG,),
         "since": "2026-11-24T21:00:00Z",
@@ -458,3 +464,13 @@ def test_parsers_never_raise(text: str) -> None:
     for parse in PARSERS:
         parse(text)
         parse(f"gui/501/x = {{\n\t{text}\n\targuments = {{\n\t\t{text}\n\t}}\n}}\n")
+
+
+@pytest.mark.parametrize("name", ["mac_listeners", "mac_memory"])
+async def test_mac_collectors_run_nothing_on_a_host_that_is_not_a_mac(
+    http: httpx.AsyncClient, name: str
+) -> None:
+    spark = Host(name="spark1", address="192.168.1.11")
+    scope = Scope(endpoint=KIMI, host=spark, unit=UnitRef(host="spark1", unit="ollama.service"))
+    evidence, executor = await collect(http, name, {}, scope=scope)
+    assert (evidence.error, executor.calls) == ("spark1 is not a Mac (service_manager: systemd)", [])

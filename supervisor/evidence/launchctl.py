@@ -127,7 +127,18 @@ def job_facts(job: LaunchdJob) -> dict[str, FactValue]:
     parsed = _SIGNAL.match(signal)
     if parsed:
         facts["last_signal_number"] = int(parsed["number"])
+    facts["last_exit"] = last_exit_text(facts)
     return facts
+
+
+def last_exit_text(facts: dict[str, FactValue]) -> str:
+    """How the last run ended, in words for a message: `signal Killed: 9`, `exit 1`, `never
+    exited`."""
+    if facts.get("last_signal"):
+        return f"signal {facts['last_signal']}"
+    if "last_exit_code" in facts:
+        return f"exit {facts['last_exit_code']}"
+    return "never exited"
 
 
 NOT_LOADED_FACTS: dict[str, FactValue] = {
@@ -138,6 +149,7 @@ NOT_LOADED_FACTS: dict[str, FactValue] = {
     "runs": 0,
     "never_exited": True,
     "last_signal": "",
+    "last_exit": "not loaded",
     "program": "",
     "arguments": "",
     "stdout_path": "",

@@ -40,6 +40,7 @@ from supervisor.evidence.launchctl import (
 from supervisor.executor import CommandResult
 
 MISSING = "No such file or directory"
+LAST_LINES = 3
 
 LAUNCHD_JOB_FACTS = {
     "loaded": "whether the domain holds the job (false: booted out or never bootstrapped)",
@@ -52,6 +53,8 @@ LAUNCHD_JOB_FACTS = {
     "never_exited": "no run of it has ended yet (`(never exited)`)",
     "last_signal": "the signal that ended the last run, as launchd says it (`Killed: 9`), or ''",
     "last_signal_number": "that signal's number (9, 15 ...); absent when none",
+    "last_exit": "how the last run ended, for messages: `signal Killed: 9`, `exit 1`, "
+    "`never exited`, `not loaded`",
     "program": "the executable (`program =`)",
     "arguments": "the plist's ProgramArguments, joined by spaces",
     "stdout_path": "StandardOutPath ('' when unset)",
@@ -118,6 +121,8 @@ def modified_epoch(result: CommandResult) -> int | None:
         "text": "the last `lines` lines of each log written since `since` (stdout's, then "
         "stderr's), oldest first",
         "lines": "how many lines came back (0 when nothing was written since)",
+        "last_lines": f"the last {LAST_LINES} non-blank lines of `text`, joined by ` | ` (for "
+        "a message to a person)",
         "paths": "the job's log files that exist",
         "read": "those of them written since `since` (the ones `text` comes from)",
         "since": "30 s before the endpoint last passed a check (UTC), '' when it never did "
@@ -155,6 +160,7 @@ async def launchd_log(ctx: CollectContext, params: LogParams) -> Evidence:
     facts: dict[str, FactValue] = {
         "text": "\n".join(texts),
         "lines": len(texts),
+        "last_lines": " | ".join([line.strip() for line in texts if line.strip()][-LAST_LINES:]),
         "paths": tuple(existing),
         "read": tuple(read),
         "since": since_text(since),

@@ -32,7 +32,15 @@ from pydantic import Field
 
 from supervisor.config.models import Flag
 from supervisor.evidence.base import CollectContext, CollectorParams, Evidence, FactValue, NoParams
-from supervisor.evidence.declare import collector, failed, failure, found, run_read
+from supervisor.evidence.declare import (
+    ScopeError,
+    collector,
+    failed,
+    failure,
+    found,
+    run_read,
+    scope_host,
+)
 from supervisor.evidence.launchctl import NotLaunchdError, parse_print, print_argv
 from supervisor.evidence.network import parse_pid_args
 from supervisor.executor import CommandResult
@@ -97,6 +105,13 @@ def endpoint_port(url: str) -> int | None:
         return None
 
 
+def mac_only(ctx: CollectContext) -> None:
+    """Runs nothing on a host that is not a Mac (its collectors' commands are macOS's)."""
+    host = scope_host(ctx)
+    if host.service_manager != "launchd":
+        raise ScopeError(f"{host.name} is not a Mac (service_manager: {host.service_manager})")
+
+
 async def _job_pid(ctx: CollectContext) -> tuple[CommandResult | None, int | None]:
     """The scope's launchd job's pid (0 when it runs none); None without a launchd unit."""
     unit = ctx.scope.unit
@@ -113,7 +128,7 @@ async def _job_pid(ctx: CollectContext) -> tuple[CommandResult | None, int | Non
 @collector(
     "mac_listeners",
     params=MacListenersParams,
-    doc="who listens on a TCP port of a Mac (default: the endpoint's): "
+    doc="who listens on a TCP port of a Mac (launchd hosts only; default port: the endpoint's): "
     "`lsof -nP -iTCP:PORT -sTCP:LISTEN` (the SSH user's sockets unless `as_root`), `ps`, and "
     "for a launchd unit `launchctl print` (whether its job holds the port)",
     facts={
@@ -127,6 +142,7 @@ async def _job_pid(ctx: CollectContext) -> tuple[CommandResult | None, int | Non
     },
 )
 async def mac_listeners(ctx: CollectContext, params: MacListenersParams) -> Evidence:
+    mac_only(ctx)
     port = params.port or endpoint_port(ctx.scope.endpoint.url)
     if port is None:
         return failed(f"no port in {ctx.scope.endpoint.url}: give `port`")
@@ -188,7 +204,8 @@ def parse_vm_stat(text: str) -> dict[str, FactValue]:
 @collector(
     "mac_memory",
     params=NoParams,
-    doc="a Mac's memory: `memory_pressure -Q`, `sysctl -n kern.memorystatus_vm_pressure_level`, "
+    doc="a Mac's memory (launchd hosts only): `memory_pressure -Q`, "
+    "`sysctl -n kern.memorystatus_vm_pressure_level`, "
     "`vm_stat` (no root)",
     facts={
         "free_percent": "memory_pressure's system-wide memory free percentage",
@@ -204,6 +221,7 @@ def parse_vm_stat(text: str) -> dict[str, FactValue]:
     },
 )
 async def mac_memory(ctx: CollectContext, params: NoParams) -> Evidence:
+    mac_only(ctx)
     pressure = await run_read(ctx, ["memory_pressure", "-Q"])
     if not pressure.ok:
         return failed(failure("memory_pressure", pressure), pressure)
