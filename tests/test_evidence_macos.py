@@ -233,7 +233,8 @@ async def test_launchd_log_reads_only_the_logs_written_since_the_last_passing_ch
     assert dict(evidence.facts) == {
         "text": data("mlx-kimi-metal-oom.err.log").rstrip("\n"),
         "lines": 3,
-        "last_lines": "2026-11-24 21:14:02,118 - INFO - Starting httpd at 0.0.0.0 on port 8013... | "
+        "last_lines": "2026-11-24 21:14:02,118 - INFO - Starting httpd at 0.0.0.0 on port "
+        "8013... | "
         '127.0.0.1 - - [24/Nov/2026 21:20:11] "POST /v1/chat/completions HTTP/1.1" '
         "200 - | libc++abi: terminating due to uncaught exception of type std::runtime_error: "
         "[METAL] Command buffer execution failed: Insufficient Memory "
@@ -473,4 +474,5 @@ async def test_mac_collectors_run_nothing_on_a_host_that_is_not_a_mac(
     spark = Host(name="spark1", address="192.168.1.11")
     scope = Scope(endpoint=KIMI, host=spark, unit=UnitRef(host="spark1", unit="ollama.service"))
     evidence, executor = await collect(http, name, {}, scope=scope)
-    assert (evidence.error, executor.calls) == ("spark1 is not a Mac (service_manager: systemd)", [])
+    not_a_mac = "spark1 is not a Mac (service_manager: systemd)"
+    assert (evidence.error, executor.calls) == (not_a_mac, [])
