@@ -11,9 +11,10 @@ out, and of the others the last LINES lines are read.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from supervisor.config.models import Flag
 from supervisor.evidence.base import CollectContext, CollectorParams, Evidence, FactValue, NoParams
@@ -66,6 +67,29 @@ LAUNCHD_JOB_FACTS = {
 class LogParams(CollectorParams):
     lines: Annotated[int, Field(strict=True, ge=1, le=100_000)] = 200
     as_root: Flag = False
+    #: a regex for the line a server logs when it starts (`Starting httpd at` for mlx_lm):
+    #: each log keeps only the lines from its last such line, so a run that ended before the
+    #: latest start is not diagnosed again
+    run_marker: Annotated[str, Field(strict=True, min_length=1)] | None = None
+
+    @field_validator("run_marker")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+def last_run(lines: list[str], marker: str | None) -> list[str]:
+    """`lines` from the last one matching `marker` (all of them without a marker or a match)."""
+    if marker is None:
+        return lines
+    regex = re.compile(marker)
+    starts = [index for index, line in enumerate(lines) if regex.search(line)]
+    return lines[starts[-1] :] if starts else lines
 
 
 async def read_job(ctx: CollectContext) -> tuple[CommandResult, LaunchdJob | None]:
@@ -119,7 +143,7 @@ def modified_epoch(result: CommandResult) -> int | None:
     "(as the SSH user unless `as_root`)",
     facts={
         "text": "the last `lines` lines of each log written since `since` (stdout's, then "
-        "stderr's), oldest first",
+        "stderr's), oldest first; with `run_marker`, each from its last start line on",
         "lines": "how many lines came back (0 when nothing was written since)",
         "last_lines": f"the last {LAST_LINES} non-blank lines of `text`, joined by ` | ` (for "
         "a message to a person)",
@@ -156,7 +180,7 @@ async def launchd_log(ctx: CollectContext, params: LogParams) -> Evidence:
         if not tail.ok:
             return failed(failure("tail", tail), *results)
         read.append(path)
-        texts.extend(line for line in tail.stdout.splitlines())
+        texts.extend(last_run(tail.stdout.splitlines(), params.run_marker))
     facts: dict[str, FactValue] = {
         "text": "\n".join(texts),
         "lines": len(texts),
