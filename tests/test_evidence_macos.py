@@ -476,3 +476,29 @@ async def test_mac_collectors_run_nothing_on_a_host_that_is_not_a_mac(
     evidence, executor = await collect(http, name, {}, scope=scope)
     not_a_mac = "spark1 is not a Mac (service_manager: systemd)"
     assert (evidence.error, executor.calls) == (not_a_mac, [])
+
+
+async def test_launchd_log_with_a_run_marker_keeps_only_the_last_run(
+    http: httpx.AsyncClient,
+) -> None:
+    two_runs = (
+        f"{data('mlx-kimi-metal-oom.err.log')}"
+        "2026-11-25 06:01:10,442 - INFO - Starting httpd at 0.0.0.0 on port 8013...\n"
+        '127.0.0.1 - - [25/Nov/2026 06:09:12] "GET /v1/models HTTP/1.1" 200 -\n'
+    )
+    answers = {
+        PRINT: printed("launchctl-print-running.txt"),
+        stat(OUT_LOG): Answer(stdout="1732482000\n"),
+        tail(OUT_LOG): Answer(stdout=""),
+        stat(ERR_LOG): Answer(stdout="1732482000\n"),
+        tail(ERR_LOG): Answer(stdout=two_runs),
+    }
+    params = {"run_marker": "Starting httpd at"}
+    evidence, _ = await collect(http, "launchd_log", answers, params)
+    assert evidence.facts["text"] == "\n".join(two_runs.splitlines()[-2:])
+    assert "kIOGPUCommandBufferCallbackErrorOutOfMemory" not in str(evidence.facts["text"])
+
+
+def test_a_run_marker_must_be_a_regex() -> None:
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        COLLECTORS["launchd_log"].params.model_validate({"run_marker": "("})

@@ -65,12 +65,18 @@ LAUNCHD_JOB_FACTS = {
 
 
 class LogParams(CollectorParams):
-    lines: Annotated[int, Field(strict=True, ge=1, le=100_000)] = 200
-    as_root: Flag = False
-    #: a regex for the line a server logs when it starts (`Starting httpd at` for mlx_lm):
-    #: each log keeps only the lines from its last such line, so a run that ended before the
-    #: latest start is not diagnosed again
-    run_marker: Annotated[str, Field(strict=True, min_length=1)] | None = None
+    lines: Annotated[int, Field(strict=True, ge=1, le=100_000)] = Field(
+        default=200, description="at most this many lines of each log (1-100000)"
+    )
+    as_root: Flag = Field(
+        default=False, description="read the logs with `sudo -n` (a LaunchDaemon's may be root's)"
+    )
+    run_marker: Annotated[str, Field(strict=True, min_length=1)] | None = Field(
+        default=None,
+        description="a regex for the line the server logs when it starts (`Starting httpd at` "
+        "for mlx_lm): each log keeps only the lines from its last such line on, so a run that "
+        "ended before the latest start is not diagnosed again",
+    )
 
     @field_validator("run_marker")
     @classmethod

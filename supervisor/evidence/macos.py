@@ -61,9 +61,12 @@ VM_STAT_FIELDS: Mapping[str, str] = {
 
 
 class MacListenersParams(CollectorParams):
-    #: None: the port of the endpoint's URL
-    port: Annotated[int, Field(strict=True, ge=1, le=65535)] | None = None
-    as_root: Flag = False
+    port: Annotated[int, Field(strict=True, ge=1, le=65535)] | None = Field(
+        default=None, description="the TCP port (default: the port of the endpoint's URL)"
+    )
+    as_root: Flag = Field(
+        default=False, description="run lsof with `sudo -n` to see other users' sockets too"
+    )
 
 
 def parse_lsof(text: str) -> list[tuple[int, str, str]]:
