@@ -1,15 +1,13 @@
 """The unit actions on launchd hosts and `stop_job_gracefully`: as dry-run plans (the exact
 `launchctl` lines, sudo only in the system domain) and run for real on this machine against a
-`launchctl` stand-in put first on PATH, which keeps the job's state in files and reports the pid
-of a real process the test started (`kill` and `ps` are this machine's own)."""
+`launchctl` stand-in put first on PATH (tests/macfakes.py), which keeps the job's state in files
+and reports the pid of a real process the test started (`kill` and `ps` are this machine's own)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import textwrap
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from supervisor.clock import SystemClock
 from supervisor.config import Endpoint, Host, UnitRef
 from supervisor.events import ProbeResult
 from supervisor.executor import DryRunExecutor, Executor, LocalExecutor
+from tests.macfakes import MacTools, mac_tools
 
 M3ULTRA = Host(name="m3ultra", local=True, service_manager="launchd")
 M5MAX = Host(name="m5max", local=True, service_manager="launchd")
@@ -75,57 +74,12 @@ async def act(name: str, ctx: ActionContext, **params: Any) -> ActionOutcome:
     return await chosen.run(ctx, chosen.params(**params))
 
 
-LAUNCHCTL = textwrap.dedent(
-    """\
-    #!/bin/bash
-    # launchctl stand-in: state in $FLEET_TEST_LAUNCHD (loaded, pid), every call in calls.
-    state=$FLEET_TEST_LAUNCHD
-    echo "$*" >> "$state/calls"
-    case "$1" in
-      print)
-        if [ ! -e "$state/loaded" ]; then
-          echo 'Bad request.' >&2
-          echo "Could not find service \\"${2##*/}\\" in domain for user gui: 501" >&2
-          exit 113
-        fi
-        pid=$(cat "$state/pid")
-        printf '%s = {\\n\\tstate = running\\n\\tpid = %s\\n\\truns = 1\\n}\\n' "$2" "$pid"
-        ;;
-      bootstrap) touch "$state/loaded" ;;
-      bootout) [ -e "$state/loaded" ] || { echo 'Boot-out failed: 3: No such process' >&2; exit 3; }
-               rm "$state/loaded" ;;
-      kickstart) [ -e "$state/loaded" ] || { echo 'Could not find service' >&2; exit 113; } ;;
-      *) echo "unexpected: $*" >&2; exit 64 ;;
-    esac
-    """
-)
-
-
-@dataclass
-class Launchd:
-    state: Path
-
-    def calls(self) -> list[str]:
-        path = self.state / "calls"
-        return path.read_text().splitlines() if path.exists() else []
-
-    def job(self, pid: int) -> None:
-        (self.state / "loaded").touch()
-        (self.state / "pid").write_text(str(pid))
-
-
 @pytest.fixture
-def launchd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Launchd:
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    script = folder / "launchctl"
-    script.write_text(LAUNCHCTL)
-    script.chmod(0o755)
-    state = tmp_path / "launchd"
-    state.mkdir()
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
-    monkeypatch.setenv("FLEET_TEST_LAUNCHD", str(state))
-    return Launchd(state)
+def launchd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MacTools:
+    tools = mac_tools(tmp_path / "mac")
+    monkeypatch.setenv("PATH", f"{tools.bin}:{os.environ['PATH']}")
+    monkeypatch.setenv("FLEET_TEST_LAUNCHD", str(tools.state))
+    return tools
 
 
 def dry() -> DryRunExecutor:
@@ -168,7 +122,7 @@ async def test_launchd_plans(
     assert (outcome.ok, outcome.summary, plan(executor)) == (True, summary, planned)
 
 
-async def test_start_plan_bootstraps_a_job_launchd_does_not_hold(launchd: Launchd) -> None:
+async def test_start_plan_bootstraps_a_job_launchd_does_not_hold(launchd: MacTools) -> None:
     executor = dry()
     outcome = await act("start_units", context(executor, KIMI_UNITS))
     assert (outcome.ok, outcome.summary) == (True, "would start com.fleet.mlx-kimi on m3ultra")
@@ -184,7 +138,7 @@ async def test_start_plan_bootstraps_a_job_launchd_does_not_hold(launchd: Launch
     ]
 
 
-async def test_start_of_a_loaded_job_only_kickstarts_it(launchd: Launchd) -> None:
+async def test_start_of_a_loaded_job_only_kickstarts_it(launchd: MacTools) -> None:
     launchd.job(4242)
     executor = dry()
     await act("start_units", context(executor, KIMI_UNITS))
@@ -192,7 +146,7 @@ async def test_start_of_a_loaded_job_only_kickstarts_it(launchd: Launchd) -> Non
 
 
 async def test_start_expands_a_plist_under_the_macs_home(
-    launchd: Launchd, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    launchd: MacTools, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("HOME", "/Users/milo")
     unit = UnitRef(
@@ -212,7 +166,7 @@ async def test_start_expands_a_plist_under_the_macs_home(
 
 
 async def test_stop_of_a_job_already_booted_out_is_done_and_a_real_failure_stops(
-    launchd: Launchd,
+    launchd: MacTools,
 ) -> None:
     stopped = await act("stop_units", context(LocalExecutor(), KIMI_UNITS))
     assert (stopped.ok, stopped.summary) == (True, "stopped com.fleet.mlx-kimi on m3ultra")
@@ -271,7 +225,7 @@ async def job_process(
 
 
 async def test_graceful_stop_plan_names_the_pid_and_the_grace(
-    launchd: Launchd, procs: list[asyncio.subprocess.Process]
+    launchd: MacTools, procs: list[asyncio.subprocess.Process]
 ) -> None:
     proc = await job_process(procs)
     launchd.job(proc.pid)
@@ -287,7 +241,7 @@ async def test_graceful_stop_plan_names_the_pid_and_the_grace(
 
 
 async def test_graceful_stop_sends_term_and_the_job_ends(
-    launchd: Launchd, procs: list[asyncio.subprocess.Process]
+    launchd: MacTools, procs: list[asyncio.subprocess.Process]
 ) -> None:
     proc = await job_process(procs)
     launchd.job(proc.pid)
@@ -304,7 +258,7 @@ async def test_graceful_stop_sends_term_and_the_job_ends(
 
 
 async def test_graceful_stop_kills_a_job_that_ignores_term_after_the_grace(
-    launchd: Launchd, procs: list[asyncio.subprocess.Process]
+    launchd: MacTools, procs: list[asyncio.subprocess.Process]
 ) -> None:
     proc = await job_process(procs, ignore_term=True)
     launchd.job(proc.pid)
@@ -326,7 +280,7 @@ async def test_graceful_stop_kills_a_job_that_ignores_term_after_the_grace(
     ]
 
 
-async def test_graceful_stop_of_a_job_that_runs_nothing(launchd: Launchd) -> None:
+async def test_graceful_stop_of_a_job_that_runs_nothing(launchd: MacTools) -> None:
     outcome = await act("stop_job_gracefully", context(LocalExecutor(), KIMI_UNITS))
     assert (outcome.ok, outcome.summary) == (True, "com.fleet.mlx-kimi on m3ultra runs no process")
 

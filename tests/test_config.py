@@ -893,7 +893,8 @@ endpoints:
     url: http://192.168.1.10:8013
     model: kimi-k2.6-dq3
     units:
-      - {host: m3ultra, unit: com.fleet.mlx-kimi, domain: gui/501, plist: ~/Library/LaunchAgents/com.fleet.mlx-kimi.plist}
+      - {host: m3ultra, unit: com.fleet.mlx-kimi, domain: gui/501,
+         plist: ~/Library/LaunchAgents/com.fleet.mlx-kimi.plist}
   ollama:
     kind: ollama
     url: http://192.168.1.11:11434
@@ -935,7 +936,7 @@ def test_a_launchd_unit_keeps_its_label_domain_and_plist_as_written() -> None:
             id="service-on-launchd",
         ),
         pytest.param(
-            macs(("domain: gui/501, ", "")),
+            macs(("domain: gui/501,", "")),
             [
                 "fleet.yaml:10: endpoints.kimi.units[0].domain: required for a unit on launchd "
                 "host 'm3ultra' (gui/<uid> for a LaunchAgent, system for a LaunchDaemon, "
@@ -960,7 +961,7 @@ def test_a_launchd_unit_keeps_its_label_domain_and_plist_as_written() -> None:
             id="domain-case",
         ),
         pytest.param(
-            macs((", plist: ~/Library/LaunchAgents/com.fleet.mlx-kimi.plist", "")),
+            macs((",\n         plist: ~/Library/LaunchAgents/com.fleet.mlx-kimi.plist", "")),
             [
                 "fleet.yaml:10: endpoints.kimi.units[0].plist: required for a unit on launchd "
                 "host 'm3ultra' (the job's plist, for bootstrap)"
@@ -970,7 +971,7 @@ def test_a_launchd_unit_keeps_its_label_domain_and_plist_as_written() -> None:
         pytest.param(
             macs(("plist: ~/Library", "plist: Library")),
             [
-                "fleet.yaml:10: endpoints.kimi.units[0].plist: expected an absolute path or one "
+                "fleet.yaml:11: endpoints.kimi.units[0].plist: expected an absolute path or one "
                 "starting with ~/, got 'Library/LaunchAgents/com.fleet.mlx-kimi.plist'"
             ],
             id="plist-relative",
@@ -978,7 +979,7 @@ def test_a_launchd_unit_keeps_its_label_domain_and_plist_as_written() -> None:
         pytest.param(
             macs(("unit: ollama.service}", "unit: ollama.service, domain: system}")),
             [
-                "fleet.yaml:16: endpoints.ollama.units[0].domain: only for units on launchd "
+                "fleet.yaml:17: endpoints.ollama.units[0].domain: only for units on launchd "
                 "hosts, not systemd host 'spark1'"
             ],
             id="domain-on-systemd",
@@ -986,14 +987,14 @@ def test_a_launchd_unit_keeps_its_label_domain_and_plist_as_written() -> None:
         pytest.param(
             macs(("unit: ollama.service}", "unit: com.ollama.ollama}")),
             [
-                "fleet.yaml:16: endpoints.ollama.units[0].unit: 'com.ollama.ollama' looks like "
+                "fleet.yaml:17: endpoints.ollama.units[0].unit: 'com.ollama.ollama' looks like "
                 "a launchd label, but host 'spark1' uses systemd: name the systemd unit (e.g. "
                 "vllm-ds4-head.service), or set service_manager: launchd on the host"
             ],
             id="label-on-systemd",
         ),
         pytest.param(
-            macs(("gui/501, ", "gui/501, container: mlx, ")),
+            macs(("gui/501,", "gui/501, container: mlx,")),
             [
                 "fleet.yaml:10: endpoints.kimi.units[0].container: only for units on systemd "
                 "hosts, not launchd host 'm3ultra'"
@@ -1008,7 +1009,7 @@ def test_a_launchd_unit_keeps_its_label_domain_and_plist_as_written() -> None:
                 "vllm-ds4-head.service), or set service_manager: launchd on the host",
                 "fleet.yaml:10: endpoints.kimi.units[0].domain: only for units on launchd "
                 "hosts, not systemd host 'm3ultra'",
-                "fleet.yaml:10: endpoints.kimi.units[0].plist: only for units on launchd "
+                "fleet.yaml:11: endpoints.kimi.units[0].plist: only for units on launchd "
                 "hosts, not systemd host 'm3ultra'",
             ],
             id="launchd-unit-on-systemd-host",
@@ -1026,3 +1027,19 @@ def test_every_launchd_domain_form_is_accepted(domain: str) -> None:
     text = macs(("domain: gui/501", f"domain: {domain}"))
     config = parse_config(text, source="fleet.yaml", base_dir=Path("/etc/fleet"))
     assert config.endpoints["kimi"].units[0].domain == domain
+
+
+def test_the_example_gives_the_macs_their_launchd_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/operator")
+    config = load_config(REPO / "deploy" / "fleet.example.yaml")
+    units = [
+        (u.host, u.unit, u.domain, u.plist)
+        for name in ("kimi", "embed", "rerank")
+        for u in config.endpoint(name).units
+    ]
+    agents = "~/Library/LaunchAgents"
+    assert units == [
+        ("m3ultra", "com.fleet.mlx-kimi", "gui/501", f"{agents}/com.fleet.mlx-kimi.plist"),
+        ("m5max", "com.fleet.mlx-embed", "gui/501", f"{agents}/com.fleet.mlx-embed.plist"),
+        ("m5max", "com.fleet.mlx-rerank", "gui/501", f"{agents}/com.fleet.mlx-rerank.plist"),
+    ]
