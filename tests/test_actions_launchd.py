@@ -8,19 +8,16 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from supervisor.actions.base import Action, ActionContext, ActionOutcome
-from supervisor.actions.registry import ACTIONS
-from supervisor.clock import SystemClock
+from supervisor.actions.base import ActionContext
 from supervisor.config import Endpoint, Host, UnitRef
-from supervisor.events import ProbeResult
-from supervisor.executor import DryRunExecutor, Executor, LocalExecutor
+from supervisor.executor import Executor, LocalExecutor
 from tests.macfakes import MacTools, mac_tools
+from tests.test_actions import act, dry, plan
+from tests.test_actions import context as actions_context
 
 M3ULTRA = Host(name="m3ultra", local=True, service_manager="launchd")
 M5MAX = Host(name="m5max", local=True, service_manager="launchd")
@@ -43,35 +40,9 @@ KIMI = Endpoint(
 )
 
 
-async def _no_probe() -> ProbeResult:
-    raise AssertionError("this action must not probe")
-
-
-def context(
-    executor: Executor,
-    units: tuple[tuple[Host, UnitRef], ...],
-    *,
-    one: bool = False,
-    timeout: timedelta = timedelta(seconds=10),
-) -> ActionContext:
-    host, unit = units[0] if one else (None, None)
-    return ActionContext(
-        endpoint=KIMI,
-        host=host,
-        unit=unit,
-        units=units,
-        executor=executor,
-        timeout=timeout,
-        facts={},
-        dry_run=isinstance(executor, DryRunExecutor),
-        clock=SystemClock(),
-        probe=_no_probe,
-    )
-
-
-async def act(name: str, ctx: ActionContext, **params: Any) -> ActionOutcome:
-    chosen: Action[Any] = ACTIONS[name]
-    return await chosen.run(ctx, chosen.params(**params))
+def context(executor: Executor, units: tuple[tuple[Host, UnitRef], ...]) -> ActionContext:
+    """Every unit of Kimi's endpoint at once (`on: units`)."""
+    return actions_context(executor, host=None, units=units, endpoint=KIMI)
 
 
 @pytest.fixture
@@ -80,14 +51,6 @@ def launchd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MacTools:
     monkeypatch.setenv("PATH", f"{tools.bin}:{os.environ['PATH']}")
     monkeypatch.setenv("FLEET_TEST_LAUNCHD", str(tools.state))
     return tools
-
-
-def dry() -> DryRunExecutor:
-    return DryRunExecutor(LocalExecutor())
-
-
-def plan(executor: DryRunExecutor) -> list[tuple[str, str]]:
-    return [(result.host, result.command) for result in executor.planned]
 
 
 KIMI_UNITS = ((M3ULTRA, KIMI_JOB),)
