@@ -467,14 +467,14 @@ def test_parsers_never_raise(text: str) -> None:
         parse(f"gui/501/x = {{\n\t{text}\n\targuments = {{\n\t\t{text}\n\t}}\n}}\n")
 
 
-@pytest.mark.parametrize("name", ["mac_listeners", "mac_memory"])
+@pytest.mark.parametrize("name", ["mac_listeners", "mac_memory", "launchd_job", "launchd_log"])
 async def test_mac_collectors_run_nothing_on_a_host_that_is_not_a_mac(
     http: httpx.AsyncClient, name: str
 ) -> None:
     spark = Host(name="spark1", address="192.168.1.11")
     scope = Scope(endpoint=KIMI, host=spark, unit=UnitRef(host="spark1", unit="ollama.service"))
     evidence, executor = await collect(http, name, {}, scope=scope)
-    not_a_mac = "spark1 is not a Mac (service_manager: systemd)"
+    not_a_mac = "spark1 is not a launchd host (systemd)"
     assert (evidence.error, executor.calls) == (not_a_mac, [])
 
 
@@ -502,3 +502,15 @@ async def test_launchd_log_with_a_run_marker_keeps_only_the_last_run(
 def test_a_run_marker_must_be_a_regex() -> None:
     with pytest.raises(ValueError, match="not a valid regular expression"):
         COLLECTORS["launchd_log"].params.model_validate({"run_marker": "("})
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("unit_status", {}), ("command_line", {}), ("journal", {}), ("listeners", {"port": 8013})],
+)
+async def test_linux_collectors_run_nothing_on_a_mac(
+    http: httpx.AsyncClient, name: str, params: Mapping[str, object]
+) -> None:
+    """No `systemctl` or `sudo -n journalctl` / `sudo -n ss` attempts on a Mac."""
+    evidence, executor = await collect(http, name, {}, params)
+    assert (evidence.error, executor.calls) == ("m3ultra is not a systemd host (launchd)", [])

@@ -127,6 +127,7 @@ def _print_failed(result: CommandResult) -> bool:
     "paths: `launchctl print DOMAIN/LABEL` (no root)",
     facts=LAUNCHD_JOB_FACTS,
     needs_unit=True,
+    service_manager="launchd",
 )
 async def launchd_job(ctx: CollectContext, params: NoParams) -> Evidence:
     result, job = await read_job(ctx)
@@ -159,6 +160,7 @@ def modified_epoch(result: CommandResult) -> int | None:
         "(then every log is read)",
     },
     needs_unit=True,
+    service_manager="launchd",
 )
 async def launchd_log(ctx: CollectContext, params: LogParams) -> Evidence:
     printed, job = await read_job(ctx)

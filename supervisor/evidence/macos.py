@@ -32,15 +32,7 @@ from pydantic import Field
 
 from supervisor.config.models import Flag
 from supervisor.evidence.base import CollectContext, CollectorParams, Evidence, FactValue, NoParams
-from supervisor.evidence.declare import (
-    ScopeError,
-    collector,
-    failed,
-    failure,
-    found,
-    run_read,
-    scope_host,
-)
+from supervisor.evidence.declare import collector, failed, failure, found, run_read
 from supervisor.evidence.launchctl import NotLaunchdError, parse_print, print_argv
 from supervisor.evidence.network import parse_pid_args
 from supervisor.executor import CommandResult
@@ -108,13 +100,6 @@ def endpoint_port(url: str) -> int | None:
         return None
 
 
-def mac_only(ctx: CollectContext) -> None:
-    """Runs nothing on a host that is not a Mac (its collectors' commands are macOS's)."""
-    host = scope_host(ctx)
-    if host.service_manager != "launchd":
-        raise ScopeError(f"{host.name} is not a Mac (service_manager: {host.service_manager})")
-
-
 async def _job_pid(ctx: CollectContext) -> tuple[CommandResult | None, int | None]:
     """The scope's launchd job's pid (0 when it runs none); None without a launchd unit."""
     unit = ctx.scope.unit
@@ -143,9 +128,9 @@ async def _job_pid(ctx: CollectContext) -> tuple[CommandResult | None, int | Non
         "held_by_job": "the job's process is one of the owners",
         "held_by_other": "a process other than the job's holds the port",
     },
+    service_manager="launchd",
 )
 async def mac_listeners(ctx: CollectContext, params: MacListenersParams) -> Evidence:
-    mac_only(ctx)
     port = params.port or endpoint_port(ctx.scope.endpoint.url)
     if port is None:
         return failed(f"no port in {ctx.scope.endpoint.url}: give `port`")
@@ -222,9 +207,9 @@ def parse_vm_stat(text: str) -> dict[str, FactValue]:
         "wired_gib": "wired pages, GiB (Metal buffers of a loaded model are wired)",
         "compressed_gib": "pages occupied by the compressor, GiB",
     },
+    service_manager="launchd",
 )
 async def mac_memory(ctx: CollectContext, params: NoParams) -> Evidence:
-    mac_only(ctx)
     pressure = await run_read(ctx, ["memory_pressure", "-Q"])
     if not pressure.ok:
         return failed(failure("memory_pressure", pressure), pressure)
