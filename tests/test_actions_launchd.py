@@ -198,7 +198,7 @@ async def test_graceful_stop_plan_names_the_pid_and_the_grace(
         True,
         f"would send TERM to com.fleet.mlx-kimi on m3ultra (pid {proc.pid}), then KILL if it "
         "still runs after 1m30s",
-        [("m3ultra", f"kill -s TERM -- {proc.pid}")],
+        [("m3ultra", f"kill -s TERM {proc.pid}")],
     )
     assert proc.returncode is None
 
@@ -216,7 +216,7 @@ async def test_graceful_stop_sends_term_and_the_job_ends(
     assert await proc.wait() == -15
     assert [result.command for result in outcome.commands] == [
         "launchctl print gui/501/com.fleet.mlx-kimi",
-        f"kill -s TERM -- {proc.pid}",
+        f"kill -s TERM {proc.pid}",
     ]
 
 
@@ -238,8 +238,8 @@ async def test_graceful_stop_kills_a_job_that_ignores_term_after_the_grace(
     assert 1.0 <= took < 5.0
     assert [result.command for result in outcome.commands] == [
         "launchctl print gui/501/com.fleet.mlx-kimi",
-        f"kill -s TERM -- {proc.pid}",
-        f"kill -s KILL -- {proc.pid}",
+        f"kill -s TERM {proc.pid}",
+        f"kill -s KILL {proc.pid}",
     ]
 
 

@@ -103,7 +103,7 @@ async def test_a_zombie_mlx_lm_gets_term_then_kickstart(tmp_path: Path, kimi_por
     assert plan(lines) == [
         "plan (auto mode, 2 steps, runbook runbooks/mlx-zombie.md):",
         "  1. stop_job_gracefully on kimi",
-        f"       [m3ultra] kill -s TERM -- {os.getpid()}",
+        f"       [m3ultra] kill -s TERM {os.getpid()}",
         "  2. start_units on kimi",
         f"       [m3ultra] launchctl kickstart {JOB}",
         "nothing was changed (dry run)",

@@ -139,20 +139,22 @@ async def _gone_within(steps: Steps, host: Host, pid: int, seconds: float) -> bo
 
 
 async def _stop_one(steps: Steps, host: Host, unit: UnitRef, grace: timedelta) -> str:
-    """TERM, wait up to `grace`, KILL if needed: what was done, in words."""
+    """TERM, wait up to `grace`, KILL if needed: what was done, in words. `kill -s SIG PID`
+    without `--` (the pid is a number we wrote, never an option), the form BSD kill, zsh's and
+    bash's builtins all take."""
     printed, loaded = await read_job(steps, host, unit)
     pid = parse_print(printed.stdout).pid if loaded else 0
     name = f"{unit.unit} on {host.name}"
     if pid <= 0:
         return f"{name} runs no process"
-    kill = ["kill", "-s", "TERM", "--", str(pid)]
+    kill = ["kill", "-s", "TERM", str(pid)]
     await steps.must(host, kill, sudo=needs_root(unit), mutating=True)
     waited = format_duration(grace)
     if steps.ctx.dry_run:
         return f"would send TERM to {name} (pid {pid}), then KILL if it still runs after {waited}"
     if await _gone_within(steps, host, pid, grace.total_seconds()):
         return f"sent TERM to {name} (pid {pid}); it ended"
-    await steps.must(host, ["kill", "-s", "KILL", "--", str(pid)], sudo=needs_root(unit))
+    await steps.must(host, ["kill", "-s", "KILL", str(pid)], sudo=needs_root(unit))
     if not await _gone_within(steps, host, pid, steps.ctx.timeout.total_seconds()):
         raise steps.stop(f"pid {pid} of {name} still runs after KILL")
     return f"sent TERM to {name} (pid {pid}); it still ran after {waited} and got KILL"
