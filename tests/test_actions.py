@@ -126,6 +126,7 @@ def test_registry_has_every_action_of_the_design() -> None:
         "restart_units",
         "shell",
         "start_units",
+        "stop_job_gracefully",
         "stop_units",
         "wait_healthy",
         "write_execstart_dropin",

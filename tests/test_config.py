@@ -879,3 +879,167 @@ def test_only_true_and_false_are_booleans() -> None:
 def test_the_readme_documents_every_config_key() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     assert render_config_table().strip() in readme
+
+
+# --- launchd hosts: their units name a label, a domain and a plist --------------------------------
+
+MACS = """\
+hosts:
+  m3ultra: {address: 192.168.1.10, service_manager: launchd}
+  spark1: {address: 192.168.1.11}
+endpoints:
+  kimi:
+    kind: openai
+    url: http://192.168.1.10:8013
+    model: kimi-k2.6-dq3
+    units:
+      - {host: m3ultra, unit: com.fleet.mlx-kimi, domain: gui/501,
+         plist: ~/Library/LaunchAgents/com.fleet.mlx-kimi.plist}
+  ollama:
+    kind: ollama
+    url: http://192.168.1.11:11434
+    model: qwen3:8b
+    units:
+      - {host: spark1, unit: ollama.service}
+"""
+
+
+def macs(*replacements: tuple[str, str]) -> str:
+    text = MACS
+    for old, new in replacements:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+def test_a_launchd_unit_keeps_its_label_domain_and_plist_as_written() -> None:
+    config = parse_config(MACS, source="fleet.yaml", base_dir=Path("/etc/fleet"))
+    unit = config.endpoints["kimi"].units[0]
+    assert (unit.unit, unit.domain, unit.plist) == (
+        "com.fleet.mlx-kimi",
+        "gui/501",
+        "~/Library/LaunchAgents/com.fleet.mlx-kimi.plist",  # the Mac's home, not ours
+    )
+    assert config.endpoints["ollama"].units[0].domain is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            macs(("unit: com.fleet.mlx-kimi", "unit: mlx-kimi.service")),
+            [
+                "fleet.yaml:10: endpoints.kimi.units[0].unit: 'mlx-kimi.service' is a systemd "
+                "unit name, but host 'm3ultra' uses launchd: name the job's launchd label "
+                "(e.g. com.fleet.mlx-kimi)"
+            ],
+            id="service-on-launchd",
+        ),
+        pytest.param(
+            macs(("domain: gui/501,", "")),
+            [
+                "fleet.yaml:10: endpoints.kimi.units[0].domain: required for a unit on launchd "
+                "host 'm3ultra' (gui/<uid> for a LaunchAgent, system for a LaunchDaemon, "
+                "or user/<uid>)"
+            ],
+            id="domain-required",
+        ),
+        pytest.param(
+            macs(("domain: gui/501", "domain: gui/milo")),
+            [
+                "fleet.yaml:10: endpoints.kimi.units[0].domain: expected gui/<uid> for a "
+                "LaunchAgent, system for a LaunchDaemon, or user/<uid>, got 'gui/milo'"
+            ],
+            id="domain-malformed",
+        ),
+        pytest.param(
+            macs(("domain: gui/501", "domain: System")),
+            [
+                "fleet.yaml:10: endpoints.kimi.units[0].domain: expected gui/<uid> for a "
+                "LaunchAgent, system for a LaunchDaemon, or user/<uid>, got 'System'"
+            ],
+            id="domain-case",
+        ),
+        pytest.param(
+            macs((",\n         plist: ~/Library/LaunchAgents/com.fleet.mlx-kimi.plist", "")),
+            [
+                "fleet.yaml:10: endpoints.kimi.units[0].plist: required for a unit on launchd "
+                "host 'm3ultra' (the job's plist, for bootstrap)"
+            ],
+            id="plist-required",
+        ),
+        pytest.param(
+            macs(("plist: ~/Library", "plist: Library")),
+            [
+                "fleet.yaml:11: endpoints.kimi.units[0].plist: expected an absolute path or one "
+                "starting with ~/, got 'Library/LaunchAgents/com.fleet.mlx-kimi.plist'"
+            ],
+            id="plist-relative",
+        ),
+        pytest.param(
+            macs(("unit: ollama.service}", "unit: ollama.service, domain: system}")),
+            [
+                "fleet.yaml:17: endpoints.ollama.units[0].domain: only for units on launchd "
+                "hosts, not systemd host 'spark1'"
+            ],
+            id="domain-on-systemd",
+        ),
+        pytest.param(
+            macs(("unit: ollama.service}", "unit: com.ollama.ollama}")),
+            [
+                "fleet.yaml:17: endpoints.ollama.units[0].unit: 'com.ollama.ollama' looks like "
+                "a launchd label, but host 'spark1' uses systemd: name the systemd unit (e.g. "
+                "vllm-ds4-head.service), or set service_manager: launchd on the host"
+            ],
+            id="label-on-systemd",
+        ),
+        pytest.param(
+            macs(("gui/501,", "gui/501, container: mlx,")),
+            [
+                "fleet.yaml:10: endpoints.kimi.units[0].container: only for units on systemd "
+                "hosts, not launchd host 'm3ultra'"
+            ],
+            id="container-on-launchd",
+        ),
+        pytest.param(
+            macs(("service_manager: launchd", "service_manager: systemd")),
+            [
+                "fleet.yaml:10: endpoints.kimi.units[0].unit: 'com.fleet.mlx-kimi' looks like "
+                "a launchd label, but host 'm3ultra' uses systemd: name the systemd unit (e.g. "
+                "vllm-ds4-head.service), or set service_manager: launchd on the host",
+                "fleet.yaml:10: endpoints.kimi.units[0].domain: only for units on launchd "
+                "hosts, not systemd host 'm3ultra'",
+                "fleet.yaml:11: endpoints.kimi.units[0].plist: only for units on launchd "
+                "hosts, not systemd host 'm3ultra'",
+            ],
+            id="launchd-unit-on-systemd-host",
+        ),
+    ],
+)
+def test_units_must_fit_their_hosts_service_manager(text: str, expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="fleet.yaml", base_dir=Path("/etc/fleet"))
+    assert [str(issue) for issue in caught.value.issues] == expected
+
+
+@pytest.mark.parametrize("domain", ["system", "gui/501", "user/0"])
+def test_every_launchd_domain_form_is_accepted(domain: str) -> None:
+    text = macs(("domain: gui/501", f"domain: {domain}"))
+    config = parse_config(text, source="fleet.yaml", base_dir=Path("/etc/fleet"))
+    assert config.endpoints["kimi"].units[0].domain == domain
+
+
+def test_the_example_gives_the_macs_their_launchd_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/operator")
+    config = load_config(REPO / "deploy" / "fleet.example.yaml")
+    units = [
+        (u.host, u.unit, u.domain, u.plist)
+        for name in ("kimi", "embed", "rerank")
+        for u in config.endpoint(name).units
+    ]
+    agents = "~/Library/LaunchAgents"
+    assert units == [
+        ("m3ultra", "com.fleet.mlx-kimi", "gui/501", f"{agents}/com.fleet.mlx-kimi.plist"),
+        ("m5max", "com.fleet.mlx-embed", "gui/501", f"{agents}/com.fleet.mlx-embed.plist"),
+        ("m5max", "com.fleet.mlx-rerank", "gui/501", f"{agents}/com.fleet.mlx-rerank.plist"),
+    ]

@@ -1188,7 +1188,8 @@ def test_parsers_never_raise(text: str) -> None:
 def test_the_registry_has_every_collector_of_the_design() -> None:
     assert sorted(COLLECTORS) == sorted(
         ["unit_status", "journal", "meminfo", "listeners", "processes", "grep_count",
-         "path_exists", "file_text", "command_line", "metrics", "progress"]
+         "path_exists", "file_text", "command_line", "metrics", "progress", "launchd_job",
+         "launchd_log", "mac_listeners", "mac_memory"]
     )  # fmt: skip
     for name, entry in COLLECTORS.items():
         assert entry.name == name

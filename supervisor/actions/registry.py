@@ -10,13 +10,33 @@ from collections.abc import Mapping
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-from supervisor.actions import docker, files, memory, people, processes, shell, units, waiting
+from supervisor.actions import (
+    docker,
+    files,
+    launchd,
+    memory,
+    people,
+    processes,
+    shell,
+    units,
+    waiting,
+)
 from supervisor.actions.base import Action
 from supervisor.actions.declare import Stop, action
 
 __all__ = ["ACTIONS", "MODULES", "Stop", "action", "build_registry"]
 
-MODULES: tuple[ModuleType, ...] = (units, memory, processes, files, docker, waiting, people, shell)
+MODULES: tuple[ModuleType, ...] = (
+    units,
+    launchd,
+    memory,
+    processes,
+    files,
+    docker,
+    waiting,
+    people,
+    shell,
+)
 
 
 def build_registry(modules: tuple[ModuleType, ...]) -> Mapping[str, Action[Any]]:

@@ -1,4 +1,6 @@
-"""systemd units: stop, start and restart them in the endpoint's order; repoint ExecStart."""
+"""Units: stop, start and restart them in the endpoint's order, through their host's service
+manager (`MANAGERS`: systemd here, launchd in `supervisor.actions.launchd`); repoint a systemd
+unit's ExecStart."""
 
 from __future__ import annotations
 
@@ -6,8 +8,10 @@ from pydantic import Field, field_validator
 
 from supervisor.actions.base import ActionContext, ActionOutcome, ActionParams, NoParams, Target
 from supervisor.actions.declare import Stop, action
+from supervisor.actions.launchd import LAUNCHD
+from supervisor.actions.managers import UnitManager, Units, manager_of
 from supervisor.actions.steps import Steps, unit_of, units_of
-from supervisor.config import Host, UnitRef
+from supervisor.config import UnitRef
 from supervisor.config.models import Flag
 
 #: `on: units` (the default: every unit of the endpoint, in order) or `on: unit` (one unit).
@@ -18,7 +22,8 @@ DROPIN_NAME = "50-fleet-supervisor-execstart.conf"
 
 class RestartParams(ActionParams):
     reset_failed: Flag = Field(
-        default=True, description="`systemctl reset-failed` each unit before starting it"
+        default=True,
+        description="`systemctl reset-failed` each unit before starting it (systemd only)",
     )
 
 
@@ -42,13 +47,33 @@ class DropInParams(ActionParams):
         return value
 
 
-def _listing(units: tuple[tuple[Host, UnitRef], ...]) -> str:
+def _listing(units: Units) -> str:
     return ", then ".join(f"{unit.unit} on {host.name}" for host, unit in units)
 
 
-async def _systemctl(steps: Steps, verb: str, units: tuple[tuple[Host, UnitRef], ...]) -> None:
+async def _systemctl(steps: Steps, verb: str, units: Units) -> None:
     for host, unit in units:
         await steps.must(host, ["systemctl", verb, unit_name(unit)], sudo=True, mutating=True)
+
+
+async def _systemd_restart(steps: Steps, units: Units, reset_failed: bool) -> None:
+    await _systemctl(steps, "stop", tuple(reversed(units)))
+    await _systemd_start(steps, units, reset_failed)
+
+
+async def _systemd_stop(steps: Steps, units: Units) -> None:
+    await _systemctl(steps, "stop", units)
+
+
+async def _systemd_start(steps: Steps, units: Units, reset_failed: bool) -> None:
+    if reset_failed:
+        await _systemctl(steps, "reset-failed", units)
+    await _systemctl(steps, "start", units)
+
+
+SYSTEMD = UnitManager(restart=_systemd_restart, stop=_systemd_stop, start=_systemd_start)
+#: service manager (a host's `service_manager`) -> its unit verbs
+MANAGERS: dict[str, UnitManager] = {"systemd": SYSTEMD, "launchd": LAUNCHD}
 
 
 def unit_name(unit: UnitRef, *, file: bool = False) -> str:
@@ -64,15 +89,13 @@ def unit_name(unit: UnitRef, *, file: bool = False) -> str:
     params=RestartParams,
     target=Target.UNITS,
     targets=UNIT_TARGETS,
-    doc="stop the units in reverse restart order, reset-failed each, start them in order",
+    doc="stop the units in reverse restart order, reset-failed each, start them in order "
+    "(launchd: `launchctl kickstart -k` each, in order)",
 )
 async def restart_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
     steps = Steps(ctx)
     units = units_of(ctx)
-    await _systemctl(steps, "stop", tuple(reversed(units)))
-    if params.reset_failed:
-        await _systemctl(steps, "reset-failed", units)
-    await _systemctl(steps, "start", units)
+    await manager_of(MANAGERS, units).restart(steps, units, params.reset_failed)
     return steps.done(f"{steps.said('restarted', 'would restart')} {_listing(units)}")
 
 
@@ -81,12 +104,12 @@ async def restart_units(ctx: ActionContext, params: RestartParams) -> ActionOutc
     params=NoParams,
     target=Target.UNITS,
     targets=UNIT_TARGETS,
-    doc="stop the units in reverse restart order",
+    doc="stop the units in reverse restart order (launchd: `launchctl bootout`)",
 )
 async def stop_units(ctx: ActionContext, params: NoParams) -> ActionOutcome:
     steps = Steps(ctx)
     units = tuple(reversed(units_of(ctx)))
-    await _systemctl(steps, "stop", units)
+    await manager_of(MANAGERS, units).stop(steps, units)
     return steps.done(f"{steps.said('stopped', 'would stop')} {_listing(units)}")
 
 
@@ -95,14 +118,13 @@ async def stop_units(ctx: ActionContext, params: NoParams) -> ActionOutcome:
     params=RestartParams,
     target=Target.UNITS,
     targets=UNIT_TARGETS,
-    doc="reset-failed and start the units in restart order",
+    doc="reset-failed and start the units in restart order (launchd: `launchctl bootstrap` "
+    "the plist if not loaded, then `launchctl kickstart`)",
 )
 async def start_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
     steps = Steps(ctx)
     units = units_of(ctx)
-    if params.reset_failed:
-        await _systemctl(steps, "reset-failed", units)
-    await _systemctl(steps, "start", units)
+    await manager_of(MANAGERS, units).start(steps, units, params.reset_failed)
     return steps.done(f"{steps.said('started', 'would start')} {_listing(units)}")
 
 

@@ -10,6 +10,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from supervisor.config.errors import Loc
+from supervisor.config.launchd import check_unit_managers
 from supervisor.config.models import COMPLETION_KINDS, MODEL_KINDS, Endpoint, Host, UnitRef
 
 
@@ -89,4 +90,6 @@ def check_fleet(
     findings = list(check_hosts(hosts))
     for endpoint, units in endpoints.values():
         findings.extend(check_endpoint(endpoint, units, host_names))
+        at = ("endpoints", endpoint.name)
+        findings.extend(Finding(loc, text) for loc, text in check_unit_managers(at, units, hosts))
     return findings

@@ -245,7 +245,20 @@ class Host(_Frozen):
 
 class UnitRef(_Frozen):
     host: Text = Field(description="the host the unit runs on (a key under `hosts`)")
-    unit: Text = Field(description="the service unit, e.g. `vllm-ds4-head.service`")
+    unit: Text = Field(
+        description="the service unit, e.g. `vllm-ds4-head.service`; on a launchd host the "
+        "job's label, e.g. `com.fleet.mlx-kimi`"
+    )
+    domain: Text | None = Field(
+        default=None,
+        description="launchd hosts only, required there: `gui/<uid>` (a LaunchAgent), "
+        "`user/<uid>` or `system` (a LaunchDaemon)",
+    )
+    plist: Text | None = Field(
+        default=None,
+        description="launchd hosts only, required there: the job's plist on the Mac (absolute, "
+        "or `~/` for the SSH user's home), for `launchctl bootstrap`",
+    )
     container: Text | None = Field(default=None, description="docker container the unit runs")
     known_good: Text | None = Field(
         default=None, description="the known-good launch script or command for this unit"

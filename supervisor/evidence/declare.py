@@ -49,9 +49,12 @@ def collector(
     facts: Mapping[str, str],
     needs_host: bool = True,
     needs_unit: bool = False,
+    service_manager: str | None = None,
 ) -> Callable[[RunFunction[P]], Collector[P]]:
     """Declare a collector. `needs_unit` (for `systemctl`/`journalctl` collectors) answers
-    `no unit in this scope` without running anything; `needs_host` likewise for the host."""
+    `no unit in this scope` without running anything; `needs_host` likewise for the host;
+    `service_manager` (`systemd`, `launchd`) likewise for a host managed otherwise (its commands
+    are another OS's: no `journalctl` on a Mac, no `launchctl` on a Spark)."""
     if not _NAME.fullmatch(name):
         raise ValueError(f"collector name must match {_NAME.pattern}, got {name!r}")
     if not doc.strip() or "\n" in doc:
@@ -65,6 +68,10 @@ def collector(
                 return Evidence(collector=name, error=NO_UNIT)
             if needs_host and ctx.scope.host is None:
                 return Evidence(collector=name, error=NO_HOST)
+            host = ctx.scope.host
+            if service_manager and host is not None and host.service_manager != service_manager:
+                why = f"{host.name} is not a {service_manager} host ({host.service_manager})"
+                return Evidence(collector=name, error=why)
             try:
                 evidence = await function(ctx, parsed)
             except ScopeError as exc:

@@ -65,6 +65,7 @@ def since_text(since: datetime | None) -> str:
         "the endpoint last passed a check; '' when it never did (the last lines were read)",
     },
     needs_unit=True,
+    service_manager="systemd",
 )
 async def journal(ctx: CollectContext, params: JournalParams) -> Evidence:
     unit = scope_unit(ctx)

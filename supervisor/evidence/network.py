@@ -71,6 +71,7 @@ def listener_facts(sockets: Sockets, args: Mapping[int, str]) -> dict[str, FactV
         "pids": "the owners' pids, each once (empty when ss may not see them)",
         "commands": "each owner's command line, in the order of `pids`",
     },
+    service_manager="systemd",
 )
 async def listeners(ctx: CollectContext, params: ListenersParams) -> Evidence:
     ss = await run_read(ctx, ["ss", "-Hltnp", "sport", "=", f":{params.port}"], sudo=True)

@@ -14,6 +14,8 @@ from typing import Any
 from supervisor.evidence import (
     files,
     journal,
+    launchd,
+    macos,
     memory,
     metrics,
     network,
@@ -33,6 +35,8 @@ MODULES: tuple[ModuleType, ...] = (
     files,
     metrics,
     progress,
+    launchd,
+    macos,
 )
 
 

@@ -134,6 +134,7 @@ def parse_unit_status(text: str) -> dict[str, FactValue]:
     "may be caught mid-attempt in a crash loop",
     facts=UNIT_STATUS_FACTS,
     needs_unit=True,
+    service_manager="systemd",
 )
 async def unit_status(ctx: CollectContext, params: NoParams) -> Evidence:
     unit = scope_unit(ctx)
@@ -175,6 +176,7 @@ def parse_args(text: str) -> Mapping[str, FactValue]:
         "running": "whether the unit has a live main process",
     },
     needs_unit=True,
+    service_manager="systemd",
 )
 async def command_line(ctx: CollectContext, params: NoParams) -> Evidence:
     unit = scope_unit(ctx)
