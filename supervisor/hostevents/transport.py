@@ -49,6 +49,7 @@ class Ran:
     status: int | None
     stdout: str
     stderr: str
+    error: str = ""  #: why it was cut off (`timed out`, `connection lost`), '' when it ended
 
     @property
     def ok(self) -> bool:
@@ -56,8 +57,10 @@ class Ran:
 
     def why(self) -> str:
         """The command's own last words: the last line of stderr, else its exit status."""
+        if self.error:
+            return self.error
         last = tail(self.stderr, 1).strip()
-        return last or ("timed out" if self.status is None else f"exit status {self.status}")
+        return last or f"exit status {self.status}"
 
 
 class Follow(Protocol):
@@ -137,13 +140,16 @@ class _LocalFollow:
 
 
 class LocalTransport:
-    """The box the daemon runs on (`local: true`): subprocesses, no shell."""
+    """The box the daemon runs on (`local: true`): subprocesses, no shell. `prefix` goes in
+    front of every command (the lab enters a simulated host with `nsenter`)."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, prefix: Sequence[str] = ()) -> None:
         self.host = host
+        self._prefix = tuple(prefix)
 
     def _argv(self, argv: Sequence[str]) -> list[str]:
-        return list(argv) if _is_root_login(self.host) else ["sudo", "-n", *argv]
+        sudo = () if _is_root_login(self.host) else ("sudo", "-n")
+        return [*self._prefix, *sudo, *argv]
 
     async def _spawn(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
         try:
@@ -169,7 +175,7 @@ class LocalTransport:
             with suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-            return Ran(status=None, stdout="", stderr="")
+            return Ran(status=None, stdout="", stderr="", error=f"timed out after {timeout:g}s")
         return Ran(
             status=proc.returncode,
             stdout=out.decode(errors="replace"),
@@ -184,7 +190,10 @@ class LocalTransport:
 
 
 class _SshFollow:
-    def __init__(self, process: asyncssh.SSHClientProcess[bytes]) -> None:
+    def __init__(
+        self, conn: asyncssh.SSHClientConnection, process: asyncssh.SSHClientProcess[bytes]
+    ) -> None:
+        self._conn = conn
         self._process = process
         self._err = OutputTail()
         self._pump = asyncio.ensure_future(_pump(process.stderr, self._err))
@@ -204,7 +213,9 @@ class _SshFollow:
             async with asyncio.timeout(STOP_WITHIN_S):
                 await self._process.wait_closed()
                 await self._pump
-        return Ran(status=self._process.returncode, stdout="", stderr=self._err.text())
+        lost = self._process.returncode is None and self._conn.is_closed()
+        error = "connection lost" if lost else ""
+        return Ran(status=self._process.returncode, stdout="", stderr=self._err.text(), error=error)
 
 
 class SshTransport:
@@ -258,13 +269,16 @@ class SshTransport:
                 await process.wait_closed()
         except TimeoutError:
             process.close()
-            return Ran(status=None, stdout=out.text(), stderr=err.text())
+            error = f"timed out after {timeout:g}s"
+            return Ran(status=None, stdout=out.text(), stderr=err.text(), error=error)
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"connection to {where(self.host)} lost: {exc}") from None
         return Ran(status=process.returncode, stdout=out.text(), stderr=err.text())
 
     async def follow(self, argv: Sequence[str]) -> Follow:
-        return _SshFollow(await self._start(argv))
+        process = await self._start(argv)
+        assert self._conn is not None
+        return _SshFollow(self._conn, process)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
