@@ -10,7 +10,6 @@ read, never fatal.
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -99,9 +98,10 @@ def parse_entry(line: bytes | str) -> JournalEntry | None:
     )
 
 
-def follow_argv(units: Sequence[str], after_cursor: str) -> list[str]:
+def follow_argv(units: Sequence[str], after_cursor: str | None) -> list[str]:
     """`journalctl -f -o json --after-cursor=C -u A -u B ...`: every entry about the units after
-    the cursor, then new ones as they come."""
+    the cursor, then new ones as they come (without a cursor: only new ones)."""
+    start = f"--after-cursor={after_cursor}" if after_cursor else "--lines=0"
     return [
         "journalctl",
         "--follow",
@@ -109,7 +109,7 @@ def follow_argv(units: Sequence[str], after_cursor: str) -> list[str]:
         "--quiet",
         "--output=json",
         f"--output-fields={','.join(FIELDS)}",
-        f"--after-cursor={after_cursor}",
+        start,
         *(f"--unit={unit}" for unit in units),
     ]
 
@@ -128,18 +128,6 @@ def head_argv() -> list[str]:
 
 def head_cursor(stdout: str) -> str | None:
     """The cursor `head_argv` printed (None when the journal printed no entry)."""
-    for line in reversed(stdout.splitlines()):
-        entry = parse_entry(line.strip()) if line.strip() else None
-        if entry is not None:
-            return entry.cursor
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and isinstance(data.get("__CURSOR"), str):
-            return str(data["__CURSOR"])
-    return None
-
-
-def shown(argv: Sequence[str]) -> str:
-    return shlex.join(argv)
+    entries = [parse_entry(line) for line in stdout.splitlines() if line.strip()]
+    cursors = [entry.cursor for entry in entries if entry is not None]
+    return cursors[-1] if cursors else None

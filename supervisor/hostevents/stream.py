@@ -116,14 +116,16 @@ class HostStream:
     async def _session(self) -> str:
         """Stream until the follow ends; the reason it ended. `TransportError` when it could not
         be opened (`lasting` when journalctl itself refused)."""
-        head = await self._transport.run(head_argv(), timeout=self._settings.command_timeout_s)
+        head = await self._transport.run(
+            head_argv(), timeout=self._settings.command_timeout_s, sudo=True
+        )
         if not head.ok:
             raise TransportError(
                 f"journalctl failed: {head.why()}", lasting=head.status is not None
             )
         if self.cursor is None:
             self.cursor = head_cursor(head.stdout)
-        follow = await self._transport.follow(follow_argv(self.units, self.cursor or ""))
+        follow = await self._transport.follow(follow_argv(self.units, self.cursor), sudo=True)
         self.sessions += 1
         self.status = STREAMING
         self._log.info("host event stream open", units=list(self.units), cursor=self.cursor)

@@ -76,11 +76,12 @@ class Follow(Protocol):
 
 
 class Transport(Protocol):
-    async def run(self, argv: Sequence[str], *, timeout: float) -> Ran:
-        """Run a short command; `TransportError` when the host cannot be reached."""
+    async def run(self, argv: Sequence[str], *, timeout: float, sudo: bool = False) -> Ran:
+        """Run a short command (as root when `sudo`); `TransportError` when the host cannot be
+        reached."""
         ...
 
-    async def follow(self, argv: Sequence[str]) -> Follow:
+    async def follow(self, argv: Sequence[str], *, sudo: bool = False) -> Follow:
         """Start a long command; `TransportError` when the host cannot be reached."""
         ...
 
@@ -96,9 +97,9 @@ def _is_root_login(host: Host) -> bool:
         return True
 
 
-def command(host: Host, argv: Sequence[str]) -> str:
-    """The line to run: `sudo -n` in front unless the login is root (the journal is root's)."""
-    return command_line(argv, sudo=not _is_root_login(host))
+def command(host: Host, argv: Sequence[str], *, sudo: bool) -> str:
+    """The line to run: `sudo -n` in front when asked, unless the login is root already."""
+    return command_line(argv, sudo=sudo and not _is_root_login(host))
 
 
 async def _pump(reader: asyncio.StreamReader | asyncssh.SSHReader[bytes], sink: OutputTail) -> None:
@@ -147,14 +148,13 @@ class LocalTransport:
         self.host = host
         self._prefix = tuple(prefix)
 
-    def _argv(self, argv: Sequence[str]) -> list[str]:
-        sudo = () if _is_root_login(self.host) else ("sudo", "-n")
-        return [*self._prefix, *sudo, *argv]
-
-    async def _spawn(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
+    async def _spawn(self, argv: Sequence[str], sudo: bool) -> asyncio.subprocess.Process:
+        root = () if not sudo or _is_root_login(self.host) else ("sudo", "-n")
         try:
             return await asyncio.create_subprocess_exec(
-                *self._argv(argv),
+                *self._prefix,
+                *root,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -166,8 +166,8 @@ class LocalTransport:
                 f"cannot run {argv[0]}: {exc.strerror or exc}", lasting=True
             ) from None
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> Ran:
-        proc = await self._spawn(argv)
+    async def run(self, argv: Sequence[str], *, timeout: float, sudo: bool = False) -> Ran:
+        proc = await self._spawn(argv, sudo)
         try:
             async with asyncio.timeout(timeout):
                 out, err = await proc.communicate()
@@ -182,8 +182,8 @@ class LocalTransport:
             stderr=err.decode(errors="replace"),
         )
 
-    async def follow(self, argv: Sequence[str]) -> Follow:
-        return _LocalFollow(await self._spawn(argv))
+    async def follow(self, argv: Sequence[str], *, sudo: bool = False) -> Follow:
+        return _LocalFollow(await self._spawn(argv, sudo))
 
     async def close(self) -> None:
         return None
@@ -250,18 +250,17 @@ class SshTransport:
             raise TransportError(str(exc), lasting=not transient) from None
         return self._conn
 
-    async def _start(self, argv: Sequence[str]) -> asyncssh.SSHClientProcess[bytes]:
+    async def _start(self, argv: Sequence[str], sudo: bool) -> asyncssh.SSHClientProcess[bytes]:
         conn = await self._connection()
+        line = command(self.host, argv, sudo=sudo)
         try:
-            return await conn.create_process(
-                command(self.host, argv), encoding=None, stdin=asyncssh.DEVNULL
-            )
+            return await conn.create_process(line, encoding=None, stdin=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
             conn.close()
             raise TransportError(f"connection to {where(self.host)} lost: {exc}") from None
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> Ran:
-        process = await self._start(argv)
+    async def run(self, argv: Sequence[str], *, timeout: float, sudo: bool = False) -> Ran:
+        process = await self._start(argv, sudo)
         out, err = OutputTail(), OutputTail()
         try:
             async with asyncio.timeout(timeout):
@@ -275,8 +274,8 @@ class SshTransport:
             raise TransportError(f"connection to {where(self.host)} lost: {exc}") from None
         return Ran(status=process.returncode, stdout=out.text(), stderr=err.text())
 
-    async def follow(self, argv: Sequence[str]) -> Follow:
-        process = await self._start(argv)
+    async def follow(self, argv: Sequence[str], *, sudo: bool = False) -> Follow:
+        process = await self._start(argv, sudo)
         assert self._conn is not None
         return _SshFollow(self._conn, process)
 
