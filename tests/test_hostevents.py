@@ -3,13 +3,17 @@ unit events; malformed lines; the backoff; what polling makes of two `systemctl 
 
 from __future__ import annotations
 
+import asyncio
 import random
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from supervisor.config import FleetConfig, Host
+from supervisor.hostevents import HostStream, LocalTransport, StreamSettings, units_by_host
 from supervisor.hostevents.backoff import Backoff
 from supervisor.hostevents.events import EventKind, UnitEvent
 from supervisor.hostevents.journal import follow_argv, head_cursor, parse_entry
@@ -367,3 +371,76 @@ def test_event_summary(fields: dict[str, Any], summary: str) -> None:
     )
     assert event.summary() == summary
     assert event.kind.down is (event.kind is not EventKind.STARTED)
+
+
+def _scripted(tmp_path: Path, follows: list[list[str]], show: str) -> LocalTransport:
+    for n, lines in enumerate(follows, start=1):
+        (tmp_path / f"follow-{n}.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "show.txt").write_text(show)
+    prefix = (sys.executable, str(DATA / "scripted_host.py"), str(tmp_path))
+    return LocalTransport(Host(name="h1", local=True), prefix=prefix)
+
+
+async def test_the_stream_skips_bad_lines_confirms_and_resumes_from_its_cursor(
+    tmp_path: Path,
+) -> None:
+    recorded = (DATA / "ev-127.jsonl").read_text().splitlines()
+    first = [recorded[0], "garbage", "[]", *recorded[1:4], "EXIT"]  # started, bash, exited, failed
+    second = recorded[4:6]  # the restart scheduled and the restart's `Stopped`
+    show = _show("activating", "auto-restart", "exit-code", "1", "127", "1")
+    transport = _scripted(tmp_path, [first, second], show.replace("a.service", "ev-127.service"))
+    settings = StreamSettings(backoff=Backoff(base_s=0.05, cap_s=0.05, jitter=0))
+    seen: list[UnitEvent] = []
+    stream = HostStream("h1", ("ev-127.service",), transport, seen.append, settings=settings)
+    task = asyncio.create_task(stream.run())
+    try:
+        for _ in range(500):  # 10 s
+            if stream.sessions == 2 and stream.cursor == parse_cursor(recorded[5]):
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert stream.skipped == 2
+    assert [(e.kind.value, e.confirmed, e.active_state, e.n_restarts) for e in seen] == [
+        ("started", False, "", None),
+        ("failed", True, "activating", 1),
+    ]
+    follows = [
+        line.split("--after-cursor=")[1].split(" ")[0]
+        for line in (tmp_path / "argv.log").read_text().splitlines()
+        if "--follow" in line
+    ]
+    assert follows == ["s=head;i=1", parse_cursor(recorded[3])]
+
+
+def parse_cursor(line: str) -> str:
+    entry = parse_entry(line)
+    assert entry is not None
+    return entry.cursor
+
+
+def test_units_by_host_reads_the_config(tmp_path: Path) -> None:
+    config = FleetConfig.model_validate(
+        {
+            "source": tmp_path / "fleet.yaml",
+            "hosts": {
+                "s1": {"name": "s1", "address": "10.0.0.1"},
+                "mac": {"name": "mac", "address": "10.0.0.2", "service_manager": "launchd"},
+            },
+            "endpoints": {
+                name: {
+                    "name": name,
+                    "kind": "health",
+                    "url": "http://10.0.0.1:8000/health",
+                    "units": [{"host": host, "unit": unit} for host, unit in units],
+                }
+                for name, units in {
+                    "a": [("s1", "head.service"), ("s1", "worker.service")],
+                    "b": [("s1", "head.service"), ("mac", "ollama")],
+                }.items()
+            },
+        }
+    )
+    assert units_by_host(config) == {"s1": ("head.service", "worker.service")}
