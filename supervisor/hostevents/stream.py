@@ -97,6 +97,9 @@ class HostStream:
                     await self._poll(reason)
                     attempt = 0
                     continue
+            except Exception as exc:  # a bug here must not end the host's stream for good
+                self._log.exception("host event stream failed")
+                reason = f"{type(exc).__name__}: {exc}"
             if time.monotonic() - started >= self._settings.stable_s:
                 attempt = 0
             attempt += 1
