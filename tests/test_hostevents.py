@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from supervisor.config import FleetConfig, Host
-from supervisor.hostevents import HostStream, LocalTransport, StreamSettings, units_by_host
+from supervisor.hostevents import (
+    HostEvents,
+    HostStream,
+    LocalTransport,
+    StreamSettings,
+    units_by_host,
+)
 from supervisor.hostevents.backoff import Backoff
 from supervisor.hostevents.events import EventKind, UnitEvent
 from supervisor.hostevents.journal import follow_argv, head_cursor, parse_entry
@@ -444,3 +450,47 @@ def test_units_by_host_reads_the_config(tmp_path: Path) -> None:
         }
     )
     assert units_by_host(config) == {"s1": ("head.service", "worker.service")}
+
+
+async def test_host_events_runs_a_stream_per_host_and_reports_status_and_cursors(
+    tmp_path: Path,
+) -> None:
+    recorded = (DATA / "ev-clean.jsonl").read_text().splitlines()
+    show = _show("inactive", "dead", "success", "1", "0", "0").replace(
+        "a.service", "ev-clean.service"
+    )
+    config = FleetConfig.model_validate(
+        {
+            "source": tmp_path / "fleet.yaml",
+            "hosts": {"s1": {"name": "s1", "address": "10.0.0.1"}},
+            "endpoints": {
+                "e": {
+                    "name": "e",
+                    "kind": "health",
+                    "url": "http://10.0.0.1:8000/health",
+                    "units": [{"host": "s1", "unit": "ev-clean.service"}],
+                }
+            },
+        }
+    )
+    seen: list[UnitEvent] = []
+    events = HostEvents(
+        config, seen.append, transports={"s1": _scripted(tmp_path, [recorded], show)}
+    )
+    assert events.status() == {"s1": "connecting"}
+    assert events.cursors() == {}
+    task = asyncio.create_task(events.run())
+    try:
+        for _ in range(500):  # 10 s
+            if events.cursors().get("s1") == parse_cursor(recorded[-1]):
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert events.status() == {"s1": "streaming"}
+    assert [(e.host, e.kind.value, e.summary()) for e in seen] == [
+        ("s1", "started", "ev-clean.service started"),
+        ("s1", "exited", "ev-clean.service exited: status=0"),
+    ]

@@ -136,6 +136,7 @@ async def test_a_unit_that_dies_is_an_event_within_a_second_with_its_lines(
         took = time.monotonic() - began
     finally:
         await watch.close()
+    await _until_no_journalctl(clean)
     print(f"death to event ({transport.__name__}): {took:.3f}s")
     assert took < 1.0
     assert (failed.host, failed.unit, failed.message) == (
@@ -153,6 +154,14 @@ async def test_a_unit_that_dies_is_an_event_within_a_second_with_its_lines(
     )
     assert watch.stream.cursor == failed.cursor
     assert failed.summary() == f"{UNIT} failed: status=3 (exit-code)"
+
+
+async def _until_no_journalctl(host: LabHost) -> None:
+    """A closed stream leaves no journalctl behind on the host."""
+    deadline = time.monotonic() + WITHIN_S
+    while left := host.nsenter("ps", "-o", "pid=", "-C", "journalctl").stdout.split():
+        assert time.monotonic() < deadline, f"journalctl still running: {left}"
+        await asyncio.sleep(0.05)
 
 
 def _sessions(host: LabHost) -> list[str]:
