@@ -187,9 +187,9 @@ class HostStream:
             confirmed=True,
         )
 
-    async def _show(self, *units: str) -> UnitState | None:
-        shown = await self._states(units)
-        return shown.get(units[0]) if shown else None
+    async def _show(self, unit: str) -> UnitState | None:
+        shown = await self._states((unit,))
+        return shown.get(unit) if shown else None
 
     async def _states(self, units: tuple[str, ...]) -> dict[str, UnitState] | None:
         try:
