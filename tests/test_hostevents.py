@@ -159,19 +159,20 @@ def test_without_message_ids_the_texts_are_recognised() -> None:
     for line in (DATA / "ev-127.jsonl").read_text().splitlines():
         untagged = line.replace('"MESSAGE_ID":', '"OTHER_ID":')
         untagged = untagged.replace('"N_RESTARTS":', '"N_X":').replace('"EXIT_STATUS":', '"E_X":')
+        untagged = untagged.replace('"UNIT_RESULT":', '"U_X":').replace('"EXIT_CODE":', '"C_X":')
         entry = parse_entry(untagged)
         assert entry is not None
         if (event := recogniser.feed(entry)) is not None:
-            kinds.append((event.kind.value, event.exit_status, event.n_restarts))
+            kinds.append((event.kind.value, event.result, event.exit_status, event.n_restarts))
     assert kinds == [
-        ("started", None, None),
-        ("failed", 127, None),
-        ("started", None, 1),
-        ("failed", 127, 1),
-        ("started", None, 2),
-        ("crash_loop", 127, 2),
-        ("started", None, 3),
-        ("stopped", None, 0),
+        ("started", "", None, None),
+        ("failed", "exit-code", 127, None),
+        ("started", "", None, 1),
+        ("failed", "exit-code", 127, 1),
+        ("started", "", None, 2),
+        ("crash_loop", "exit-code", 127, 2),
+        ("started", "", None, 3),
+        ("stopped", "", None, 0),
     ]
 
 

@@ -208,27 +208,36 @@ class Recogniser:
         kind = rule.handle(track, entry, match)
         if kind is None:
             return None
-        result = entry.get("UNIT_RESULT") or (
-            match.group(1) if rule.name == "failure-result" and match else ""
-        )
-        if kind is EventKind.EXITED:
-            result = "success"
-        if track.start_limit and kind is EventKind.FAILED:
-            result = "start-limit-hit"
-        lines: tuple[str, ...] = ()
-        if kind is not EventKind.STARTED:
-            lines = tuple(track.lines)
-            track.lines.clear()
+        if kind is EventKind.STARTED:
+            return Recognised(
+                unit=entry.unit,
+                kind=kind,
+                message=entry.message,
+                lines=(),
+                n_restarts=track.n_restarts,
+            )
+        said = match.group(1) if rule.name == "failure-result" and match else ""
+        result = _result(kind, track, entry, said)
         event = Recognised(
             unit=entry.unit,
             kind=escalate(kind, track.n_restarts, result, self._crash_after),
             message=entry.message,
-            lines=lines,
+            lines=tuple(track.lines),
             result=result,
-            exit_code=track.exit_code if kind is not EventKind.STARTED else "",
-            exit_status=track.exit_status if kind is not EventKind.STARTED else None,
+            exit_code=track.exit_code,
+            exit_status=track.exit_status,
             n_restarts=track.n_restarts,
         )
-        if kind is not EventKind.STARTED:
-            track.exit_code, track.exit_status = "", None
+        track.lines.clear()  # the next down event carries the lines logged after this one
+        track.exit_code, track.exit_status = "", None
         return event
+
+
+def _result(kind: EventKind, track: UnitTrack, entry: JournalEntry, said: str) -> str:
+    """systemd's `Result` for a down event: `UNIT_RESULT` (else the message's), `success` for a
+    clean exit, `start-limit-hit` after the start limit (systemd 252 still says `exit-code`)."""
+    if kind is EventKind.EXITED:
+        return "success"
+    if track.start_limit and kind is EventKind.FAILED:
+        return "start-limit-hit"
+    return entry.get("UNIT_RESULT") or said
