@@ -250,3 +250,21 @@ async def test_a_login_without_the_journal_is_polled_and_says_why(
         await watch.close()
     assert watch.stream.sessions == 0
     assert watch.seen == []
+
+
+async def test_a_cursor_the_journal_refuses_is_dropped_for_the_newest_entry(
+    evlab: Lab, clean: LabHost
+) -> None:
+    settings = StreamSettings(backoff=Backoff(base_s=0.1, cap_s=0.1, jitter=0.0))
+    watch = Watch(ssh(evlab), settings)
+    watch.stream.cursor = "s=not-a-cursor"
+    try:
+        await watch.until(lambda: watch.stream.sessions == 2, "second session")
+        await watch.until(lambda: watch.stream.status == "streaming", "stream")
+        run(clean, "systemctl", "start", UNIT)
+        started = await watch.next(EventKind.STARTED)
+    finally:
+        await watch.close()
+    assert watch.stream.cursor not in (None, "s=not-a-cursor")
+    assert started.message == f"Started {UNIT} - dies on demand."
+    assert [event.kind for event in watch.seen] == [EventKind.STARTED]
