@@ -40,10 +40,6 @@ class _CommandError(Exception):
     """The command could not run to completion; the message is the result's error."""
 
 
-class SshConnectError(_CommandError):
-    """No connection to the host (refused, key not trusted, login failed); the message says why."""
-
-
 def where(host: Host) -> str:
     """`spark1 (127.0.0.11:22)`: the host as errors name it."""
     address = host.address or host.name
@@ -190,10 +186,50 @@ class SshExecutor:
             if not host.check_host_key and host.name not in self._warned:
                 self._warned.add(host.name)
                 log.warning("ssh host key checks are off", host=host.name)
-            link = _Link(host=host, conn=await connect(host, self._known_hosts_default))
+            link = _Link(host=host, conn=await self._connect(host))
             self._links[host.name] = link
             log.info("ssh connected", host=host.name, address=where(host), key=str(host.key))
             return link, True
+
+    async def _connect(self, host: Host) -> asyncssh.SSHClientConnection:
+        user = host.user or _local_user()
+        options: dict[str, object] = {"known_hosts": self._known_hosts(host)}
+        if host.key is not None:
+            try:
+                options["client_keys"] = [asyncssh.read_private_key(host.key)]
+            except (OSError, asyncssh.KeyImportError) as exc:
+                message = f"cannot load SSH key {host.key} for {host.name}: {_plain(exc)}"
+                raise _CommandError(message) from None
+        try:
+            return await asyncssh.connect(
+                host.address or host.name,
+                host.port,
+                username=user,
+                config=None,  # the fleet file says how to reach a host, not ~/.ssh/config
+                keepalive_interval=KEEPALIVE_INTERVAL_S,
+                keepalive_count_max=KEEPALIVE_COUNT_MAX,
+                **options,
+            )
+        except TimeoutError:
+            raise
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise _CommandError(
+                f"host key of {where(host)} is not trusted: {_plain(exc)}"
+            ) from None
+        except asyncssh.PermissionDenied:
+            raise _CommandError(f"authentication failed for {user}@{where(host)}") from None
+        except (asyncssh.Error, OSError) as exc:
+            raise _CommandError(f"cannot connect to {where(host)}: {_plain(exc)}") from None
+
+    def _known_hosts(self, host: Host) -> asyncssh.SSHKnownHosts | None:
+        if not host.check_host_key:
+            return None
+        path = host.known_hosts or self._known_hosts_default or DEFAULT_KNOWN_HOSTS.expanduser()
+        try:
+            return asyncssh.read_known_hosts(str(path))
+        except (OSError, ValueError) as exc:
+            message = f"cannot read known_hosts file {path} for {host.name}: {_plain(exc)}"
+            raise _CommandError(message) from None
 
     def _drop(self, name: str, link: _Link) -> None:
         if self._links.get(name) is link:
@@ -201,48 +237,19 @@ class SshExecutor:
         link.conn.close()
 
 
+class SshConnectError(Exception):
+    """No connection to the host (refused, key not trusted, login failed); the message says why."""
+
+
 async def connect(
     host: Host, known_hosts_default: Path | None = None
 ) -> asyncssh.SSHClientConnection:
-    """A new connection to `host` as the fleet file says (user, key, known_hosts, keepalive;
-    ~/.ssh/config is not read). Raises `SshConnectError` saying why it failed."""
-    user = host.user or _local_user()
-    options: dict[str, object] = {"known_hosts": _known_hosts(host, known_hosts_default)}
-    if host.key is not None:
-        try:
-            options["client_keys"] = [asyncssh.read_private_key(host.key)]
-        except (OSError, asyncssh.KeyImportError) as exc:
-            message = f"cannot load SSH key {host.key} for {host.name}: {_plain(exc)}"
-            raise SshConnectError(message) from None
+    """A new connection to `host`, opened exactly as the executor opens its own (user, key,
+    known_hosts, keepalives; ~/.ssh/config is not read). Raises `SshConnectError`."""
     try:
-        return await asyncssh.connect(
-            host.address or host.name,
-            host.port,
-            username=user,
-            config=None,  # the fleet file says how to reach a host, not ~/.ssh/config
-            keepalive_interval=KEEPALIVE_INTERVAL_S,
-            keepalive_count_max=KEEPALIVE_COUNT_MAX,
-            **options,
-        )
-    except TimeoutError:
-        raise
-    except asyncssh.HostKeyNotVerifiable as exc:
-        raise SshConnectError(f"host key of {where(host)} is not trusted: {_plain(exc)}") from None
-    except asyncssh.PermissionDenied:
-        raise SshConnectError(f"authentication failed for {user}@{where(host)}") from None
-    except (asyncssh.Error, OSError) as exc:
-        raise SshConnectError(f"cannot connect to {where(host)}: {_plain(exc)}") from None
-
-
-def _known_hosts(host: Host, default: Path | None) -> asyncssh.SSHKnownHosts | None:
-    if not host.check_host_key:
-        return None
-    path = host.known_hosts or default or DEFAULT_KNOWN_HOSTS.expanduser()
-    try:
-        return asyncssh.read_known_hosts(str(path))
-    except (OSError, ValueError) as exc:
-        message = f"cannot read known_hosts file {path} for {host.name}: {_plain(exc)}"
-        raise SshConnectError(message) from None
+        return await SshExecutor(known_hosts_default)._connect(host)
+    except _CommandError as exc:
+        raise SshConnectError(str(exc)) from None
 
 
 async def _finish(process: asyncssh.SSHClientProcess[bytes], progress: _Progress) -> int:
