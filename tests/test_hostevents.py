@@ -17,6 +17,7 @@ from supervisor.hostevents import (
     HostEvents,
     HostStream,
     LocalTransport,
+    SshTransport,
     StreamSettings,
     units_by_host,
 )
@@ -25,6 +26,7 @@ from supervisor.hostevents.events import EventKind, UnitEvent
 from supervisor.hostevents.journal import follow_argv, head_cursor, parse_entry
 from supervisor.hostevents.poll import UnitState, changes, parse_show
 from supervisor.hostevents.recognise import Recognised, Recogniser
+from tests.conftest import free_port
 
 DATA = Path(__file__).parent / "data" / "hostevents"
 
@@ -495,3 +497,33 @@ async def test_host_events_runs_a_stream_per_host_and_reports_status_and_cursors
         ("s1", "started", "ev-clean.service started"),
         ("s1", "exited", "ev-clean.service exited: status=0"),
     ]
+
+
+async def test_a_refused_host_backs_off_then_counts_as_polling(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there: every connection is refused at once
+    host = Host(name="s9", address="127.0.0.1", port=port, check_host_key=False)
+    settings = StreamSettings(backoff=Backoff(base_s=0.05, cap_s=0.2, jitter=0), poll_after=3)
+    stream = HostStream(
+        "s9", ("a.service",), SshTransport(host), list[UnitEvent]().append, settings=settings
+    )
+    statuses: list[str] = []
+    task = asyncio.create_task(stream.run())
+    try:
+        for _ in range(500):  # 10 s
+            if not statuses or statuses[-1] != stream.status:
+                statuses.append(stream.status)
+            if stream.status.startswith("polling"):
+                break
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await stream.close()
+    assert statuses == [
+        "connecting",
+        "reconnecting (attempt 1, next in 0.1s)",
+        "reconnecting (attempt 2, next in 0.1s)",
+        f"polling: cannot connect to s9 (127.0.0.1:{port}): connection refused",
+    ]
+    assert stream.sessions == 0
