@@ -120,8 +120,8 @@ class _LocalFollow:
     async def readline(self) -> bytes:
         try:
             return await self._stdout.readline()
-        except ValueError:  # longer than LINE_LIMIT: the rest of the line was dropped
-            return b"\n"
+        except ValueError:  # longer than LINE_LIMIT: dropped, and counted as malformed
+            return b"(a line longer than LINE_LIMIT)\n"
 
     async def stop(self) -> Ran:
         if self._proc.returncode is None:
