@@ -193,6 +193,7 @@ async def test_killing_the_ssh_session_mid_stream_loses_no_event(
         await asyncio.sleep(1.0)  # anything delivered twice would be here by now
     finally:
         await watch.close()
+    await _until_no_journalctl(clean)  # the cut session's journalctl did not linger either
     assert watch.stream.sessions == 2
     assert watch.stream.status == "streaming"
     assert [event.kind for event in watch.seen] == [EventKind.STARTED, EventKind.FAILED]
