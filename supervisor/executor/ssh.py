@@ -237,6 +237,21 @@ class SshExecutor:
         link.conn.close()
 
 
+class SshConnectError(Exception):
+    """No connection to the host (refused, key not trusted, login failed); the message says why."""
+
+
+async def connect(
+    host: Host, known_hosts_default: Path | None = None
+) -> asyncssh.SSHClientConnection:
+    """A new connection to `host`, opened exactly as the executor opens its own (user, key,
+    known_hosts, keepalives; ~/.ssh/config is not read). Raises `SshConnectError`."""
+    try:
+        return await SshExecutor(known_hosts_default)._connect(host)
+    except _CommandError as exc:
+        raise SshConnectError(str(exc)) from None
+
+
 async def _finish(process: asyncssh.SSHClientProcess[bytes], progress: _Progress) -> int:
     """Read both streams to their end and return the exit status (negative: killed by that
     signal). Raises `_CommandError` when the connection dies first."""

@@ -1,0 +1,24 @@
+"""Events from the hosts: what systemd says about the configured units, as it says it.
+
+See docs/HOSTEVENTS.md. `HostEvents` runs one stream per host; each delivers `UnitEvent`s.
+"""
+
+from supervisor.hostevents.backoff import Backoff
+from supervisor.hostevents.events import EventKind, UnitEvent
+from supervisor.hostevents.hub import HostEvents, units_by_host
+from supervisor.hostevents.stream import HostStream, StreamSettings
+from supervisor.hostevents.transport import LocalTransport, SshTransport, Transport, TransportError
+
+__all__ = [
+    "Backoff",
+    "EventKind",
+    "HostEvents",
+    "HostStream",
+    "LocalTransport",
+    "SshTransport",
+    "StreamSettings",
+    "Transport",
+    "TransportError",
+    "UnitEvent",
+    "units_by_host",
+]
