@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from fleet_lab.fleet import prepare
+from fleet_lab.lab import Lab, LabError, LabHost, check_root
 from supervisor.config import Host
 from supervisor.hostevents import (
     Backoff,
@@ -23,8 +25,6 @@ from supervisor.hostevents import (
     Transport,
     UnitEvent,
 )
-from supervisor.lab.fleet import prepare
-from supervisor.lab.lab import Lab, LabError, LabHost, check_root
 
 pytestmark = pytest.mark.slow
 
