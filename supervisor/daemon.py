@@ -28,13 +28,13 @@ from supervisor.remediation.runner import Remediator
 from supervisor.schedule import ProbeSchedule
 from supervisor.store import (
     AttemptRow,
-    EntryKind,
     Snapshot,
     Store,
     SubjectKind,
     TimelineEntry,
 )
 from supervisor.store.resilient import ResilientStore
+from supervisor.timeline import INTERRUPTED, AttemptFinished
 from supervisor.worker import EndpointWorker, Prober
 from supervisor.worker_state import restored_from
 
@@ -252,17 +252,8 @@ async def close_interrupted(store: Store, now: datetime) -> list[AttemptRow]:
         await store.finish_attempt(attempt.id, at=now, outcome=INTERRUPTED)
         if attempt.incident_id is None:
             continue
-        summary = (
-            f"attempt {attempt.id} ({attempt.rule_id}) was interrupted: the daemon stopped while "
-            "it ran; its steps are not resumed"
-        )
-        entry = TimelineEntry(
-            kind=EntryKind.DECISION,
-            at=now,
-            subject=attempt.endpoint,
-            summary=summary,
-            data={"attempt": attempt.id, "rule": attempt.rule_id, "outcome": INTERRUPTED},
-        )
+        record = AttemptFinished(attempt=attempt.id, rule=attempt.rule_id, outcome=INTERRUPTED)
+        entry = TimelineEntry(at=now, subject=attempt.endpoint, record=record)
         await store.append(attempt.incident_id, entry)
         log.warning("attempt interrupted", endpoint=attempt.endpoint, attempt=attempt.id)
     return interrupted
@@ -278,6 +269,5 @@ async def _current(store: Store, kind: SubjectKind, name: str) -> Snapshot | Non
     return replace(snapshot, incident_id=incident_id)
 
 
-INTERRUPTED = "interrupted"
 _HOST_TIMEOUT = timedelta(seconds=5)
 _DRAIN_SECONDS = 5.0

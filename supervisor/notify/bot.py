@@ -36,8 +36,9 @@ from supervisor.notify.compose import Memory
 from supervisor.notify.texts import h
 from supervisor.playbook.model import Rule
 from supervisor.remediation.runner import Remediator
-from supervisor.store import EntryKind, Store, TimelineEntry
+from supervisor.store import Store, TimelineEntry
 from supervisor.store.outbox import OutboxStore
+from supervisor.timeline import Acked
 from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.notify")
@@ -246,10 +247,7 @@ class Commands:
             memory = replace(memory, acked_by=who)
             await self.outbox.put_state(incident_id, memory.to_json(), active=memory.active)
         entry = TimelineEntry(
-            kind=EntryKind.NOTE,
-            at=self.clock.now(),
-            subject=incident.subject,
-            summary=f"acknowledged by {who} on Telegram: no more reminders",
+            at=self.clock.now(), subject=incident.subject, record=Acked(who=who, via="Telegram")
         )
         await self.store.append(incident_id, entry)
         return f"acknowledged incident #{incident_id}: no more reminders"

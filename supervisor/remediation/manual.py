@@ -15,7 +15,7 @@ from supervisor.playbook.scopes import scopes_of
 from supervisor.remediation import records
 from supervisor.remediation.guards import check_budget
 from supervisor.remediation.steps import StepRun, run_steps
-from supervisor.store import EntryKind
+from supervisor.timeline import AttemptFinished, AttemptStarted, Decision, Outcome
 from supervisor.worker import EndpointWorker
 
 if TYPE_CHECKING:
@@ -68,12 +68,15 @@ async def request_restart(runner: Remediator, worker: EndpointWorker, *, who: st
         )
         refusal = None if spend.allowed else spend.note
     if refusal is not None:
-        await runner.note(worker, EntryKind.DECISION, f"restart by {who} refused: {refusal}")
+        refused = Decision(outcome=Outcome.RESTART_REFUSED, actor=who, why=refusal)
+        await runner.note(worker, refused)
         return f"not restarting {worker.name}: {refusal}"
     steps = (Step(action="restart_units"),)
     if runner.dry_run:
         plan = await runner.plan(worker, _manual_rule(steps), [], _unit_scopes(runner, worker))
-        await runner.note(worker, EntryKind.DECISION, f"dry run: restart by {who}: {plan}")
+        await runner.note(
+            worker, Decision(outcome=Outcome.RESTART_PLAN, actor=who, plan=tuple(plan))
+        )
         return f"dry run: would restart {worker.name}: " + "; ".join(plan)
     async with runner.locks.hold(worker.endpoint.hosts(), worker.name):
         attempt = await runner.store.start_attempt(
@@ -82,6 +85,7 @@ async def request_restart(runner: Remediator, worker: EndpointWorker, *, who: st
             incident_id=worker.incident_id,
             at=runner.clock.now(),
         )
+        await runner.note(worker, AttemptStarted(attempt=attempt, rule=MANUAL_RESTART, actor=who))
 
         async def record(run: StepRun) -> None:
             await worker.record(
@@ -97,9 +101,12 @@ async def request_restart(runner: Remediator, worker: EndpointWorker, *, who: st
         )
         outcome = "restarted" if result.ok else f"failed: {result.stopped}"
         await runner.store.finish_attempt(attempt, at=runner.clock.now(), outcome=outcome)
+        finished = AttemptFinished(attempt=attempt, rule=MANUAL_RESTART, outcome=outcome)
+        await runner.note(worker, finished)
     if not result.ok:
-        await runner.note(worker, EntryKind.DECISION, f"restart by {who} failed: {result.stopped}")
+        failed = Decision(outcome=Outcome.RESTART_FAILED, actor=who, why=result.stopped)
+        await runner.note(worker, failed)
         return f"restart of {worker.name} failed: {result.stopped}"
-    await worker.apply(Trigger.RESTARTED, f"restarted by {who}")
+    await worker.apply(Trigger.RESTARTED, f"restarted by {who}", data={"actor": who})
     grace = format_duration(worker.endpoint.startup_grace)
     return f"restarted {worker.name}: startup grace {grace}"

@@ -35,7 +35,17 @@ from supervisor.remediation.guards import HostLocks, check_budget
 from supervisor.remediation.rulefacts import ask_text, runbook_head, scopes_of
 from supervisor.remediation.steps import StepEnv, StepRun, run_steps
 from supervisor.remediation.verify import answers_degraded, verify
-from supervisor.store import EntryKind, Store
+from supervisor.store import Store
+from supervisor.timeline import (
+    AttemptFinished,
+    AttemptStarted,
+    Decision,
+    Escalation,
+    Note,
+    Outcome,
+    Record,
+    Verification,
+)
 from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.remediation")
@@ -114,24 +124,24 @@ class Remediator:
             raise
         except Exception as exc:  # a broken repair is recorded, never fatal
             log.exception("repair runner failed", endpoint=worker.name)
-            await self.note(worker, EntryKind.NOTE, f"repair runner failed: {exc!r}")
+            await self.note(worker, Note(text=f"repair runner failed: {exc!r}"))
 
     async def note(
-        self, worker: EndpointWorker, kind: EntryKind, summary: str, incident: int | None = None
+        self, worker: EndpointWorker, record: Record, incident: int | None = None
     ) -> None:
-        entry = records.note(kind, worker.name, self.clock.now(), summary)
+        entry = records.entry(record, worker.name, self.clock.now())
         await worker.record(entry, incident_id=incident)
 
     async def handle(self, worker: EndpointWorker) -> None:
         while worker.state in _ACTIONABLE:
             if self.paused:
-                await self.note(
-                    worker, EntryKind.DECISION, "automatic action is paused: not acting"
-                )
+                await self.note(worker, Decision(outcome=Outcome.PAUSED))
                 return
             diagnosis = await self._diagnose(worker)
             if worker.state not in _ACTIONABLE:
-                await self.note(worker, EntryKind.DECISION, f"now {worker.state}: not acting")
+                await self.note(
+                    worker, Decision(outcome=Outcome.MOVED_ON, state=worker.state.value)
+                )
                 return
             if diagnosis.matched is None:
                 await self._escalate(worker, "no rule matched: a person must look", None)
@@ -193,8 +203,10 @@ class Remediator:
             return False
         if self.dry_run:
             plan = await self.plan(worker, rule, matched, scopes)
-            summary = f"dry run: would apply {rule.id} ({spend.note}): " + "; ".join(plan)
-            await self.note(worker, EntryKind.DECISION, summary)
+            decision = Decision(
+                outcome=Outcome.DRY_RUN_PLAN, rule=rule.id, budget=spend.note, plan=tuple(plan)
+            )
+            await self.note(worker, decision)
             return False
         return await self._repair(worker, rule, matched, scopes, spend.note)
 
@@ -209,13 +221,12 @@ class Remediator:
         hosts = worker.endpoint.hosts()
         busy = self.locks.busy(hosts)
         if busy:
-            held = ", ".join(f"{h} (by {who})" for h, who in busy.items())
-            await self.note(
-                worker, EntryKind.DECISION, f"waiting for hosts busy with a repair: {held}"
-            )
+            await self.note(worker, Decision(outcome=Outcome.HOSTS_BUSY, holders=dict(busy)))
         async with self.locks.hold(hosts, worker.name):
             change = await worker.apply(
-                Trigger.REMEDIATE, f"applying {rule.id} ({budget_note}): {rule.title}"
+                Trigger.REMEDIATE,
+                f"applying {rule.id} ({budget_note}): {rule.title}",
+                data={"rule": rule.id},
             )
             if change is None:
                 return False
@@ -226,6 +237,7 @@ class Remediator:
                 incident_id=worker.incident_id,
                 at=self.clock.now(),
             )
+            await self.note(worker, AttemptStarted(attempt=attempt, rule=rule.id))
 
             async def record(run: StepRun) -> None:
                 entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=False)
@@ -239,8 +251,10 @@ class Remediator:
                 on_run=record,
             )
             if not result.ok:
-                await self.store.finish_attempt(
-                    attempt, at=self.clock.now(), outcome=f"failed: {result.stopped}"
+                failed = f"failed: {result.stopped}"
+                await self.store.finish_attempt(attempt, at=self.clock.now(), outcome=failed)
+                await self.note(
+                    worker, AttemptFinished(attempt=attempt, rule=rule.id, outcome=failed)
                 )
                 await self._escalate(worker, result.needs_person or result.stopped, rule)
                 return False
@@ -248,16 +262,25 @@ class Remediator:
             await worker.apply(
                 Trigger.VERIFY,
                 f"{rule.id} done: a real completion must pass within {format_duration(within)}",
+                data={"rule": rule.id},
             )
         began = self.clock.now()
         verified = await verify(worker, within, self.config.remediation.verify_every, self.clock)
         outcome = "healed" if verified else f"not verified within {format_duration(within)}"
         await self.store.finish_attempt(attempt, at=self.clock.now(), outcome=outcome)
+        finished = AttemptFinished(attempt=attempt, rule=rule.id, outcome=outcome)
+        await self.note(worker, finished, incident)
+        figures = (worker.last_ttft_s, worker.last_tok_s) if verified else (None, None)
+        check = Verification(
+            rule=rule.id,
+            ok=verified,
+            within_s=within.total_seconds(),
+            ttft_s=figures[0],
+            tok_s=figures[1],
+        )
+        await self.note(worker, check, incident)
         if verified:
-            summary = f"verified: {rule.id} healed it"
-            await self.note(worker, EntryKind.VERIFICATION, summary, incident)
             return False
-        await self.note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
         degraded = answers_degraded(worker, began)
         if degraded:  # it serves again, but not well: diagnosed afresh as degraded, not down
             note = f"{rule.id}: {outcome}; it answers, degraded: {degraded}"
@@ -308,11 +331,15 @@ class Remediator:
 
     async def _escalate(self, worker: EndpointWorker, why: str, rule: Rule | None) -> None:
         head = runbook_head(self._playbook(), rule)
-        note = why + (f" (runbook: {rule.runbook})" if rule and rule.runbook else "")
+        escalation = Escalation(
+            why=why,
+            rule=rule.id if rule else None,
+            runbook=rule.runbook if rule and rule.runbook else None,
+            dry_run=self.dry_run,
+        )
+        await self.note(worker, escalation)
         if self.dry_run:
-            await self.note(worker, EntryKind.DECISION, f"dry run: would escalate: {note}")
             return
-        await self.note(worker, EntryKind.DECISION, f"escalated: {note}")
         data = {"why": why, "rule": rule.id if rule else "", "runbook": head}
         await worker.apply(Trigger.ESCALATE, f"a person is needed: {why}", data=data)
         log.warning("escalated", endpoint=worker.name, why=why)

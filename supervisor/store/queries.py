@@ -9,7 +9,6 @@ from sqlalchemy import ColumnElement, Executable, RowMapping, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.store.records import (
-    EntryKind,
     IncidentRow,
     SampleRow,
     Snapshot,
@@ -17,6 +16,7 @@ from supervisor.store.records import (
     TimelineRow,
 )
 from supervisor.store.schema import incidents, samples, snapshots, timeline
+from supervisor.timeline import decode
 
 
 def to_snapshot(m: RowMapping) -> Snapshot:
@@ -44,7 +44,8 @@ def to_incident(m: RowMapping) -> IncidentRow:
         subject=m["subject"],
         opened_at=m["opened_at"],
         closed_at=m["closed_at"],
-        cause=m["cause"],
+        symptom=m["cause"],
+        diagnosis=m["diagnosis"] or "",
         resolution=m["resolution"],
         last_state=m["last_state"],
         entries=m["entries"],
@@ -52,14 +53,9 @@ def to_incident(m: RowMapping) -> IncidentRow:
 
 
 def to_timeline_row(m: RowMapping) -> TimelineRow:
+    record = decode(m["type"], m["version"], m["data"], kind=m["kind"], text=m["summary"])
     return TimelineRow(
-        id=m["id"],
-        incident_id=m["incident_id"],
-        at=m["at"],
-        kind=EntryKind(m["kind"]),
-        subject=m["subject"],
-        summary=m["summary"],
-        data=m["data"],
+        id=m["id"], incident_id=m["incident_id"], at=m["at"], subject=m["subject"], record=record
     )
 
 

@@ -1,3 +1,4 @@
+# type: ignore  # written for the code of commit 522b45a (see its docstring), not for this one
 """Make `supervisor.db`: a store written by the code of commit 522b45a (schema version 1, the
 timeline as summary + loose JSON), kept to prove that newer code migrates it on open.
 
