@@ -102,7 +102,7 @@ async def test_sigkill_in_the_middle_of_a_repair(
     assert [(i.is_open, i.last_state) for i in incidents] == [(True, "escalated")]
     assert [a.outcome for a in rows] == outcomes
     ended = [r.record for r in timeline if isinstance(r.record, AttemptFinished)]
-    assert [(e.attempt, e.outcome) for e in ended][0] == (rows[0].id, INTERRUPTED)
+    assert (ended[0].attempt, ended[0].outcome) == (rows[0].id, INTERRUPTED)
     assert ended[0].summary == (
         f"attempt {rows[0].id} (slow-fix) was interrupted: the daemon stopped while it ran; "
         "its steps are not resumed"

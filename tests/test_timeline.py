@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import supervisor
+from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.store.coltypes import dump_json
 from supervisor.timeline import (
     REGISTRY,
@@ -385,3 +386,34 @@ def test_no_timeline_reader_uses_regular_expressions() -> None:
         for p in readers
         if re.search(r"^import re$|^from re import", p.read_text(), re.MULTILINE)
     ] == []
+
+
+async def test_the_cause_is_the_symptom_until_a_rule_diagnoses_it(tmp_path: Path) -> None:
+    async with await Store.open(tmp_path / "s.db") as store:
+        down = Snapshot(kind=SubjectKind.ENDPOINT, name="m", state="down", since=T0, updated_at=T0)
+        opened = TimelineEntry(
+            at=T0,
+            subject="m",
+            record=Transition(source="healthy", dest="down", trigger="confirm_down", note="x"),
+        )
+        incident = await store.transition(
+            snapshot=down, entry=opened, open_cause="connection refused"
+        )
+        assert incident is not None
+        causes = []
+        for record in (
+            Diagnosis(endpoint="m", state="down"),
+            Diagnosis(endpoint="m", state="down", rule="revive", title="the server is not running"),
+            Diagnosis(endpoint="m", state="down"),  # a later miss keeps the last match
+            Diagnosis(endpoint="m", state="degraded", rule="slow", title="tok/s far under"),
+        ):
+            await store.append(incident, TimelineEntry(at=T0, subject="m", record=record))
+            row = await store.incident(incident)
+            assert row is not None
+            causes.append((row.symptom, row.cause))
+    assert causes == [
+        ("connection refused", "connection refused"),
+        ("connection refused", "revive: the server is not running"),
+        ("connection refused", "revive: the server is not running"),
+        ("connection refused", "slow: tok/s far under"),
+    ]

@@ -103,8 +103,10 @@ async def test_an_old_store_reads_as_typed_records(old_store: Path) -> None:
     ]
     opened = moves[0]
     assert opened.note == "connection refused (2 failures and a failed re-probe)"
-    assert opened.probe is not None and opened.probe.reason == "connection refused"
-    assert opened.probes is not None and len(opened.probes) == 3  # 2 failures and the re-probe
+    assert opened.probe is not None
+    assert opened.probe.reason == "connection refused"
+    assert opened.probes is not None
+    assert len(opened.probes) == 3  # 2 failures and the re-probe
     assert [t.rule for t in moves[1:3]] == ["revive", "revive"]
     escalate = moves[5]
     assert (escalate.why, escalate.rule) == ("the server is not running", "revive")
@@ -172,7 +174,7 @@ async def test_a_migrated_store_takes_new_entries_and_stays_append_only(old_stor
         assert await store.timeline(incident.id) == again
     raw = sqlite3.connect(old_store)
     try:
-        with pytest.raises(sqlite3.IntegrityError, match="^timeline is append-only$"):
+        with pytest.raises(sqlite3.IntegrityError, match=r"^timeline is append-only$"):
             raw.execute("UPDATE timeline SET summary = 'rewritten'")
     finally:
         raw.close()
