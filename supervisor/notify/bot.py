@@ -271,7 +271,7 @@ class Commands:
 
     async def cmd_unsilence(self, args: list[str], who: str) -> str:
         worker = self._endpoint(args, "/unsilence NAME")
-        change = await worker.apply(Trigger.UNSILENCE, f"unsilenced by {who}")
+        change = await worker.apply(Trigger.UNSILENCE, f"unsilenced by {who}", data={"actor": who})
         if change is None:
             return f"{h(worker.name)} is not silenced"
         return f"unsilenced {h(worker.name)}: it is judged afresh"

@@ -32,6 +32,14 @@ class EntryKind(StrEnum):
     NOTE = "note"  #: anything a person or the daemon adds (an ack, a silence, a comment)
 
 
+def kind_of(stored: str) -> EntryKind:
+    """The kind a stored row names; `note` for one this code does not know."""
+    try:
+        return EntryKind(stored)
+    except ValueError:
+        return EntryKind.NOTE
+
+
 @dataclass(frozen=True, kw_only=True)
 class Record:
     """One typed timeline record. Subclasses set `TAG`, `VERSION` and `KIND` and render

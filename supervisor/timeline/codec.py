@@ -15,7 +15,7 @@ from enum import Enum
 from functools import cache
 from typing import Any, Union
 
-from supervisor.timeline.base import REGISTRY, EntryKind, JSONValue, Record
+from supervisor.timeline.base import REGISTRY, EntryKind, JSONValue, Record, kind_of
 
 
 class PayloadError(ValueError):
@@ -45,10 +45,7 @@ class Unknown(Record):
 
     @property
     def kind(self) -> EntryKind:
-        try:
-            return EntryKind(self.stored_kind)
-        except ValueError:
-            return EntryKind.NOTE
+        return kind_of(self.stored_kind)
 
     @property
     def summary(self) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from supervisor.timeline.base import EntryKind, JSONValue, Record, register
+from supervisor.timeline.base import EntryKind, JSONValue, Record, kind_of, register
 
 
 def _by(who: str, why: str) -> str:
@@ -150,10 +150,7 @@ class Legacy(Record):
 
     @property
     def kind(self) -> EntryKind:
-        try:
-            return EntryKind(self.old_kind)
-        except ValueError:
-            return EntryKind.NOTE
+        return kind_of(self.old_kind)
 
     @property
     def summary(self) -> str:
