@@ -316,6 +316,16 @@ def test_a_payload_leaves_out_what_was_not_set() -> None:
     assert encode(FAIL)["at"] == "2026-11-23T03:00:00+00:00"
 
 
+def test_a_payload_that_is_no_object_is_read_as_unknown() -> None:
+    record = decode("note", 1, ["not", "an", "object"], kind="mystery", text="?")  # type: ignore[arg-type]
+    assert isinstance(record, Unknown)
+    assert (record.problem, record.kind, record.payload) == (
+        "note: Note needs an object, got list",
+        EntryKind.NOTE,
+        {"payload": ["not", "an", "object"]},
+    )
+
+
 @pytest.mark.parametrize(
     ("tag", "version", "payload", "problem"),
     [

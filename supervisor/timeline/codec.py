@@ -100,12 +100,13 @@ def decode(
         else:
             assert isinstance(record, Record)
             return record
+    stored: object = payload  # a row written by hand may hold any JSON
     return Unknown(
         stored_tag=tag,
         stored_version=version,
         stored_kind=kind,
         text=text,
-        payload=dict(payload),
+        payload=dict(payload) if isinstance(stored, Mapping) else {"payload": stored},  # type: ignore[dict-item]
         problem=problem,
     )
 
