@@ -63,8 +63,8 @@ def probe_entry(result: ProbeResult, note: str, *, subject: str) -> TimelineEntr
     return TimelineEntry(at=result.at, subject=subject, record=record)
 
 
-_FIELDS = ("host", "why", "rule", "runbook", "reason", "actor")
-"""Transition extras that are fields of their own (`until` too, as a time)."""
+_FIELDS = ("host", "why", "rule", "runbook", "reason", "actor", "until")
+"""Transition extras that are fields of their own; anything else goes to `extra`."""
 
 
 def transition_entry(
@@ -79,17 +79,21 @@ def transition_entry(
 ) -> TimelineEntry:
     """The timeline entry of a state change: `down -> remediating: note`, with the probe that
     caused it and, when it opens an incident, the whole streak of failed probes."""
-    known = {k: v for k, v in extra.items() if k in _FIELDS}
     until = extra.get("until")
     record = Transition(
         source=change.source.value,
         dest=change.dest.value,
         trigger=change.trigger.value,
         note=note,
+        rule=extra.get("rule") or None,
+        actor=extra.get("actor") or None,
         probe=None if result is None else probe_sample(result),
         probes=None if streak is None else tuple(probe_sample(r) for r in streak),
+        host=extra.get("host"),
+        why=extra.get("why"),
+        runbook=extra.get("runbook"),
         until=None if until is None else datetime.fromisoformat(until),
-        extra={k: v for k, v in extra.items() if k not in _FIELDS and k != "until"},
-        **known,  # type: ignore[arg-type]
+        reason=extra.get("reason"),
+        extra={k: v for k, v in extra.items() if k not in _FIELDS},
     )
     return TimelineEntry(at=at, subject=subject, record=record)

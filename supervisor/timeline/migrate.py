@@ -40,7 +40,9 @@ def _sample(value: object) -> ProbeSample:
 
 
 def _commands(data: Data) -> tuple[CommandRun, ...]:
-    return tuple(_decode(CommandRun, c) for c in data.get("commands", []))  # type: ignore[misc]
+    runs = _decode(tuple[CommandRun, ...], data.get("commands", []))
+    assert isinstance(runs, tuple)
+    return runs
 
 
 def _str(data: Data, key: str) -> str | None:
