@@ -52,7 +52,7 @@ def _incident(kind: SubjectKind = SubjectKind.ENDPOINT, subject: str = "ds4") ->
 
 
 def _row(record: Record, *, at: timedelta = timedelta(0), subject: str = "ds4") -> TimelineRow:
-    return TimelineRow(id=1, incident_id=7, at=T0 + at, subject=subject, record=record)
+    return TimelineRow.of(record, id=1, incident_id=7, at=T0 + at, subject=subject)
 
 
 def _sample(
@@ -176,7 +176,7 @@ def _step(number: int, action: str, ok: bool = True, *, dry_run: bool = False) -
     outcome = ActionOutcome(ok=ok, summary="done" if ok else "exit 1")
     run = StepRun(index=number - 1, action=action, target=HEAD, outcome=outcome)
     entry = step_entry(run, "ds4", T0 + timedelta(minutes=1), dry_run=dry_run)
-    return TimelineRow(id=1, incident_id=7, at=entry.at, subject=entry.subject, record=entry.record)
+    return TimelineRow.of(entry.record, id=1, incident_id=7, at=entry.at, subject=entry.subject)
 
 
 def _move(source: str, dest: str, note: str, trigger: str, **fields: Any) -> TimelineRow:

@@ -100,6 +100,8 @@ def main_timeline(args: argparse.Namespace) -> int:
 def entry_lines(row: TimelineRow) -> list[str]:
     """One timeline entry for people: its summary, then the probes that caused it, if any."""
     lines = [f"  {when(row.at)}  {row.kind.value:<12} {row.summary}"]
+    if row.type != Transition.TAG:  # decode only what may carry probes
+        return lines
     record = row.record
     if isinstance(record, Transition):
         for probe in record.probes or ():

@@ -16,7 +16,6 @@ from supervisor.store.records import (
     TimelineRow,
 )
 from supervisor.store.schema import incidents, samples, snapshots, timeline
-from supervisor.timeline import decode
 
 
 def to_snapshot(m: RowMapping) -> Snapshot:
@@ -53,9 +52,16 @@ def to_incident(m: RowMapping) -> IncidentRow:
 
 
 def to_timeline_row(m: RowMapping) -> TimelineRow:
-    record = decode(m["type"], m["version"], m["data"], kind=m["kind"], text=m["summary"])
-    return TimelineRow(
-        id=m["id"], incident_id=m["incident_id"], at=m["at"], subject=m["subject"], record=record
+    return TimelineRow.stored(
+        id=m["id"],
+        incident_id=m["incident_id"],
+        at=m["at"],
+        subject=m["subject"],
+        kind=m["kind"],
+        summary=m["summary"],
+        type=m["type"],
+        version=m["version"],
+        data=m["data"],
     )
 
 

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 
-from supervisor.timeline import EntryKind, JSONValue, Record, encode
+from supervisor.timeline import EntryKind, JSONValue, Record, decode, encode, kind_of
 
 __all__ = ["EntryKind", "JSONValue"]
 
@@ -101,15 +102,67 @@ class IncidentRow:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TimelineRow(_Carries):
-    """A stored timeline entry, its record decoded (`supervisor.timeline.Unknown` when this code
-    cannot type it)."""
+class TimelineRow:
+    """A stored timeline entry: its kind and summary as stored (the summary was rendered from the
+    record when it was written), its record decoded when first read (`supervisor.timeline.
+    Unknown` when this code cannot type it), so listing a long timeline decodes nothing."""
 
     id: int
     incident_id: int
     at: datetime
     subject: str
-    record: Record
+    kind: EntryKind
+    summary: str
+    type: str  #: the record's tag
+    version: int  #: its payload's version
+    data: Mapping[str, JSONValue]  #: its payload
+
+    @cached_property
+    def record(self) -> Record:
+        return decode(self.type, self.version, self.data, kind=self.kind.value, text=self.summary)
+
+    @classmethod
+    def of(
+        cls, record: Record, *, id: int, incident_id: int, at: datetime, subject: str
+    ) -> TimelineRow:
+        """The row a record is stored as (tests, and readers that build rows themselves)."""
+        return cls(
+            id=id,
+            incident_id=incident_id,
+            at=at,
+            subject=subject,
+            kind=record.kind,
+            summary=record.summary,
+            type=record.tag,
+            version=record.version,
+            data=encode(record),
+        )
+
+    @classmethod
+    def stored(
+        cls,
+        *,
+        id: int,
+        incident_id: int,
+        at: datetime,
+        subject: str,
+        kind: str,
+        summary: str,
+        type: str,
+        version: int,
+        data: Mapping[str, JSONValue],
+    ) -> TimelineRow:
+        return cls(
+            id=id,
+            incident_id=incident_id,
+            at=at,
+            subject=subject,
+            kind=kind_of(kind),
+            summary=summary,
+            type=type,
+            version=version,
+            data=data,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

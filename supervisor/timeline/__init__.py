@@ -5,7 +5,7 @@ Writers build a record and hand it to the store inside a `supervisor.store.Timel
 (`at`, `subject`, `record`); readers get `TimelineRow.record` back and read its fields.
 """
 
-from supervisor.timeline.base import REGISTRY, EntryKind, JSONValue, Record, register
+from supervisor.timeline.base import REGISTRY, EntryKind, JSONValue, Record, kind_of, register
 from supervisor.timeline.codec import PayloadError, Unknown, decode, encode
 from supervisor.timeline.control import (
     Acked,
@@ -62,5 +62,6 @@ __all__ = [
     "Verification",
     "decode",
     "encode",
+    "kind_of",
     "register",
 ]
