@@ -125,13 +125,14 @@ def _build(cls: type, payload: object) -> object:
         if f.name not in payload:
             continue  # its default applies (a required field missing raises TypeError)
         try:
-            values[f.name] = _decode(hints[f.name], payload[f.name])
+            values[f.name] = decode_value(hints[f.name], payload[f.name])
         except PayloadError as err:
             raise PayloadError(f"{f.name}: {err}") from None
     return cls(**values)
 
 
-def _decode(tp: Any, value: object) -> object:
+def decode_value(tp: Any, value: object) -> object:
+    """`value` (JSON) as the type `tp` says: the one conversion every field goes through."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
@@ -140,7 +141,7 @@ def _decode(tp: Any, value: object) -> object:
         for arg in args:
             if arg is not type(None):
                 try:
-                    return _decode(arg, value)
+                    return decode_value(arg, value)
                 except PayloadError:
                     continue
         raise PayloadError(f"{value!r} fits none of {tp}")
@@ -148,7 +149,7 @@ def _decode(tp: Any, value: object) -> object:
         if not isinstance(value, list):
             raise PayloadError(f"expected a list, got {value!r}")
         (item, _) = typing.get_args(tp)
-        return tuple(_decode(item, v) for v in value)
+        return tuple(decode_value(item, v) for v in value)
     if origin is not None and issubclass(origin, Mapping):
         if not isinstance(value, dict):
             raise PayloadError(f"expected an object, got {value!r}")

@@ -15,7 +15,7 @@ from typing import Any
 
 from supervisor.durations import parse_duration
 from supervisor.timeline.base import Record
-from supervisor.timeline.codec import PayloadError, _decode
+from supervisor.timeline.codec import PayloadError, decode_value
 from supervisor.timeline.control import Acked, Legacy, Note, Notification
 from supervisor.timeline.decision import Decision, Outcome
 from supervisor.timeline.parts import CommandRun, ProbeSample
@@ -34,13 +34,13 @@ Data = Mapping[str, Any]
 
 
 def _sample(value: object) -> ProbeSample:
-    sample = _decode(ProbeSample, value)
+    sample = decode_value(ProbeSample, value)
     assert isinstance(sample, ProbeSample)
     return sample
 
 
 def _commands(data: Data) -> tuple[CommandRun, ...]:
-    runs = _decode(tuple[CommandRun, ...], data.get("commands", []))
+    runs = decode_value(tuple[CommandRun, ...], data.get("commands", []))
     assert isinstance(runs, tuple)
     return runs
 
