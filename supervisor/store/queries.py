@@ -16,6 +16,7 @@ from supervisor.store.records import (
     TimelineRow,
 )
 from supervisor.store.schema import incidents, samples, snapshots, timeline
+from supervisor.timeline import kind_of
 
 
 def to_snapshot(m: RowMapping) -> Snapshot:
@@ -52,12 +53,12 @@ def to_incident(m: RowMapping) -> IncidentRow:
 
 
 def to_timeline_row(m: RowMapping) -> TimelineRow:
-    return TimelineRow.stored(
+    return TimelineRow(
         id=m["id"],
         incident_id=m["incident_id"],
         at=m["at"],
         subject=m["subject"],
-        kind=m["kind"],
+        kind=kind_of(m["kind"]),
         summary=m["summary"],
         type=m["type"],
         version=m["version"],

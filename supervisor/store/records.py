@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 
-from supervisor.timeline import EntryKind, JSONValue, Record, decode, encode, kind_of
+from supervisor.timeline import EntryKind, JSONValue, Record, decode, encode
 
 __all__ = ["EntryKind", "JSONValue"]
 
@@ -136,32 +136,6 @@ class TimelineRow:
             type=record.tag,
             version=record.version,
             data=encode(record),
-        )
-
-    @classmethod
-    def stored(
-        cls,
-        *,
-        id: int,
-        incident_id: int,
-        at: datetime,
-        subject: str,
-        kind: str,
-        summary: str,
-        type: str,
-        version: int,
-        data: Mapping[str, JSONValue],
-    ) -> TimelineRow:
-        return cls(
-            id=id,
-            incident_id=incident_id,
-            at=at,
-            subject=subject,
-            kind=kind_of(kind),
-            summary=summary,
-            type=type,
-            version=version,
-            data=data,
         )
 
 
