@@ -25,8 +25,21 @@ from bench.common import RESULTS, median, ms, percentile, write_section
 from supervisor.store import Store
 from supervisor.store.engine import make_engine, transaction
 from supervisor.store.schema import incidents, timeline
+from supervisor.timeline import Probe, ProbeSample, encode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+PROBE = Probe(
+    sample=ProbeSample(
+        at=T0,
+        tier="liveness",
+        check="models",
+        outcome="fail",
+        reason="connection refused",
+        latency_s=0.001,
+    ),
+    note="2 of 3 probes failed",
+)
+PAYLOAD = encode(PROBE)
 
 
 async def fill(path: Path, events: int, per_incident: int, subjects: int) -> int:
@@ -58,10 +71,12 @@ async def fill(path: Path, events: int, per_incident: int, subjects: int) -> int
                 {
                     "incident_id": n // per_incident + 1,
                     "at": T0 + timedelta(minutes=n // per_incident, milliseconds=n % per_incident),
-                    "kind": "probe",
+                    "kind": PROBE.kind.value,
                     "subject": f"e{(n // per_incident) % subjects}",
-                    "summary": "liveness models fail: connection refused (2 of 3 probes failed)",
-                    "data": {"outcome": "fail", "latency_s": 0.001, "n": n},
+                    "summary": PROBE.summary,
+                    "type": PROBE.tag,
+                    "version": PROBE.version,
+                    "data": PAYLOAD,
                 }
                 for n in range(done, min(events, done + batch))
             ]

@@ -19,7 +19,8 @@ from supervisor.clock import Clock
 from supervisor.config import Host
 from supervisor.durations import format_duration
 from supervisor.events import HostReachability
-from supervisor.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.timeline import Transition
 
 REACHABLE = "reachable"
 UNREACHABLE = "unreachable"
@@ -110,13 +111,15 @@ class HostWatcher:
     async def _change(self, state: str, reason: str) -> None:
         source, self.state, self.since = self.state, state, self._clock.now()
         lost = state == UNREACHABLE
-        entry = TimelineEntry(
-            kind=EntryKind.TRANSITION,
-            at=self.since,
-            subject=self.host.name,
-            summary=f"host {source} -> {state}: {reason}",
-            data={"failures": self.failures},
+        record = Transition(
+            source=source,
+            dest=state,
+            trigger="host_lost" if lost else "host_back",
+            note=reason,
+            of_host=True,
+            failures=self.failures,
         )
+        entry = TimelineEntry(at=self.since, subject=self.host.name, record=record)
         closing = source == UNREACHABLE and not lost
         self.incident_id = await self._store.transition(
             snapshot=self._snapshot(),

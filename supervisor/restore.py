@@ -9,18 +9,10 @@ from datetime import datetime
 
 import structlog
 
-from supervisor.store import (
-    AttemptRow,
-    EntryKind,
-    Snapshot,
-    Store,
-    SubjectKind,
-    TimelineEntry,
-)
+from supervisor.store import AttemptRow, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.timeline import INTERRUPTED, AttemptFinished
 
 log = structlog.get_logger("supervisor.daemon")
-
-INTERRUPTED = "interrupted"
 
 
 async def close_interrupted(store: Store, now: datetime) -> list[AttemptRow]:
@@ -34,17 +26,8 @@ async def close_interrupted(store: Store, now: datetime) -> list[AttemptRow]:
         await store.finish_attempt(attempt.id, at=now, outcome=INTERRUPTED)
         if attempt.incident_id is None:
             continue
-        summary = (
-            f"attempt {attempt.id} ({attempt.rule_id}) was interrupted: the daemon stopped while "
-            "it ran; its steps are not resumed"
-        )
-        entry = TimelineEntry(
-            kind=EntryKind.DECISION,
-            at=now,
-            subject=attempt.endpoint,
-            summary=summary,
-            data={"attempt": attempt.id, "rule": attempt.rule_id, "outcome": INTERRUPTED},
-        )
+        record = AttemptFinished(attempt=attempt.id, rule=attempt.rule_id, outcome=INTERRUPTED)
+        entry = TimelineEntry(at=now, subject=attempt.endpoint, record=record)
         await store.append(attempt.incident_id, entry)
         log.warning("attempt interrupted", endpoint=attempt.endpoint, attempt=attempt.id)
     return interrupted

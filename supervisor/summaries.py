@@ -7,30 +7,30 @@ from datetime import datetime
 
 from supervisor.events import ProbeResult
 from supervisor.machine import Change
-from supervisor.store import EntryKind, JSONValue, TimelineEntry
+from supervisor.store import TimelineEntry
+from supervisor.timeline import JSONValue, Probe, ProbeSample, Transition, encode
+
+
+def probe_sample(result: ProbeResult) -> ProbeSample:
+    """A probe result as the timeline keeps it (figures rounded)."""
+    return ProbeSample(
+        at=result.at,
+        tier=result.tier.value,
+        check=result.check,
+        outcome=result.outcome.value,
+        reason=result.reason,
+        latency_s=round(result.latency_s, 3),
+        http_status=result.http_status,
+        ttft_s=None if result.ttft_s is None else round(result.ttft_s, 3),
+        tok_s=None if result.tok_s is None else round(result.tok_s, 1),
+        tokens=result.tokens,
+        detail=result.detail or None,
+    )
 
 
 def probe_data(result: ProbeResult) -> dict[str, JSONValue]:
-    """A probe result as timeline data (JSON)."""
-    data: dict[str, JSONValue] = {
-        "at": result.at.isoformat(),
-        "tier": result.tier.value,
-        "check": result.check,
-        "outcome": result.outcome.value,
-        "reason": result.reason,
-        "latency_s": round(result.latency_s, 3),
-    }
-    for key, value in (
-        ("http_status", result.http_status),
-        ("ttft_s", None if result.ttft_s is None else round(result.ttft_s, 3)),
-        ("tok_s", None if result.tok_s is None else round(result.tok_s, 1)),
-        ("tokens", result.tokens),
-    ):
-        if value is not None:
-            data[key] = value
-    if result.detail:
-        data["detail"] = result.detail
-    return data
+    """A probe result as JSON (`probe --json`): the timeline's payload of it."""
+    return encode(probe_sample(result))
 
 
 def probe_line(result: ProbeResult) -> str:
@@ -59,15 +59,12 @@ def resolution_text(result: ProbeResult) -> str:
 
 def probe_entry(result: ProbeResult, note: str, *, subject: str) -> TimelineEntry:
     """The timeline entry of a probe inside an incident: `deep completion fail: ... (note)`."""
-    summary = f"{result.tier} {result.check} {result.outcome}"
-    summary += f": {result.reason}" if result.reason else ""
-    return TimelineEntry(
-        kind=EntryKind.PROBE,
-        at=result.at,
-        subject=subject,
-        summary=f"{summary} ({note})",
-        data=probe_data(result),
-    )
+    record = Probe(sample=probe_sample(result), note=note)
+    return TimelineEntry(at=result.at, subject=subject, record=record)
+
+
+_FIELDS = ("host", "why", "rule", "runbook", "reason", "actor", "until")
+"""Transition extras that are fields of their own; anything else goes to `extra`."""
 
 
 def transition_entry(
@@ -82,12 +79,21 @@ def transition_entry(
 ) -> TimelineEntry:
     """The timeline entry of a state change: `down -> remediating: note`, with the probe that
     caused it and, when it opens an incident, the whole streak of failed probes."""
-    data: dict[str, JSONValue] = {"trigger": change.trigger.value, **extra}
-    if result is not None:
-        data["probe"] = probe_data(result)
-    if streak is not None:
-        data["probes"] = [probe_data(r) for r in streak]
-    summary = f"{change.source} -> {change.dest}: {note}"
-    return TimelineEntry(
-        kind=EntryKind.TRANSITION, at=at, subject=subject, summary=summary, data=data
+    until = extra.get("until")
+    record = Transition(
+        source=change.source.value,
+        dest=change.dest.value,
+        trigger=change.trigger.value,
+        note=note,
+        rule=extra.get("rule") or None,
+        actor=extra.get("actor") or None,
+        probe=None if result is None else probe_sample(result),
+        probes=None if streak is None else tuple(probe_sample(r) for r in streak),
+        host=extra.get("host"),
+        why=extra.get("why"),
+        runbook=extra.get("runbook"),
+        until=None if until is None else datetime.fromisoformat(until),
+        reason=extra.get("reason"),
+        extra={k: v for k, v in extra.items() if k not in _FIELDS},
     )
+    return TimelineEntry(at=at, subject=subject, record=record)

@@ -13,7 +13,8 @@ import pytest
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.cli import main
 from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.timeline import Transition
 from tests.helpers import write_fleet
 
 T0 = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
@@ -42,13 +43,13 @@ async def _populate(db: Path) -> int:
             last_reason="connection refused",
             fail_streak=3,
         )
-        entry = TimelineEntry(
-            kind=EntryKind.TRANSITION,
-            at=T0,
-            subject="ds4",
-            summary="healthy -> down: connection refused (2 failures and a failed re-probe)",
-            data={"trigger": "confirm_down"},
+        down_record = Transition(
+            source="healthy",
+            dest="down",
+            trigger="confirm_down",
+            note="connection refused (2 failures and a failed re-probe)",
         )
+        entry = TimelineEntry(at=T0, subject="ds4", record=down_record)
         incident = await store.transition(
             snapshot=down, entry=entry, open_cause="connection refused"
         )
@@ -67,10 +68,11 @@ async def _populate(db: Path) -> int:
         await store.transition(
             snapshot=healthy,
             entry=TimelineEntry(
-                kind=EntryKind.TRANSITION,
                 at=back,
                 subject="ds4",
-                summary="down -> healthy: real check passed",
+                record=Transition(
+                    source="down", dest="healthy", trigger="pass_check", note="real check passed"
+                ),
             ),
             close_resolution="completion passed (ttft 0.41s, 38.2 tok/s)",
         )
@@ -235,6 +237,8 @@ def test_incidents_and_timeline_json(tmp_path: Path, capsys: pytest.CaptureFixtu
                 "closed_at": "2026-11-23T03:04:02Z",
                 "duration_s": 242.0,
                 "cause": "connection refused",
+                "symptom": "connection refused",
+                "diagnosis": None,
                 "resolution": "completion passed (ttft 0.41s, 38.2 tok/s)",
                 "state": "healthy",
                 "entries": 2,
@@ -250,7 +254,15 @@ def test_incidents_and_timeline_json(tmp_path: Path, capsys: pytest.CaptureFixtu
         ("transition", "healthy -> down: connection refused (2 failures and a failed re-probe)"),
         ("transition", "down -> healthy: real check passed"),
     ]
-    assert document["timeline"][0]["data"] == {"trigger": "confirm_down"}
+    assert [(e["type"], e["version"]) for e in document["timeline"]] == [("transition", 1)] * 2
+    assert document["timeline"][0]["data"] == {
+        "source": "healthy",
+        "dest": "down",
+        "trigger": "confirm_down",
+        "note": "connection refused (2 failures and a failed re-probe)",
+        "of_host": False,
+        "extra": {},
+    }
 
 
 def test_timeline_text_and_unknown_incident(

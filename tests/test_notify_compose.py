@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,8 +15,18 @@ from supervisor.notify.compose import Memory, Settings, compose, tick
 from supervisor.notify.texts import split
 from supervisor.remediation.records import step_entry
 from supervisor.remediation.steps import StepRun
-from supervisor.store import EntryKind, IncidentRow, JSONValue, SubjectKind, TimelineRow
+from supervisor.store import IncidentRow, SubjectKind, TimelineRow
 from supervisor.store.outbox import Draft
+from supervisor.timeline import (
+    Decision,
+    Diagnosis,
+    Escalation,
+    Outcome,
+    ProbeSample,
+    Record,
+    Transition,
+    Verification,
+)
 
 T0 = datetime(2026, 11, 23, 3, 0, 0, tzinfo=UTC)
 SETTINGS = Settings(
@@ -33,41 +44,51 @@ def _incident(kind: SubjectKind = SubjectKind.ENDPOINT, subject: str = "ds4") ->
         subject=subject,
         opened_at=T0,
         closed_at=None,
-        cause="connection refused",
+        symptom="connection refused",
         resolution=None,
         last_state="down",
         entries=1,
     )
 
 
-def _row(
-    kind: EntryKind,
-    summary: str,
-    *,
-    at: timedelta = timedelta(0),
-    subject: str = "ds4",
-    **data: JSONValue,
-) -> TimelineRow:
-    return TimelineRow(
-        id=1, incident_id=7, at=T0 + at, kind=kind, subject=subject, summary=summary, data=data
+def _row(record: Record, *, at: timedelta = timedelta(0), subject: str = "ds4") -> TimelineRow:
+    return TimelineRow.of(record, id=1, incident_id=7, at=T0 + at, subject=subject)
+
+
+def _sample(
+    check: str, reason: str = "", ttft_s: float | None = None, tok_s: float | None = None
+) -> ProbeSample:
+    outcome = "fail" if reason else "ok"
+    return ProbeSample(
+        at=T0, tier="deep", check=check, outcome=outcome, reason=reason, ttft_s=ttft_s, tok_s=tok_s
     )
 
 
-PROBE: dict[str, JSONValue] = {"check": "completion", "reason": "", "ttft_s": 0.41, "tok_s": 38.2}
-DOWN = _row(
-    EntryKind.TRANSITION,
-    "healthy -> down: 2 failures confirmed",
-    trigger="confirm_down",
-    probes=[],
-    probe={"check": "health", "reason": "connection refused"},
+def _moved(
+    source: str,
+    dest: str,
+    note: str,
+    trigger: str,
+    *,
+    at: timedelta = timedelta(0),
+    subject: str = "ds4",
+    **fields: Any,
+) -> TimelineRow:
+    """A transition as the worker (or, `of_host`, a host watcher) records it."""
+    record = Transition(source=source, dest=dest, note=note, trigger=trigger, **fields)
+    return _row(record, at=at, subject=subject)
+
+
+PROBE = _sample("completion", ttft_s=0.41, tok_s=38.2)
+DOWN = _moved(
+    "healthy",
+    "down",
+    "2 failures confirmed",
+    "confirm_down",
+    probes=(),
+    probe=_sample("health", "connection refused"),
 )
-UP = _row(
-    EntryKind.TRANSITION,
-    "down -> healthy: passed",
-    at=timedelta(minutes=3),
-    trigger="pass_check",
-    probe=PROBE,
-)
+UP = _moved("down", "healthy", "passed", "pass_check", at=timedelta(minutes=3), probe=PROBE)
 
 
 @pytest.mark.parametrize(
@@ -75,38 +96,54 @@ UP = _row(
     [
         (DOWN, Memory(), "opened", "🔴 <b>ds4</b> is down: connection refused\nincident #7"),
         (
-            _row(EntryKind.DIAGNOSIS, "matched stale-listener: port 29501 <held>"),
+            _row(Diagnosis(endpoint="ds4", state="down", rule="stale-listener", scopes=("<h>",))),
             Memory(downs=1),
             "diagnosis",
-            "🔎 ds4 diagnosis: matched stale-listener: port 29501 &lt;held&gt;",
+            "🔎 ds4 diagnosis: ds4 (down): stale-listener matched on &lt;h&gt;",
         ),
         (
-            _row(EntryKind.DECISION, "dry run: would apply restart (1 of 3): restart_units"),
+            _row(
+                Decision(
+                    outcome=Outcome.DRY_RUN_PLAN,
+                    rule="restart",
+                    budget="1 of 3",
+                    plan=("restart_units",),
+                )
+            ),
             Memory(downs=1),
             "plan",
             "📝 ds4: dry run: would apply restart (1 of 3): restart_units",
         ),
         (
-            _row(
-                EntryKind.TRANSITION,
-                "down -> remediating: applying r1 (1 of 3): restart",
-                trigger="remediate",
-            ),
+            _row(Escalation(why="no rule matched", dry_run=True)),
+            Memory(downs=1),
+            "plan",
+            "📝 ds4: dry run: would escalate: no rule matched",
+        ),
+        (
+            _moved("down", "remediating", "applying r1 (1 of 3): restart", "remediate", rule="r1"),
             Memory(downs=1),
             "repairing",
             "🔧 repairing ds4: applying r1 (1 of 3): restart",
         ),
         (
-            _row(EntryKind.VERIFICATION, "verified: r1 healed it"),
+            _row(Verification(rule="r1", ok=True, within_s=120)),
             Memory(downs=1),
             "repair",
             "✅ ds4 repair: verified: r1 healed it",
         ),
         (
-            _row(
-                EntryKind.TRANSITION,
-                "down -> escalated: a person is needed: no rule matched",
-                trigger="escalate",
+            _row(Verification(rule="r1", ok=False, within_s=120)),
+            Memory(downs=1),
+            "repair",
+            "❌ ds4 repair: r1: not verified within 2m",
+        ),
+        (
+            _moved(
+                "down",
+                "escalated",
+                "a person is needed: no rule matched",
+                "escalate",
                 why="no rule matched: a person must look",
                 runbook="# Cold start\nvLLM takes 9 min to load",
             ),
@@ -139,40 +176,26 @@ def _step(number: int, action: str, ok: bool = True, *, dry_run: bool = False) -
     outcome = ActionOutcome(ok=ok, summary="done" if ok else "exit 1")
     run = StepRun(index=number - 1, action=action, target=HEAD, outcome=outcome)
     entry = step_entry(run, "ds4", T0 + timedelta(minutes=1), dry_run=dry_run)
-    return TimelineRow(
-        id=1,
-        incident_id=7,
-        at=entry.at,
-        kind=entry.kind,
-        subject=entry.subject,
-        summary=entry.summary,
-        data=entry.data,
-    )
+    return TimelineRow.of(entry.record, id=1, incident_id=7, at=entry.at, subject=entry.subject)
 
 
-def _move(summary: str, trigger: str, minutes: int = 1, **data: JSONValue) -> TimelineRow:
-    """An endpoint's transition, `trigger` as the worker records it."""
-    at = T0 + timedelta(minutes=minutes)
-    data = {"trigger": trigger, **data}
-    return TimelineRow(
-        id=1,
-        incident_id=7,
-        at=at,
-        kind=EntryKind.TRANSITION,
-        subject="ds4",
-        summary=summary,
-        data=data,
-    )
+def _move(source: str, dest: str, note: str, trigger: str, **fields: Any) -> TimelineRow:
+    """An endpoint's transition a minute in, `trigger` as the worker records it."""
+    return _moved(source, dest, note, trigger, at=timedelta(minutes=1), **fields)
 
 
-REMEDIATE = _move("down -> remediating: applying r1 (1 of 3): restart the head", "remediate")
-VERIFY = _move("remediating -> verifying: r1 done: a real completion must pass within 2m", "verify")
-VERIFIED = _row(EntryKind.VERIFICATION, "verified: r1 healed it", at=timedelta(minutes=3))
+REMEDIATE = _move(
+    "down", "remediating", "applying r1 (1 of 3): restart the head", "remediate", rule="r1"
+)
+VERIFY = _move(
+    "remediating", "verifying", "r1 done: a real completion must pass within 2m", "verify"
+)
+VERIFIED = _row(Verification(rule="r1", ok=True, within_s=120), at=timedelta(minutes=3))
 PASSED = "completion passed (ttft 0.41s, 38.2 tok/s)"
 
 
 def _up(source: str) -> TimelineRow:
-    return _move(f"{source} -> healthy: passed", "pass_check", 3, probe=PROBE)
+    return _moved(source, "healthy", "passed", "pass_check", at=timedelta(minutes=3), probe=PROBE)
 
 
 @pytest.mark.parametrize(
@@ -188,7 +211,7 @@ def _up(source: str) -> TimelineRow:
             [
                 DOWN,
                 _step(1, "restart_units"),
-                _move("down -> starting: restarted by @op", "restarted"),
+                _move("down", "starting", "restarted by @op", "restarted", actor="@op"),
             ],
             f"/restart by @op (restart_units on {HEAD})",
             id="healed after a manual /restart",
@@ -204,7 +227,7 @@ def _up(source: str) -> TimelineRow:
                 REMEDIATE,
                 _step(1, "restart_units"),
                 VERIFY,
-                _move("verifying -> down: r1: not verified within 2m", "verify_failed"),
+                _move("verifying", "down", "r1: not verified within 2m", "verify_failed"),
             ],
             "nothing we did: it recovered by itself",
             id="a repair that was not verified",
@@ -215,7 +238,7 @@ def _up(source: str) -> TimelineRow:
                 REMEDIATE,
                 _step(1, "restart_units"),
                 _step(2, "wait_healthy", ok=False),
-                _move("remediating -> escalated: a person is needed: step 2 failed", "escalate"),
+                _move("remediating", "escalated", "a person is needed: step 2 failed", "escalate"),
             ],
             "nothing we did: it recovered by itself",
             id="a repair whose step failed",
@@ -229,7 +252,7 @@ def _up(source: str) -> TimelineRow:
             [
                 DOWN,
                 _step(1, "restart_units"),
-                _move("down -> starting: restarted (pid 4)", "restarted"),
+                _move("down", "starting", "restarted (pid 4)", "restarted", reason="pid 4"),
             ],
             "nothing we did: it recovered by itself",
             id="a restart nobody here asked for",
@@ -239,8 +262,8 @@ def _up(source: str) -> TimelineRow:
 def test_resolved_names_what_fixed_it(timeline: list[TimelineRow], fixed_by: str) -> None:
     """The repair's verification entry is written after the transition to healthy (the runner
     learns of the heal from it), so the words come from what the timeline held before."""
-    moves = [r for r in timeline if r.kind is EntryKind.TRANSITION]
-    source = moves[-1].summary.split(" -> ")[1].split(":")[0]  # where it was before healthy
+    moves = [r.record for r in timeline if isinstance(r.record, Transition)]
+    source = moves[-1].dest  # where it was before healthy
     memory = Memory()
     for row in timeline:
         _, memory = compose(row, _incident(), memory, SETTINGS)
@@ -277,38 +300,37 @@ RUNBOOK = "# A Spark stopped answering: GPU firmware hang\n\nA host serving the 
 
 
 def _escalated(endpoint: str, why: str, rule: str) -> TimelineRow:
-    return _row(
-        EntryKind.TRANSITION,
-        f"unreachable -> escalated: a person is needed: {why}",
+    return _moved(
+        "unreachable",
+        "escalated",
+        f"a person is needed: {why}",
+        "escalate",
         at=timedelta(minutes=2),
         subject=endpoint,
-        trigger="escalate",
         why=why,
         rule=rule,
         runbook=RUNBOOK,
     )
 
 
+def _host(source: str, dest: str, note: str, at: timedelta = timedelta(0)) -> TimelineRow:
+    trigger = "host_back" if dest == "reachable" else "host_lost"
+    return _moved(source, dest, note, trigger, at=at, subject="spark1", of_host=True)
+
+
 def test_an_endpoint_escalated_inside_its_hosts_incident_calls_a_person() -> None:
     """spark1 stops answering: one message for the host, then one 🆘 in its thread for the
     power-cycle (not one per endpoint), reminders until /ack, and the host's recovery."""
     timeline = [
+        _host("reachable", "unreachable", "ssh timed out"),
+        _moved("healthy", "unreachable", "host spark1 does not answer", "host_lost"),
+        _moved("healthy", "unreachable", "host spark1 does not answer", "host_lost", subject="emb"),
         _row(
-            EntryKind.TRANSITION, "host reachable -> unreachable: ssh timed out", subject="spark1"
+            Diagnosis(
+                endpoint="ds4", state="unreachable", rule="gsp-firmware-hang", scopes=("ds4",)
+            )
         ),
-        _row(
-            EntryKind.TRANSITION,
-            "healthy -> unreachable: host spark1 does not answer",
-            trigger="host_lost",
-        ),
-        _row(
-            EntryKind.TRANSITION,
-            "healthy -> unreachable: host spark1 does not answer",
-            subject="emb",
-            trigger="host_lost",
-        ),
-        _row(EntryKind.DIAGNOSIS, "ds4 (unreachable): gsp-firmware-hang matched on ds4"),
-        _row(EntryKind.DECISION, f"escalated: {GSP_WHY} (runbook: runbooks/gsp-firmware-hang.md)"),
+        _row(Escalation(why=GSP_WHY, runbook="runbooks/gsp-firmware-hang.md")),
         _escalated("ds4", GSP_WHY, "gsp-firmware-hang"),
         _escalated("emb", GSP_WHY.replace("ds4:", "emb:"), "gsp-firmware-hang"),
         _escalated("emb", "no rule matched: a person must look", ""),
@@ -348,12 +370,7 @@ def test_an_endpoint_escalated_inside_its_hosts_incident_calls_a_person() -> Non
         "⏰ still needs a person: spark1 (incident #7, escalated 30m ago): no rule matched: a "
         "person must look\n/ack 7 stops these reminders"
     ]
-    back = _row(
-        EntryKind.TRANSITION,
-        "host unreachable -> reachable: answers again",
-        at=timedelta(minutes=40),
-        subject="spark1",
-    )
+    back = _host("unreachable", "reachable", "answers again", timedelta(minutes=40))
     drafts, memory = compose(back, SPARK1, memory, SETTINGS)
     assert [d.text for d in drafts] == ["✅ host <b>spark1</b> answers again after 40m"]
     assert not memory.active
@@ -366,28 +383,23 @@ def test_an_endpoints_escalation_is_not_told_in_another_endpoints_incident() -> 
 
 def test_a_host_speaks_once_for_its_endpoints() -> None:
     host = _incident(SubjectKind.HOST, "spark1")
-    lost = _row(EntryKind.TRANSITION, "host reachable -> unreachable: timed out", subject="spark1")
+    lost = _host("reachable", "unreachable", "timed out")
     drafts, memory = compose(lost, host, Memory(), SETTINGS)
     assert [d.text for d in drafts] == [
         "🔴 host <b>spark1</b> does not answer: timed out\n"
         "its endpoints are unreachable until it answers: ds4, emb (no alert per endpoint)\n"
         "incident #7"
     ]
-    copied = _row(EntryKind.TRANSITION, "healthy -> unreachable: host spark1 does not answer")
+    copied = _moved("healthy", "unreachable", "host spark1 does not answer", "host_lost")
     assert compose(copied, host, memory, SETTINGS)[0] == []
-    back = _row(
-        EntryKind.TRANSITION,
-        "host unreachable -> reachable: answers again",
-        at=timedelta(seconds=90),
-        subject="spark1",
-    )
+    back = _host("unreachable", "reachable", "answers again", timedelta(seconds=90))
     assert [d.text for d in compose(back, host, memory, SETTINGS)[0]] == [
         "✅ host <b>spark1</b> answers again after 1m30s"
     ]
 
 
 def test_the_same_diagnosis_is_said_once_per_incident() -> None:
-    row = _row(EntryKind.DIAGNOSIS, "no rule matched")
+    row = _row(Diagnosis(endpoint="ds4", state="down"))
     first, memory = compose(row, _incident(), Memory(downs=1), SETTINGS)
     again, _ = compose(row, _incident(), memory, SETTINGS)
     assert (len(first), again) == (1, [])
@@ -398,20 +410,17 @@ def test_a_flapping_incident_is_coalesced() -> None:
     memory = Memory()
     kinds: list[str] = []
     for i in range(12):  # down/up every 10 s for 2 minutes
-        down = _row(
-            EntryKind.TRANSITION,
-            "healthy -> down: x",
+        down = _moved(
+            "healthy",
+            "down",
+            "x",
+            "confirm_down",
             at=timedelta(seconds=10 * i),
-            trigger="confirm_down",
-            probes=[],
-            probe={"reason": "connection refused"},
+            probes=(),
+            probe=_sample("health", "connection refused"),
         )
-        up = _row(
-            EntryKind.TRANSITION,
-            "down -> healthy: x",
-            at=timedelta(seconds=10 * i + 5),
-            trigger="pass_check",
-            probe=PROBE,
+        up = _moved(
+            "down", "healthy", "x", "pass_check", at=timedelta(seconds=10 * i + 5), probe=PROBE
         )
         for row in (down, up):
             drafts, memory = compose(row, incident, memory, SETTINGS)

@@ -28,7 +28,8 @@ from supervisor.events import ProbeResult, ProbeTick, Stop, Tier
 from supervisor.machine import FleetMachine, State
 from supervisor.probes import make_client, run_probe
 from supervisor.remediation.guards import check_budget
-from supervisor.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.timeline import Transition
 from supervisor.worker import EndpointWorker
 from supervisor.worker_state import restored_from
 from tests.conftest import free_port
@@ -220,7 +221,7 @@ async def test_an_incident_duration_is_the_wall_time_between_its_open_and_close(
     async with await Store.open(tmp_path / "state.db") as store:
         opened = await store.transition(
             snapshot=_snapshot(clock.now(), "down"),
-            entry=_entry(clock.now(), "healthy -> down"),
+            entry=_entry(clock.now(), "healthy", "down"),
             open_cause="connection refused",
         )
         assert opened is not None
@@ -228,7 +229,7 @@ async def test_an_incident_duration_is_the_wall_time_between_its_open_and_close(
         clock.jump(jump)
         await store.transition(
             snapshot=_snapshot(clock.now(), "healthy"),
-            entry=_entry(clock.now(), "down -> healthy"),
+            entry=_entry(clock.now(), "down", "healthy"),
             close_resolution="completion passed",
         )
         incident = await store.incident(opened)
@@ -236,8 +237,9 @@ async def test_an_incident_duration_is_the_wall_time_between_its_open_and_close(
     assert incident.duration == duration
 
 
-def _entry(at: datetime, summary: str) -> TimelineEntry:
-    return TimelineEntry(kind=EntryKind.TRANSITION, at=at, subject="ep", summary=summary)
+def _entry(at: datetime, source: str, dest: str) -> TimelineEntry:
+    record = Transition(source=source, dest=dest, trigger="", note="")
+    return TimelineEntry(at=at, subject="ep", record=record)
 
 
 def _snapshot(at: datetime, state: str) -> Snapshot:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.store import AttemptRow, EntryKind, Store, StoreError, SubjectKind
+from supervisor.timeline import INTERRUPTED, AttemptFinished
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
 
@@ -100,11 +101,13 @@ async def test_sigkill_in_the_middle_of_a_repair(
         await store.close()
     assert [(i.is_open, i.last_state) for i in incidents] == [(True, "escalated")]
     assert [a.outcome for a in rows] == outcomes
-    decisions = [r.summary for r in timeline if r.kind is EntryKind.DECISION]
-    assert decisions[0] == (
+    ended = [r.record for r in timeline if isinstance(r.record, AttemptFinished)]
+    assert (ended[0].attempt, ended[0].outcome) == (rows[0].id, INTERRUPTED)
+    assert ended[0].summary == (
         f"attempt {rows[0].id} (slow-fix) was interrupted: the daemon stopped while it ran; "
         "its steps are not resumed"
     )
+    decisions = [r.summary for r in timeline if r.kind is EntryKind.DECISION]
     assert decisions[-1] == (
         f"escalated: budget spent: slow-fix ran {attempts} of {attempts} times in 1h"
     )

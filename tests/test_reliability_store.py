@@ -16,9 +16,10 @@ from supervisor.config import Endpoint, load_config
 from supervisor.events import ProbeResult, Tier
 from supervisor.machine import State
 from supervisor.probes import make_client, run_probe
-from supervisor.store import EntryKind, Store, StoreError, TimelineEntry
+from supervisor.store import EntryKind, Store, StoreError, StoreRefusedError, TimelineEntry
 from supervisor.store import engine as store_engine
 from supervisor.store.resilient import ResilientStore, refused
+from supervisor.timeline import Note
 from tests.helpers import eventually, write_fleet
 
 pytestmark = pytest.mark.slow
@@ -109,9 +110,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
 async def test_a_write_that_is_wrong_is_not_queued(tmp_path: Path) -> None:
     store = await ResilientStore.open(tmp_path / "s.db")
     try:
-        entry = TimelineEntry(
-            kind=EntryKind.NOTE, at=SystemClock().now(), subject="m", summary="hello"
-        )
+        entry = TimelineEntry(at=SystemClock().now(), subject="m", record=Note(text="hello"))
         with pytest.raises(StoreError, match=r"^no incident 42$"):
             await store.append(42, entry)
         assert store.queued == 0
@@ -121,17 +120,17 @@ async def test_a_write_that_is_wrong_is_not_queued(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("message", "retry"),
+    ("error", "retry"),
     [
-        ("cannot write to store /x.db: database is locked", True),
-        ("cannot write to store /x.db: attempt to write a readonly database", True),
-        ("cannot read store /x.db: disk I/O error", True),
-        ("no incident 42", False),
-        ("limit must be 0 or more, got -1", False),
+        (StoreRefusedError("cannot write to store /x.db: database is locked"), True),
+        (StoreRefusedError("cannot read store /x.db: disk I/O error"), True),
+        (StoreError("no incident 42"), False),
+        (StoreError("cannot write to store /x.db: worded like a refusal, but it is not"), False),
     ],
 )
-def test_only_the_file_refusing_is_retried(message: str, retry: bool) -> None:
-    assert refused(StoreError(message)) is retry
+def test_only_the_file_refusing_is_retried(error: StoreError, retry: bool) -> None:
+    """Told apart by the error's type, never by its words."""
+    assert refused(error) is retry
 
 
 async def test_closing_with_the_file_still_locked_reports_the_lost_writes(tmp_path: Path) -> None:
@@ -141,7 +140,7 @@ async def test_closing_with_the_file_still_locked_reports_the_lost_writes(tmp_pa
     lock = WriteLock(db)
     await asyncio.to_thread(lock.take)
     try:
-        entry = TimelineEntry(kind=EntryKind.NOTE, at=SystemClock().now(), subject="m", summary="x")
+        entry = TimelineEntry(at=SystemClock().now(), subject="m", record=Note(text="x"))
         await store.prune_samples(SystemClock().now())
         assert store.queued == 1
         assert await store.append(-1, entry) == -1  # a placeholder id: nothing was written yet

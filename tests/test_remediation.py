@@ -360,6 +360,11 @@ async def test_dry_run_records_the_plan_and_changes_nothing(tmp_path: Path) -> N
         assert daemon.store is not None
         assert await daemon.store.attempts() == []
         assert worker.state is State.DOWN
+        incident = (await daemon.store.incidents(subject="m"))[0]
+        assert (incident.symptom, incident.cause) == (
+            "connection refused",
+            "always: always matches",
+        )
     finally:
         await daemon.stop()
     assert not await asyncio.to_thread(Path("/tmp/never-written").exists)

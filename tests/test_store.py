@@ -28,6 +28,7 @@ from supervisor.store import (
     SubjectKind,
     TimelineEntry,
 )
+from supervisor.timeline import Legacy
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CEST = timezone(timedelta(hours=2))
@@ -53,9 +54,9 @@ def entry(
     kind: EntryKind = EntryKind.TRANSITION,
     data: Mapping[str, JSONValue] | None = None,
 ) -> TimelineEntry:
-    return TimelineEntry(
-        kind=kind, at=at(minutes), subject=subject, summary=summary, data=data or {}
-    )
+    """An entry of any kind with any words: a `Legacy` record carries them as given."""
+    record = Legacy(old_kind=kind.value, text=summary, data=data or {})
+    return TimelineEntry(at=at(minutes), subject=subject, record=record)
 
 
 def sample(endpoint: str, minutes: float, **kw: Any) -> ProbeResult:
@@ -104,6 +105,7 @@ def test_exports() -> None:
         [
             "Store",
             "StoreError",
+            "StoreRefusedError",
             "SubjectKind",
             "EntryKind",
             "Snapshot",
@@ -126,7 +128,7 @@ async def test_open_creates_parent_dirs_schema_and_wal(db: Path) -> None:
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert raw.execute("PRAGMA user_version").fetchone() == (1,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (2,)
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert tables == {"snapshots", "incidents", "timeline", "samples", "attempts"}
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
@@ -165,7 +167,7 @@ def _newer_store(path: Path) -> None:
     raw = sqlite3.connect(path)
     raw.execute("CREATE TABLE future (x TEXT)")
     raw.execute(f"PRAGMA application_id = {0x46535550}")
-    raw.execute("PRAGMA user_version = 2")
+    raw.execute("PRAGMA user_version = 3")
     raw.commit()
     raw.close()
 
@@ -203,7 +205,7 @@ def _newer_store(path: Path) -> None:
             _newer_store,
             "newer.db",
             True,
-            "store {p} has schema version 2, newer than this fleet-supervisor understands (1)",
+            "store {p} has schema version 3, newer than this fleet-supervisor understands (2)",
         ),
         (
             lambda p: p.write_text("hello, not a database at all\n" * 100),
@@ -314,7 +316,7 @@ async def test_incident_lifecycle(store: Store) -> None:
         subject="qwen",
         opened_at=at(0),
         closed_at=None,
-        cause="connection refused",
+        symptom="connection refused",
         resolution=None,
         last_state="down",
         entries=1,
@@ -431,7 +433,7 @@ async def test_database_refuses_a_second_open_incident(db: Path, store: Store) -
 
 
 async def test_transition_is_one_transaction(store: Store) -> None:
-    not_json: dict[str, Any] = {"when": at(0)}
+    not_json: dict[str, Any] = {"when": {1, 2}}
     bad = entry("qwen", "healthy -> down", 0, data=not_json)
     with pytest.raises(StoreError):
         await store.transition(snapshot=snap("qwen", "down", 0), entry=bad, open_cause="refused")
@@ -443,7 +445,8 @@ _KILLED_WRITER = """
 import asyncio, os, signal, sys
 from datetime import UTC, datetime
 from pathlib import Path
-from supervisor.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.timeline import Transition
 
 async def main() -> None:
     store = await Store.open(Path(sys.argv[1]))
@@ -451,8 +454,8 @@ async def main() -> None:
     await store.transition(
         snapshot=Snapshot(kind=SubjectKind.ENDPOINT, name="qwen", state="down", since=t,
                           updated_at=t),
-        entry=TimelineEntry(kind=EntryKind.TRANSITION, at=t, subject="qwen",
-                            summary="healthy -> down"),
+        entry=TimelineEntry(at=t, subject="qwen", record=Transition(
+            source="healthy", dest="down", trigger="confirm_down", note="refused")),
         open_cause="refused",
     )
     os.kill(os.getpid(), signal.SIGKILL)  # no close, no dispose: the daemon just dies
@@ -547,7 +550,9 @@ async def test_timeline_is_append_only(db: Path, store: Store, statement: str) -
 async def test_json_data_round_trip(store: Store, data: Mapping[str, JSONValue]) -> None:
     incident_id = await open_incident_at(store, "qwen", 0)
     await store.append(incident_id, entry("qwen", "details", 1, EntryKind.EVIDENCE, data))
-    back = (await store.timeline(incident_id))[-1].data
+    record = (await store.timeline(incident_id))[-1].record
+    assert isinstance(record, Legacy)
+    back = record.data
     assert back == json.loads(json.dumps(data, default=dict))
     if "big" in data:
         assert type(back["big"]) is int

@@ -24,12 +24,13 @@ from fleet_lab.drill_bot import DELIVER_WITHIN_S, TIMING, DrillBot
 from fleet_lab.drill_config import ENDPOINTS, PROBE, completes, write_config
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError
-from fleet_lab.report import DETECTED, DrillReport, DrillStep, first, seconds, steps_of
+from fleet_lab.report import DETECTED, DrillReport, DrillStep, at, first, seconds, steps_of
 from supervisor.aio import poll
 from supervisor.app import Supervisor
 from supervisor.config import FleetConfig, load_config
 from supervisor.machine import State
-from supervisor.store import EntryKind, SubjectKind
+from supervisor.store import SubjectKind
+from supervisor.timeline import Diagnosis, Escalation, Transition
 
 SETTLE_WITHIN_S = 40.0
 DRILL_WITHIN_S = 60.0
@@ -165,25 +166,25 @@ async def _run(
         if not interrupted:  # cancelled (Ctrl-C): undo the fault, do not wait for the lab
             await asyncio.to_thread(settle, lab)
     own = [r for r in timeline if r.subject == name]  # a host incident holds the host's too
-    down = first(own, EntryKind.TRANSITION, *DETECTED)
-    up = first(own, EntryKind.TRANSITION, "-> healthy")
-    escalated = first(own, EntryKind.TRANSITION, "-> escalated")
-    diagnosis = first(timeline, EntryKind.DIAGNOSIS)
-    escalation = first(timeline, EntryKind.DECISION, "escalated: ")
+    down = at(first(own, Transition, lambda t: t.dest in DETECTED))
+    up = at(first(own, Transition, lambda t: t.dest == "healthy"))
+    escalated = at(first(own, Transition, lambda t: t.dest == "escalated"))
+    diagnosis = first(timeline, Diagnosis)
+    escalation = first(timeline, Escalation, lambda e: not e.dry_run)
     return DrillReport(
         drill=fault.name,
         endpoint=name,
         rule=fault.rule,
         incident=incident,
-        diagnosis=diagnosis.summary if diagnosis else "",
+        diagnosis=diagnosis[1].summary if diagnosis else "",
         steps=steps_of(timeline),
         outcome=attempts[-1].outcome if attempts else None,
-        detect_s=seconds(injected, down.at if down else None),
-        heal_s=seconds(down.at if down else None, up.at if up else None),
+        detect_s=seconds(injected, down),
+        heal_s=seconds(down, up),
         problem=problem,
         expect=fault.expect,
-        escalate_s=seconds(down.at if down else None, escalated.at if escalated else None),
-        escalation=escalation.summary.removeprefix("escalated: ") if escalation else "",
+        escalate_s=seconds(down, escalated),
+        escalation=escalation[1].note if escalation else "",
         host_incident=host_incident,
         final_state=final_state,
         attempts=len(attempts),

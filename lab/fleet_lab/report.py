@@ -3,15 +3,20 @@ detected, diagnosed, acted, verified (or escalated), with the times between them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from fleet_lab.drill_bot import Notified
 from fleet_lab.faults import Expect
-from supervisor.store import EntryKind, TimelineRow
+from supervisor.store import TimelineRow
+from supervisor.timeline import Record, StepRan
 
-#: The transitions that say the daemon noticed the fault.
-DETECTED = ("-> down", "-> unreachable", "-> degraded")
+#: The states a transition into says the daemon noticed the fault.
+DETECTED = ("down", "unreachable", "degraded")
+
+R = TypeVar("R", bound=Record)
 
 
 @dataclass(frozen=True)
@@ -89,16 +94,20 @@ class DrillReport:
         return lines + ([f"  problem:   {self.problem}"] if self.problem else [])
 
 
-def first(timeline: list[TimelineRow], kind: EntryKind, *texts: str) -> TimelineRow | None:
-    """The first row of `kind` whose summary holds any of `texts` (any row when none given)."""
-    return next(
-        (
-            r
-            for r in timeline
-            if r.kind is kind and (not texts or any(t in r.summary for t in texts))
-        ),
-        None,
-    )
+def first(
+    timeline: list[TimelineRow], of: type[R], where: Callable[[R], bool] | None = None
+) -> tuple[TimelineRow, R] | None:
+    """The first row whose record is an `of` for which `where` holds, with that record."""
+    for row in timeline:
+        record = row.record
+        if isinstance(record, of) and (where is None or where(record)):
+            return row, record
+    return None
+
+
+def at(found: tuple[TimelineRow, object] | None) -> datetime | None:
+    """When the row `first` found was written (None when it found none)."""
+    return found[0].at if found else None
 
 
 def seconds(start: datetime | None, end: datetime | None) -> float | None:
@@ -109,13 +118,9 @@ def steps_of(timeline: list[TimelineRow]) -> tuple[DrillStep, ...]:
     """The action steps the daemon ran, with each command's exit status."""
     return tuple(
         DrillStep(
-            summary=row.summary,
-            exit_statuses=tuple(
-                c.get("exit_status")  # type: ignore[misc]
-                for c in row.data.get("commands", [])  # type: ignore[union-attr]
-                if isinstance(c, dict)
-            ),
+            summary=row.record.summary,
+            exit_statuses=tuple(c.exit_status for c in row.record.commands),
         )
         for row in timeline
-        if row.kind is EntryKind.ACTION
+        if isinstance(row.record, StepRan)
     )

@@ -12,6 +12,7 @@ from supervisor.clock import utcnow
 from supervisor.config import FleetConfig
 from supervisor.durations import format_duration
 from supervisor.store import IncidentRow, TimelineRow
+from supervisor.timeline import Transition
 
 
 def incident_doc(row: IncidentRow) -> dict[str, Any]:
@@ -25,6 +26,8 @@ def incident_doc(row: IncidentRow) -> dict[str, Any]:
         "closed_at": iso(row.closed_at),
         "duration_s": None if duration is None else round(duration.total_seconds(), 3),
         "cause": row.cause,
+        "symptom": row.symptom,
+        "diagnosis": row.diagnosis or None,
         "resolution": row.resolution,
         "state": row.last_state,
         "entries": row.entries,
@@ -36,6 +39,8 @@ def entry_doc(row: TimelineRow) -> dict[str, Any]:
         "id": row.id,
         "at": iso(row.at),
         "kind": row.kind.value,
+        "type": row.record.tag,
+        "version": row.record.version,
         "subject": row.subject,
         "summary": row.summary,
         "data": dict(row.data),
@@ -95,13 +100,13 @@ def main_timeline(args: argparse.Namespace) -> int:
 def entry_lines(row: TimelineRow) -> list[str]:
     """One timeline entry for people: its summary, then the probes that caused it, if any."""
     lines = [f"  {when(row.at)}  {row.kind.value:<12} {row.summary}"]
-    probes = row.data.get("probes")
-    if isinstance(probes, list):
-        for probe in probes:
-            if isinstance(probe, dict):
-                at = str(probe.get("at", ""))[11:19]
-                what = f"{probe.get('tier')} {probe.get('check')}: {probe.get('reason')}"
-                lines.append(f"{'':26}{at} {what}")
+    if row.type != Transition.TAG:  # decode only what may carry probes
+        return lines
+    record = row.record
+    if isinstance(record, Transition):
+        for probe in record.probes or ():
+            what = f"{probe.tier} {probe.check}: {probe.reason}"
+            lines.append(f"{'':26}{probe.at.strftime('%H:%M:%S')} {what}")
     return lines
 
 

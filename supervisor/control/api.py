@@ -257,7 +257,7 @@ class ControlApi:
         if incident is None:
             text = entries.no_incident_text(incident_id)
             return await self._refused("ack", target, actor, why, Code.NOT_FOUND, text)
-        entry = entries.ack_entry(incident.subject, self._clock.now(), actor)
+        entry = entries.ack_entry(incident.subject, self._clock.now(), actor, why=why)
         worker = self._workers.get(incident.subject)
         if worker is not None:
             await worker.record(entry, incident_id=incident_id)

@@ -1,5 +1,4 @@
-"""Every text and timeline entry the control API writes, in one place (so they can become typed
-records: Silenced, Unsilenced, Paused, Resumed, Acked, with who, why, until and the matcher).
+"""Every text and timeline record the control API writes, in one place.
 
 Silence and unsilence reach an endpoint's incident as the worker's transitions (their notes are
 built here); pause, resume and ack are notes appended to the open incidents they concern. Every
@@ -13,7 +12,8 @@ from datetime import datetime
 
 from supervisor.control.model import Actor
 from supervisor.durations import format_duration
-from supervisor.store import EntryKind, JSONValue, TimelineEntry
+from supervisor.store import TimelineEntry
+from supervisor.timeline import Acked, Paused, Record, Resumed
 
 
 def _names(subjects: Sequence[str]) -> str:
@@ -126,23 +126,19 @@ RESTARTS_NOT_AVAILABLE = "restarts are not available here"
 PAUSE_NOT_AVAILABLE = "automatic action is not available here"
 
 
-def note(
-    kind: EntryKind, subject: str, at: datetime, summary: str, data: dict[str, JSONValue]
-) -> TimelineEntry:
-    return TimelineEntry(kind=kind, at=at, subject=subject, summary=summary, data=data)
-
-
 def pause_entry(
     subject: str, at: datetime, actor: Actor, *, paused: bool, scope: str, why: str
 ) -> TimelineEntry:
     """A pause or resume, in an open incident it concerns."""
-    verb = "paused" if paused else "resumed"
-    where = "fleet-wide" if scope == "*" else f"on {scope}"
-    summary = f"automatic action {verb} {where} by {actor}{_why(why)}"
-    data: dict[str, JSONValue] = {"scope": scope, "who": actor.who, "via": actor.via.value}
-    return note(EntryKind.DECISION, subject, at, summary, data | {"why": why})
+    endpoint = None if scope == "*" else scope
+    record: Record = (
+        Paused(who=str(actor), why=why, endpoint=endpoint)
+        if paused
+        else Resumed(who=str(actor), why=why, endpoint=endpoint)
+    )
+    return TimelineEntry(at=at, subject=subject, record=record)
 
 
-def ack_entry(subject: str, at: datetime, actor: Actor) -> TimelineEntry:
-    summary = f"acknowledged by {actor}: no more reminders"
-    return note(EntryKind.NOTE, subject, at, summary, {"who": actor.who, "via": actor.via.value})
+def ack_entry(subject: str, at: datetime, actor: Actor, *, why: str = "") -> TimelineEntry:
+    record = Acked(who=actor.who, via=actor.via.value, why=why)
+    return TimelineEntry(at=at, subject=subject, record=record)

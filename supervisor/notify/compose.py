@@ -14,19 +14,15 @@ person must act on (an escalation) is told from them, once per rule, in the host
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from supervisor.notify import texts
-from supervisor.store import EntryKind, IncidentRow, JSONValue, SubjectKind, TimelineRow
+from supervisor.store import IncidentRow, JSONValue, SubjectKind, TimelineRow
 from supervisor.store.outbox import Draft
+from supervisor.timeline import Decision, Diagnosis, Escalation, StepRan, Transition, Verification
 
-_TRANSITION = re.compile(r"^(?:host )?(\S+) -> (\S+): (.*)$", re.DOTALL)
-_APPLYING = re.compile(r"^applying (\S+) ")
-_RESTART_BY = re.compile(r"^restarted by (.+)$", re.DOTALL)
-_STEP = re.compile(r"^step \d+ ")
 _PROBLEMS = ("down", "degraded")
 _SEEN_MAX = 50
 
@@ -102,31 +98,36 @@ Result = tuple[list[Draft], Memory]
 
 def compose(row: TimelineRow, incident: IncidentRow, memory: Memory, settings: Settings) -> Result:
     """The drafts one timeline row gives (often none) and the incident's new memory."""
+    record = row.record
     if row.subject != incident.subject:
         return _in_host(row, incident, memory)
-    if row.kind is EntryKind.TRANSITION:
-        return _transition(row, incident, memory, settings)
+    if isinstance(record, Transition):
+        return _transition(row, record, incident, memory, settings)
     name = incident.subject
-    if row.kind is EntryKind.ACTION:
-        return [], _step(row, memory)
-    if row.kind is EntryKind.DIAGNOSIS:
-        return _once(memory, "diagnosis", row.summary, texts.diagnosis(name, row.summary), incident)
-    if row.kind is EntryKind.DECISION and row.summary.startswith("dry run: would"):
-        return _once(memory, "plan", row.summary, texts.plan(name, row.summary), incident)
-    if row.kind is EntryKind.VERIFICATION:
-        ok = row.summary.startswith("verified")
-        text = texts.repair_result(name, ok, row.summary)
-        return _once(memory, "repair", row.summary, text, incident)
+    if isinstance(record, StepRan):
+        return [], _step(record, memory)
+    line = record.summary
+    if isinstance(record, Diagnosis):
+        return _once(memory, "diagnosis", line, texts.diagnosis(name, line), incident)
+    if _is_plan(record):
+        return _once(memory, "plan", line, texts.plan(name, line), incident)
+    if isinstance(record, Verification):
+        text = texts.repair_result(name, record.ok, line)
+        return _once(memory, "repair", line, text, incident)
     return [], memory
 
 
+def _is_plan(record: object) -> bool:
+    """A dry run's account of what it would do (a repair, or an escalation)."""
+    if isinstance(record, Escalation):
+        return record.dry_run
+    return isinstance(record, Decision) and record.is_plan
+
+
 def _transition(
-    row: TimelineRow, incident: IncidentRow, memory: Memory, settings: Settings
+    row: TimelineRow, record: Transition, incident: IncidentRow, memory: Memory, settings: Settings
 ) -> Result:
-    match = _TRANSITION.match(row.summary)
-    if match is None:
-        return [], memory
-    source, dest, note = match.groups()
+    source, dest, note = record.source, record.dest, record.note
     name = incident.subject
     if incident.subject_kind is SubjectKind.HOST:
         if dest == "unreachable":
@@ -136,41 +137,40 @@ def _transition(
         if dest == "reachable":
             return _resolve(row, memory, texts.host_resolved(name, row.at - incident.opened_at))
         return [], memory
-    trigger = row.data.get("trigger")
+    trigger = record.trigger
     if dest == "healthy":
         fixed_by = memory.fixed_by if source in ("verifying", "starting") else ""
         memory = replace(memory, repair="", steps=(), fixed_by="")
         took = row.at - incident.opened_at
-        text = texts.resolved(name, took, _how(row), fixed_by, memory.downs)
+        text = texts.resolved(name, took, _how(record), fixed_by, memory.downs)
         return _resolve(row, memory, text)
-    memory = _attempt(_text(trigger), note, memory)
-    if dest in _PROBLEMS and "probes" in row.data:
-        text = texts.opened(name, dest, _symptom(row, incident), incident.id)
+    memory = _attempt(record, memory)
+    if dest in _PROBLEMS and record.opens:
+        text = texts.opened(name, dest, _symptom(record, incident), incident.id)
         return _problem(row, incident, memory, settings, text)
     if trigger == "remediate":
         return _once(memory, "repairing", note, texts.repairing(name, note), incident)
     if trigger == "escalate":
-        why = _text(row.data.get("why")) or note
+        why = record.why or note
         memory = replace(
             memory, escalated_at=row.at, why=why, reminded_at=None, acked_by="", closed=False
         )
-        text = texts.escalated(name, why, _text(row.data.get("runbook")), incident.id)
+        text = texts.escalated(name, why, record.runbook or "", incident.id)
         return _once(memory, "escalated", why, text, incident)
     return [], memory
 
 
-def _attempt(trigger: str, note: str, memory: Memory) -> Memory:
+def _attempt(record: Transition, memory: Memory) -> Memory:
     """Follow a repair through its transitions: which rule started it, whether its steps passed
     (`verify`), or a person's restart; any other move (verification ran out, an escalation, a
     restart nobody here asked for) means nothing we did is under way."""
+    trigger = record.trigger
     if trigger == "remediate":
-        rule = _APPLYING.match(note)
-        return replace(memory, repair=rule[1] if rule else note, steps=(), fixed_by="")
+        return replace(memory, repair=record.rule or record.note, steps=(), fixed_by="")
     if trigger == "verify":
         return replace(memory, fixed_by=_did(memory.repair, memory.steps), repair="", steps=())
-    person = _RESTART_BY.match(note)
-    if trigger == "restarted" and person is not None:
-        fixed_by = _did(f"/restart by {person[1]}", memory.steps)
+    if trigger == "restarted" and record.actor:
+        fixed_by = _did(f"/restart by {record.actor}", memory.steps)
         return replace(memory, fixed_by=fixed_by, repair="", steps=())
     if memory.repair or memory.steps or memory.fixed_by:
         return replace(memory, repair="", steps=(), fixed_by="")
@@ -182,13 +182,11 @@ def _did(what: str, steps: tuple[str, ...]) -> str:
     return f"{what} ({'; '.join(steps)})" if what and steps else ""
 
 
-def _step(row: TimelineRow, memory: Memory) -> Memory:
-    """A step that passed (`step 2 restart_units on ds4: ok: ...`), kept for "fixed by"."""
-    action, target = _text(row.data.get("action")), _text(row.data.get("target"))
-    done = f"{action} on {target}"
-    head = _STEP.sub("", row.summary, count=1)
-    if not action or row.data.get("ok") is not True or not head.startswith(f"{done}: ok: "):
+def _step(record: StepRan, memory: Memory) -> Memory:
+    """A step that passed, kept for "fixed by" as `restart_units on ds4`."""
+    if not record.done:
         return memory  # a failed or only planned (dry run) step
+    done = f"{record.action} on {record.target}"
     return replace(memory, steps=(*memory.steps, done)[-_SEEN_MAX:])
 
 
@@ -196,14 +194,14 @@ def _in_host(row: TimelineRow, incident: IncidentRow, memory: Memory) -> Result:
     """An endpoint's entry in its host's incident: the host's messages speak for its endpoints,
     except for what a person must do. An escalation is told in the host's thread, once per rule
     (every endpoint of a frozen host asks for the same power-cycle)."""
-    if incident.subject_kind is not SubjectKind.HOST or row.kind is not EntryKind.TRANSITION:
+    record = row.record
+    if incident.subject_kind is not SubjectKind.HOST or not isinstance(record, Transition):
         return [], memory
-    match = _TRANSITION.match(row.summary)
-    if match is None or row.data.get("trigger") != "escalate":
+    if record.trigger != "escalate":
         return [], memory
-    why = _text(row.data.get("why")) or match[3]
-    rule = _text(row.data.get("rule"))
-    runbook = _text(row.data.get("runbook"))
+    why = record.why or record.note
+    rule = record.rule or ""
+    runbook = record.runbook or ""
     text = texts.escalated(row.subject, why, runbook, incident.id, host=incident.subject)
     drafts, after = _once(memory, "escalated", rule or why, text, incident)
     if not drafts:
@@ -267,25 +265,19 @@ def _once(memory: Memory, kind: str, key: str, text: str, incident: IncidentRow)
     return [Draft(kind=kind, text=text, incident_id=incident.id)], memory
 
 
-def _text(value: JSONValue | None) -> str:
-    return value if isinstance(value, str) else ""
+def _symptom(record: Transition, incident: IncidentRow) -> str:
+    if record.probe is not None and record.probe.reason:
+        return record.probe.reason
+    return incident.symptom
 
 
-def _symptom(row: TimelineRow, incident: IncidentRow) -> str:
-    probe = row.data.get("probe")
-    if isinstance(probe, dict) and isinstance(probe.get("reason"), str) and probe["reason"]:
-        return str(probe["reason"])
-    return incident.cause
-
-
-def _how(row: TimelineRow) -> str:
-    probe = row.data.get("probe")
-    if not isinstance(probe, dict):
+def _how(record: Transition) -> str:
+    probe = record.probe
+    if probe is None:
         return "it passes its checks again"
     figures = []
-    if isinstance(probe.get("ttft_s"), int | float):
-        figures.append(f"ttft {probe['ttft_s']}s")
-    if isinstance(probe.get("tok_s"), int | float):
-        figures.append(f"{probe['tok_s']} tok/s")
-    what = probe.get("check", "check")
-    return f"{what} passed" + (f" ({', '.join(figures)})" if figures else "")
+    if probe.ttft_s is not None:
+        figures.append(f"ttft {probe.ttft_s}s")
+    if probe.tok_s is not None:
+        figures.append(f"{probe.tok_s} tok/s")
+    return f"{probe.check} passed" + (f" ({', '.join(figures)})" if figures else "")

@@ -18,8 +18,9 @@ from supervisor.aio import wait_event
 from supervisor.clock import Clock
 from supervisor.notify.texts import split
 from supervisor.notify.timing import Pacing
-from supervisor.store import EntryKind, Store, TimelineEntry
+from supervisor.store import Store, TimelineEntry
 from supervisor.store.outbox import OutboxRow, OutboxStore
+from supervisor.timeline import Notification
 
 log = structlog.get_logger("supervisor.notify")
 
@@ -129,11 +130,8 @@ class Sender:
     async def _record(self, row: OutboxRow) -> None:
         if row.incident_id is None:
             return
-        entry = TimelineEntry(
-            kind=EntryKind.NOTIFICATION,
-            at=self._clock.now(),
-            subject="telegram",
-            summary=f"telegram: {row.kind} message sent to chat {row.chat_id}",
-            data={"outbox_id": row.id, "chat_id": row.chat_id, "kind": row.kind},
+        record = Notification(
+            channel="telegram", message=row.kind, chat_id=row.chat_id, outbox_id=row.id
         )
+        entry = TimelineEntry(at=self._clock.now(), subject="telegram", record=record)
         await self._store.append(row.incident_id, entry)

@@ -26,11 +26,19 @@ from supervisor.remediation.diagnosis import DiagnosisService
 from supervisor.remediation.guards import HostLocks
 from supervisor.remediation.steps import StepRun, run_steps
 from supervisor.remediation.verify import answers_degraded, verify
-from supervisor.store import EntryKind, Store
+from supervisor.store import Store
+from supervisor.timeline import (
+    AttemptFinished,
+    AttemptStarted,
+    Decision,
+    Outcome,
+    Record,
+    Verification,
+)
 from supervisor.worker import EndpointWorker
 
 Scopes = Sequence[tuple[Any, Facts]]
-Note = Callable[[EndpointWorker, EntryKind, str, "int | None"], Awaitable[None]]
+Note = Callable[[EndpointWorker, Record, "int | None"], Awaitable[None]]
 Escalate = Callable[[EndpointWorker, str, "Rule | None"], Awaitable[None]]
 
 
@@ -72,6 +80,12 @@ class Attempt:
     begin: str  #: the note of the `enter` transition
     proven: str  #: the note of the `proven_by` transition
     within: timedelta  #: how long the verification may take
+    actor: str | None = None  #: the person who asked (a restart); None for a rule's repair
+
+    @property
+    def data(self) -> dict[str, str]:
+        """What the attempt's transitions carry: the person who asked, else the rule."""
+        return {"actor": self.actor} if self.actor else {"rule": self.rule.id}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,17 +130,19 @@ class AttemptRunner:
         hosts = worker.endpoint.hosts()
         busy = self.locks.busy(hosts)
         if busy:
-            held = ", ".join(f"{h} (by {who})" for h, who in busy.items())
-            await self._note(
-                worker, EntryKind.DECISION, f"waiting for hosts busy with a repair: {held}", None
-            )
+            await self._note(worker, Decision(outcome=Outcome.HOSTS_BUSY, holders=busy), None)
         async with self.locks.hold(hosts, worker.name):
-            if route.enter is not None and await worker.apply(route.enter, attempt.begin) is None:
+            entered = route.enter is None or await worker.apply(
+                route.enter, attempt.begin, data=attempt.data
+            )
+            if not entered:
                 return Stopped(why="")
             incident = worker.incident_id
             attempt_id = await self.store.start_attempt(
                 endpoint=worker.name, rule_id=rule.id, incident_id=incident, at=self.clock.now()
             )
+            started = AttemptStarted(attempt=attempt_id, rule=rule.id, actor=attempt.actor)
+            await self._note(worker, started, incident)
 
             async def record(run: StepRun) -> None:
                 entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=False)
@@ -148,10 +164,12 @@ class AttemptRunner:
             if not result.ok:
                 outcome = f"failed: {result.stopped}"
                 await self.store.finish_attempt(attempt_id, at=self.clock.now(), outcome=outcome)
+                finished = AttemptFinished(attempt=attempt_id, rule=rule.id, outcome=outcome)
+                await self._note(worker, finished, incident)
                 if route.escalate_failed_steps:
                     await self._escalate(worker, result.needs_person or result.stopped, rule)
                 return Stopped(why=result.stopped)
-            await worker.apply(route.proven_by, attempt.proven)
+            await worker.apply(route.proven_by, attempt.proven, data=attempt.data)
         return Acted(attempt_id=attempt_id, incident=incident)
 
     async def prove(
@@ -166,11 +184,19 @@ class AttemptRunner:
         outcome = "healed" if verified else f"not verified within {format_duration(within)}"
         await self.store.finish_attempt(acted.attempt_id, at=self.clock.now(), outcome=outcome)
         incident = acted.incident
+        finished = AttemptFinished(attempt=acted.attempt_id, rule=rule.id, outcome=outcome)
+        await self._note(worker, finished, incident)
+        figures = (worker.last_ttft_s, worker.last_tok_s) if verified else (None, None)
+        check = Verification(
+            rule=rule.id,
+            ok=verified,
+            within_s=within.total_seconds(),
+            ttft_s=figures[0],
+            tok_s=figures[1],
+        )
+        await self._note(worker, check, incident)
         if verified:
-            summary = f"verified: {rule.id} healed it"
-            await self._note(worker, EntryKind.VERIFICATION, summary, incident)
             return False
-        await self._note(worker, EntryKind.VERIFICATION, f"{rule.id}: {outcome}", incident)
         if attempt.route.waiting is not State.VERIFYING:
             return False  # a restart's startup grace ends by itself; the probes judge after it
         degraded = answers_degraded(worker, began)

@@ -93,6 +93,7 @@ def attempt(worker: EndpointWorker, config: FleetConfig, *, who: str) -> Attempt
         begin="",
         proven=f"restarted by {who}",
         within=max(worker.endpoint.startup_grace, VERIFY_AT_LEAST),
+        actor=who,
     )
 
 

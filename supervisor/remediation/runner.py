@@ -38,7 +38,8 @@ from supervisor.remediation.diagnosis import DiagnosisService, Prober
 from supervisor.remediation.guards import HostLocks, check_budget
 from supervisor.remediation.rulefacts import ask_text, runbook_head, scopes_of
 from supervisor.remediation.steps import StepRun
-from supervisor.store import EntryKind, Store
+from supervisor.store import Store
+from supervisor.timeline import Decision, Escalation, Note, Outcome, Record
 from supervisor.worker import EndpointWorker
 from supervisor.worker_commands import WorkerStopped
 
@@ -155,12 +156,14 @@ class Remediator:
             repairing=self.running(worker.name),
         )
         if why:
-            await self.note(worker, EntryKind.DECISION, f"restart by {who} refused: {why}")
+            await self.note(worker, Decision(outcome=Outcome.RESTART_REFUSED, actor=who, why=why))
             return asked.Answer(ok=False, text=f"not restarting {worker.name}: {why}")
         attempt = asked.attempt(worker, self.config, who=who)
         if self.dry_run:
             plan = await self.plan(worker, attempt.rule, attempt.matched, attempt.scopes)
-            await self.note(worker, EntryKind.DECISION, f"dry run: restart by {who}: {plan}")
+            await self.note(
+                worker, Decision(outcome=Outcome.RESTART_PLAN, actor=who, plan=tuple(plan))
+            )
             text = f"dry run: would restart {worker.name}: " + "; ".join(plan)
             return asked.Answer(ok=True, text=text)
         if self._stopped:
@@ -186,7 +189,7 @@ class Remediator:
         acted = await self.attempts.act(worker, attempt)
         if not isinstance(acted, Acted):
             why = acted.why or f"it is {worker.state} now"
-            await self.note(worker, EntryKind.DECISION, f"restart by {who} failed: {why}")
+            await self.note(worker, Decision(outcome=Outcome.RESTART_FAILED, actor=who, why=why))
             answered.set_result(
                 asked.Answer(ok=False, text=f"restart of {worker.name} failed: {why}")
             )
@@ -205,23 +208,24 @@ class Remediator:
             log.info("repair ended: the endpoint's worker stopped", endpoint=worker.name)
         except Exception as exc:  # a broken repair is recorded, never fatal
             log.exception("repair runner failed", endpoint=worker.name)
-            await self.note(worker, EntryKind.NOTE, f"repair runner failed: {exc!r}")
+            await self.note(worker, Note(text=f"repair runner failed: {exc!r}"))
 
     async def note(
-        self, worker: EndpointWorker, kind: EntryKind, summary: str, incident: int | None = None
+        self, worker: EndpointWorker, record: Record, incident: int | None = None
     ) -> None:
-        entry = records.note(kind, worker.name, self.clock.now(), summary)
+        entry = records.entry(record, worker.name, self.clock.now())
         await worker.record(entry, incident_id=incident)
 
     async def handle(self, worker: EndpointWorker) -> None:
         while worker.state in _ACTIONABLE:
             paused = self.paused(worker.name)
             if paused:
-                await self.note(worker, EntryKind.DECISION, f"{paused}: not acting")
+                await self.note(worker, Decision(outcome=Outcome.PAUSED, why=paused))
                 return
             diagnosis = await self._diagnose(worker)
             if worker.state not in _ACTIONABLE:
-                await self.note(worker, EntryKind.DECISION, f"now {worker.state}: not acting")
+                moved_on = Decision(outcome=Outcome.MOVED_ON, state=worker.state.value)
+                await self.note(worker, moved_on)
                 return
             if diagnosis.matched is None:
                 await self._escalate(worker, "no rule matched: a person must look", None)
@@ -277,8 +281,10 @@ class Remediator:
             return False
         if self.dry_run:
             plan = await self.plan(worker, rule, matched, scopes)
-            summary = f"dry run: would apply {rule.id} ({spend.note}): " + "; ".join(plan)
-            await self.note(worker, EntryKind.DECISION, summary)
+            decision = Decision(
+                outcome=Outcome.DRY_RUN_PLAN, rule=rule.id, budget=spend.note, plan=tuple(plan)
+            )
+            await self.note(worker, decision)
             return False
         within = rule.verify.within or worker.endpoint.startup_grace
         attempt = Attempt(
@@ -320,11 +326,15 @@ class Remediator:
 
     async def _escalate(self, worker: EndpointWorker, why: str, rule: Rule | None) -> None:
         head = runbook_head(self._playbook(), rule)
-        note = why + (f" (runbook: {rule.runbook})" if rule and rule.runbook else "")
+        escalation = Escalation(
+            why=why,
+            rule=rule.id if rule else None,
+            runbook=rule.runbook if rule and rule.runbook else None,
+            dry_run=self.dry_run,
+        )
+        await self.note(worker, escalation)
         if self.dry_run:
-            await self.note(worker, EntryKind.DECISION, f"dry run: would escalate: {note}")
             return
-        await self.note(worker, EntryKind.DECISION, f"escalated: {note}")
         data = {"why": why, "rule": rule.id if rule else "", "runbook": head}
         await worker.apply(Trigger.ESCALATE, f"a person is needed: {why}", data=data)
         log.warning("escalated", endpoint=worker.name, why=why)

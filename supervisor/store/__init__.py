@@ -3,7 +3,7 @@
 One SQLite file (WAL), written by the daemon and read beside it by the CLI.
 """
 
-from supervisor.store.errors import StoreError
+from supervisor.store.errors import StoreError, StoreRefusedError
 from supervisor.store.records import (
     AttemptRow,
     EntryKind,
@@ -26,6 +26,7 @@ __all__ = [
     "Snapshot",
     "Store",
     "StoreError",
+    "StoreRefusedError",
     "SubjectKind",
     "TimelineEntry",
     "TimelineRow",

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from supervisor.store import schema
 from supervisor.store.errors import StoreError
+from supervisor.store.migrate import migrate
 
 BUSY_TIMEOUT_MS = 5000
 _BEGIN = "fleet_supervisor_begin"
@@ -72,7 +73,11 @@ async def open_engine(path: Path, *, create: bool) -> AsyncEngine:
     engine = make_engine(path)
     try:
         async with transaction(engine, write=create) as conn:
-            await _check_or_create(conn, path, create=create)
+            older = await _check_or_create(conn, path, create=create)
+        if older is not None:
+            async with transaction(engine, write=True) as conn:
+                if await _pragma(conn, "user_version") == older:  # nobody migrated it meanwhile
+                    await conn.run_sync(migrate, older, schema.SCHEMA_VERSION)
     except StoreError:
         await engine.dispose()
         raise
@@ -86,11 +91,15 @@ async def _pragma(conn: AsyncConnection, name: str) -> int:
     return int((await conn.exec_driver_sql(f"PRAGMA {name}")).scalar_one())
 
 
-async def _check_or_create(conn: AsyncConnection, path: Path, *, create: bool) -> None:
+async def _check_or_create(conn: AsyncConnection, path: Path, *, create: bool) -> int | None:
+    """Check the file's marks (creating the tables in an empty file); returns the version of an
+    older store that must be migrated, else None."""
     version = await _pragma(conn, "user_version")
     app_id = await _pragma(conn, "application_id")
     if app_id == schema.APPLICATION_ID and version == schema.SCHEMA_VERSION:
-        return
+        return None
+    if app_id == schema.APPLICATION_ID and 1 <= version < schema.SCHEMA_VERSION:
+        return version
     if app_id == schema.APPLICATION_ID and version > schema.SCHEMA_VERSION:
         raise StoreError(
             f"store {path} has schema version {version}, newer than this fleet-supervisor "
@@ -105,5 +114,5 @@ async def _check_or_create(conn: AsyncConnection, path: Path, *, create: bool) -
         await conn.run_sync(schema.create)
         await conn.exec_driver_sql(f"PRAGMA application_id = {schema.APPLICATION_ID}")
         await conn.exec_driver_sql(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
-        return
+        return None
     raise StoreError(f"store {path} is not a fleet-supervisor database (user_version {version})")

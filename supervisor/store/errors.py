@@ -10,3 +10,8 @@ class StoreError(Exception):
     ``cannot open store /x: unable to open database file``,
     ``store /x is not a fleet-supervisor database (user_version 0)``, ``no incident 42``.
     """
+
+
+class StoreRefusedError(StoreError):
+    """The file itself refused (locked by another process, read-only, disk full): worth a retry,
+    unlike e.g. ``no incident 42``."""

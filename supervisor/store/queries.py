@@ -9,7 +9,6 @@ from sqlalchemy import ColumnElement, Executable, RowMapping, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.store.records import (
-    EntryKind,
     IncidentRow,
     SampleRow,
     Snapshot,
@@ -17,6 +16,7 @@ from supervisor.store.records import (
     TimelineRow,
 )
 from supervisor.store.schema import incidents, samples, snapshots, timeline
+from supervisor.timeline import kind_of
 
 
 def to_snapshot(m: RowMapping) -> Snapshot:
@@ -44,7 +44,8 @@ def to_incident(m: RowMapping) -> IncidentRow:
         subject=m["subject"],
         opened_at=m["opened_at"],
         closed_at=m["closed_at"],
-        cause=m["cause"],
+        symptom=m["cause"],
+        diagnosis=m["diagnosis"] or "",
         resolution=m["resolution"],
         last_state=m["last_state"],
         entries=m["entries"],
@@ -56,9 +57,11 @@ def to_timeline_row(m: RowMapping) -> TimelineRow:
         id=m["id"],
         incident_id=m["incident_id"],
         at=m["at"],
-        kind=EntryKind(m["kind"]),
         subject=m["subject"],
+        kind=kind_of(m["kind"]),
         summary=m["summary"],
+        type=m["type"],
+        version=m["version"],
         data=m["data"],
     )
 

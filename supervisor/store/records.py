@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TypeAlias
+from functools import cached_property
 
-JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
-"""A value that survives a JSON round trip (timeline entry details)."""
+from supervisor.timeline import EntryKind, JSONValue, Record, decode, encode
+
+__all__ = ["EntryKind", "JSONValue"]
 
 
 class SubjectKind(StrEnum):
@@ -17,20 +18,6 @@ class SubjectKind(StrEnum):
 
     ENDPOINT = "endpoint"  #: a served thing (a vLLM, mlx_lm or Ollama endpoint, a health URL)
     HOST = "host"  #: a machine that runs endpoints
-
-
-class EntryKind(StrEnum):
-    """What one timeline entry records."""
-
-    TRANSITION = "transition"  #: the subject's state changed (e.g. healthy -> down)
-    PROBE = "probe"  #: a probe result worth keeping in the incident (the failing one, say)
-    DECISION = "decision"  #: what the engine chose to do or not to do, and why
-    EVIDENCE = "evidence"  #: something gathered before acting (command, exit code, output tail)
-    DIAGNOSIS = "diagnosis"  #: which playbook rule matched (or that none did)
-    ACTION = "action"  #: a remediation step that was run, with its outcome
-    VERIFICATION = "verification"  #: the check after an action (a real completion)
-    NOTIFICATION = "notification"  #: a message sent to a person (or that failed to send)
-    NOTE = "note"  #: anything a person or the daemon adds by hand (an ack, a comment)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,15 +39,33 @@ class Snapshot:
     updated_at: datetime
 
 
+class _Carries:
+    """What an entry and a row read from the record they carry."""
+
+    record: Record
+
+    @property
+    def kind(self) -> EntryKind:
+        return self.record.kind
+
+    @property
+    def summary(self) -> str:
+        """One plain line rendered from the record, e.g. `healthy -> down: connection refused`."""
+        return self.record.summary
+
+    @property
+    def data(self) -> Mapping[str, JSONValue]:
+        """The record's JSON payload (what `timeline --json` shows)."""
+        return encode(self.record)
+
+
 @dataclass(frozen=True, kw_only=True)
-class TimelineEntry:
+class TimelineEntry(_Carries):
     """One thing that happened, to be appended to an incident's timeline."""
 
-    kind: EntryKind
     at: datetime
     subject: str  #: endpoint or host name this entry is about
-    summary: str  #: one plain line, e.g. "healthy -> down: connection refused (3 probes)"
-    data: Mapping[str, JSONValue] = field(default_factory=dict)  #: details, stored as JSON
+    record: Record  #: what happened (`supervisor.timeline`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +77,8 @@ class IncidentRow:
     subject: str
     opened_at: datetime
     closed_at: datetime | None
-    cause: str  #: the symptom that opened it, e.g. "connection refused"
+    symptom: str  #: what opened it, e.g. "connection refused"
+    diagnosis: str = ""  #: the latest rule that matched, e.g. "stale-listener: old workers ..."
     resolution: str | None  #: how it closed, e.g. "completion passed (ttft 0.4s, 41.0 tok/s)"
     last_state: str  #: the subject's state at its latest transition inside it
     entries: int  #: number of timeline entries
@@ -89,18 +95,48 @@ class IncidentRow:
     def is_open(self) -> bool:
         return self.closed_at is None
 
+    @property
+    def cause(self) -> str:
+        """The diagnosis once a rule matched, the symptom before."""
+        return self.diagnosis or self.symptom
+
 
 @dataclass(frozen=True, kw_only=True)
 class TimelineRow:
-    """A stored timeline entry."""
+    """A stored timeline entry: its kind and summary as stored (the summary was rendered from the
+    record when it was written), its record decoded when first read (`supervisor.timeline.
+    Unknown` when this code cannot type it), so listing a long timeline decodes nothing."""
 
     id: int
     incident_id: int
     at: datetime
-    kind: EntryKind
     subject: str
+    kind: EntryKind
     summary: str
-    data: Mapping[str, JSONValue]
+    type: str  #: the record's tag
+    version: int  #: its payload's version
+    data: Mapping[str, JSONValue]  #: its payload
+
+    @cached_property
+    def record(self) -> Record:
+        return decode(self.type, self.version, self.data, kind=self.kind.value, text=self.summary)
+
+    @classmethod
+    def of(
+        cls, record: Record, *, id: int, incident_id: int, at: datetime, subject: str
+    ) -> TimelineRow:
+        """The row a record is stored as (tests, and readers that build rows themselves)."""
+        return cls(
+            id=id,
+            incident_id=incident_id,
+            at=at,
+            subject=subject,
+            kind=record.kind,
+            summary=record.summary,
+            type=record.tag,
+            version=record.version,
+            data=encode(record),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

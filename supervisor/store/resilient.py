@@ -25,19 +25,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from supervisor.events import ProbeResult
 from supervisor.store.engine import open_engine
-from supervisor.store.errors import StoreError
+from supervisor.store.errors import StoreError, StoreRefusedError
 from supervisor.store.records import Snapshot, TimelineEntry
 from supervisor.store.store import Store
 
 log = structlog.get_logger("supervisor.store")
 
-_REFUSED = ("cannot write to store", "cannot read store")
-"""How the Store words an error of the file itself (as opposed to e.g. 'no incident 42')."""
-
 
 def refused(err: StoreError) -> bool:
-    """Whether `err` is the file refusing (locked, read-only, disk full), worth a retry."""
-    return str(err).startswith(_REFUSED)
+    """Whether `err` is the file refusing (locked, read-only, disk full), worth a retry (as
+    opposed to e.g. 'no incident 42')."""
+    return isinstance(err, StoreRefusedError)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@
 - `snapshots`: the current state of each endpoint and host, one row per (kind, name).
 - `incidents`: at most one open per subject (a partial unique index); `entries` counts its
   timeline rows and is kept by a trigger, so listing incidents never counts the timeline.
-- `timeline`: append-only (triggers refuse UPDATE and DELETE).
+- `timeline`: append-only (triggers refuse UPDATE and DELETE). Each row holds a typed record
+  (`supervisor.timeline`): its `type` tag, its payload `version`, its JSON payload in `data`,
+  its coarse `kind` and the `summary` rendered when it was written (what a reader that cannot
+  type it shows).
 - `samples`: raw probe results, pruned by age.
 - `attempts`: one row per remediation attempt (the budget counts them; an unfinished row is a
   repair the daemon was stopped in the middle of).
@@ -25,7 +28,7 @@ from sqlalchemy import (
 
 from supervisor.store.coltypes import JSONData, UTCDateTime
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """`PRAGMA user_version` of a store this code reads and writes."""
 
 APPLICATION_ID = 0x46535550  # "FSUP"
@@ -43,7 +46,8 @@ incidents = Table(
     Column("subject", Text, nullable=False),
     Column("opened_at", UTCDateTime, nullable=False),
     Column("closed_at", UTCDateTime, nullable=True),
-    Column("cause", Text, nullable=False),
+    Column("cause", Text, nullable=False),  # the symptom that opened it
+    Column("diagnosis", Text, nullable=True),  # the latest matched rule, once there is one
     Column("resolution", Text, nullable=True),
     Column("last_state", Text, nullable=False),
     Column("entries", Integer, nullable=False, server_default="0"),
@@ -86,6 +90,8 @@ timeline = Table(
     Column("subject", Text, nullable=False),
     Column("summary", Text, nullable=False),
     Column("data", JSONData, nullable=False),
+    Column("type", Text, nullable=False, server_default=""),
+    Column("version", Integer, nullable=False, server_default="1"),
 )
 Index("ix_timeline_incident", timeline.c.incident_id, timeline.c.id)
 
@@ -182,9 +188,11 @@ notify_refusals = Table(
 
 NOTIFY_TABLES = (notify_cursor, outbox, notify_threads, notify_incidents, notify_refusals)
 
+NO_UPDATE = f"""CREATE TRIGGER timeline_no_update BEFORE UPDATE ON timeline
+    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END"""
+
 TRIGGERS = (
-    f"""CREATE TRIGGER timeline_no_update BEFORE UPDATE ON timeline
-    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END""",
+    NO_UPDATE,
     f"""CREATE TRIGGER timeline_no_delete BEFORE DELETE ON timeline
     BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END""",
     """CREATE TRIGGER timeline_count AFTER INSERT ON timeline

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from supervisor.events import ProbeResult
 from supervisor.store import queries
 from supervisor.store.engine import open_engine, reason, transaction
-from supervisor.store.errors import StoreError
+from supervisor.store.errors import StoreError, StoreRefusedError
 from supervisor.store.records import (
     AttemptRow,
     IncidentRow,
@@ -33,6 +33,7 @@ from supervisor.store.records import (
     TimelineRow,
 )
 from supervisor.store.schema import attempts, incidents, samples, snapshots, timeline
+from supervisor.timeline import Diagnosis, encode
 
 
 class Store:
@@ -75,7 +76,7 @@ class Store:
                 yield conn
         except StatementError as err:
             verb = "write to" if write else "read"
-            raise StoreError(f"cannot {verb} store {self.path}: {reason(err)}") from None
+            raise StoreRefusedError(f"cannot {verb} store {self.path}: {reason(err)}") from None
 
     def tx(self, *, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
         """One transaction for store add-ons (`supervisor.store.outbox`): same errors as ours."""
@@ -261,16 +262,25 @@ def _new_id(key: Any) -> int:
 
 
 async def _insert_entry(conn: AsyncConnection, incident_id: int, entry: TimelineEntry) -> int:
+    """Append the entry's record (tag, version, payload, rendered summary); a diagnosis that
+    matched a rule becomes its incident's `diagnosis` (what `cause` shows from then on)."""
+    record = entry.record
     result = await conn.execute(
         insert(timeline).values(
             incident_id=incident_id,
             at=entry.at,
-            kind=entry.kind.value,
+            kind=record.kind.value,
             subject=entry.subject,
-            summary=entry.summary,
-            data=entry.data,
+            summary=record.summary,
+            data=encode(record),
+            type=record.tag,
+            version=record.version,
         )
     )
+    if isinstance(record, Diagnosis) and record.cause:
+        await conn.execute(
+            update(incidents).where(incidents.c.id == incident_id).values(diagnosis=record.cause)
+        )
     return _new_id(result.inserted_primary_key)
 
 

@@ -1,0 +1,42 @@
+"""Values nested inside records: a probe result and a command that was run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeSample:
+    """One probe result as the timeline keeps it (figures rounded, `detail` kept)."""
+
+    at: datetime
+    tier: str  #: "liveness" or "deep"
+    check: str  #: "models", "completion", "health", ...
+    outcome: str  #: "ok", "fail", "degraded"
+    reason: str = ""
+    latency_s: float = 0.0
+    http_status: int | None = None
+    ttft_s: float | None = None
+    tok_s: float | None = None
+    tokens: int | None = None
+    detail: str | None = None
+
+    @property
+    def head(self) -> str:
+        """`deep completion fail: timed out after 1s`, `liveness models ok`."""
+        head = f"{self.tier} {self.check} {self.outcome}"
+        return f"{head}: {self.reason}" if self.reason else head
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandRun:
+    """One command run (or, in a dry run, only recorded) on a host, with its output's tail."""
+
+    host: str
+    command: str
+    exit_status: int | None
+    duration_s: float
+    error: str = ""
+    dry_run: bool = False
+    output_tail: str = ""

@@ -1,0 +1,61 @@
+"""What a subject's state did: a transition, and a probe inside an incident."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from supervisor.timeline.base import EntryKind, Record, register
+from supervisor.timeline.parts import ProbeSample
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Transition(Record):
+    """The subject moved from `source` to `dest` by `trigger` (an endpoint's machine trigger, or
+    `host_lost`/`host_back` for a host). `note` says why in plain words."""
+
+    TAG = "transition"
+    KIND = EntryKind.TRANSITION
+    source: str
+    dest: str
+    trigger: str
+    note: str
+    of_host: bool = False  #: a host's own reachability, not an endpoint's state
+    rule: str | None = None  #: the rule a repair or an escalation is about
+    actor: str | None = None  #: the person who caused it (a silence, a /restart)
+    probe: ProbeSample | None = None  #: the probe that caused it
+    probes: tuple[ProbeSample, ...] | None = None  #: when it opens an incident: the failed streak
+    host: str | None = None  #: the host lost or back, for an endpoint
+    why: str | None = None  #: an escalation's reason
+    runbook: str | None = None  #: an escalation's runbook head
+    until: datetime | None = None  #: a silence's end
+    reason: str | None = None  #: a restart's reason (what the event said)
+    failures: int | None = None  #: a host's failed checks in a row
+    extra: Mapping[str, str] = field(default_factory=dict)  #: anything else a producer added
+
+    @property
+    def summary(self) -> str:
+        head = f"host {self.source}" if self.of_host else self.source
+        return f"{head} -> {self.dest}: {self.note}"
+
+    @property
+    def opens(self) -> bool:
+        """It opened (or reopened) an incident: it carries the streak of failed probes."""
+        return self.probes is not None
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Probe(Record):
+    """A probe result inside an incident, kept when what it says changed."""
+
+    TAG = "probe"
+    KIND = EntryKind.PROBE
+    sample: ProbeSample
+    note: str  #: what the policy made of it, e.g. "1 of 3 failures"
+
+    @property
+    def summary(self) -> str:
+        return f"{self.sample.head} ({self.note})"

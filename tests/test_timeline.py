@@ -1,0 +1,429 @@
+"""The typed timeline records: every type survives the store's JSON round trip, renders the exact
+summary its producers wrote before records existed, and a reader never crashes on what it
+cannot type."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import supervisor
+from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.store.coltypes import dump_json
+from supervisor.timeline import (
+    REGISTRY,
+    Acked,
+    AttemptFinished,
+    AttemptStarted,
+    CommandRun,
+    Decision,
+    Diagnosis,
+    EntryKind,
+    Escalation,
+    Evidence,
+    Legacy,
+    Note,
+    Notification,
+    Outcome,
+    Paused,
+    Probe,
+    ProbeSample,
+    Record,
+    Resumed,
+    Silenced,
+    StepRan,
+    Transition,
+    Unknown,
+    Unsilenced,
+    Verification,
+    decode,
+    encode,
+)
+
+T0 = datetime(2026, 11, 23, 3, 0, 0, tzinfo=UTC)
+FAIL = ProbeSample(
+    at=T0, tier="liveness", check="health", outcome="fail", reason="connection refused"
+)
+OK = ProbeSample(
+    at=T0,
+    tier="deep",
+    check="completion",
+    outcome="ok",
+    latency_s=0.52,
+    http_status=200,
+    ttft_s=0.41,
+    tok_s=38.2,
+    tokens=12,
+    detail="The user asks for a small sum.",
+)
+KILL = CommandRun(
+    host="spark1",
+    command="pkill -KILL -f '^VLLM::Worker_TP0'",
+    exit_status=0,
+    duration_s=0.012,
+    output_tail="",
+)
+UNTIL = datetime(2026, 11, 23, 5, 0, 0, tzinfo=UTC)
+
+#: (record, kind, the summary it renders): one row per registered type, and a few variants.
+CASES: list[tuple[Record, EntryKind, str]] = [
+    (
+        Transition(
+            source="healthy",
+            dest="down",
+            trigger="confirm_down",
+            note="connection refused (2 failures and a failed re-probe)",
+            probe=FAIL,
+            probes=(FAIL, FAIL),
+        ),
+        EntryKind.TRANSITION,
+        "healthy -> down: connection refused (2 failures and a failed re-probe)",
+    ),
+    (
+        Transition(
+            source="reachable",
+            dest="unreachable",
+            trigger="host_lost",
+            note="ssh timed out",
+            of_host=True,
+            failures=3,
+        ),
+        EntryKind.TRANSITION,
+        "host reachable -> unreachable: ssh timed out",
+    ),
+    (
+        Transition(
+            source="healthy",
+            dest="maintenance",
+            trigger="silence",
+            note="silenced for 2h by @op",
+            actor="@op",
+            until=UNTIL,
+            extra={"ticket": "OPS-1"},
+        ),
+        EntryKind.TRANSITION,
+        "healthy -> maintenance: silenced for 2h by @op",
+    ),
+    (
+        Probe(sample=OK, note="liveness passed while verifying: real check now"),
+        EntryKind.PROBE,
+        "deep completion ok (liveness passed while verifying: real check now)",
+    ),
+    (
+        Evidence(
+            evidence_id="port",
+            collector="listeners",
+            scope="vllm-m.service@spark1",
+            facts={"count": 1, "commands": ["VLLM::Worker_TP0"], "pids": [41]},
+            commands=(KILL,),
+        ),
+        EntryKind.EVIDENCE,
+        "listeners (port) on vllm-m.service@spark1: 3 facts",
+    ),
+    (
+        Evidence(evidence_id="j", collector="journal", scope="ds4", error="ssh: timed out"),
+        EntryKind.EVIDENCE,
+        "journal (j) on ds4: ssh: timed out",
+    ),
+    (
+        Diagnosis(
+            endpoint="m",
+            state="down",
+            rule="stale-listener",
+            title="old vLLM workers hold the port",
+            scopes=("vllm-m.service@spark1",),
+            facts={"vllm-m.service@spark1": {"port.count": 1}},
+            lines=("rule stale-listener: matched",),
+        ),
+        EntryKind.DIAGNOSIS,
+        "m (down): stale-listener matched on vllm-m.service@spark1",
+    ),
+    (Diagnosis(endpoint="bad", state="down"), EntryKind.DIAGNOSIS, "bad (down): no rule matched"),
+    (
+        AttemptStarted(attempt=3, rule="stale-listener"),
+        EntryKind.ATTEMPT,
+        "attempt 3 (stale-listener) started",
+    ),
+    (
+        AttemptStarted(attempt=4, rule="manual-restart", actor="@op"),
+        EntryKind.ATTEMPT,
+        "attempt 4 (manual-restart) started by @op",
+    ),
+    (
+        AttemptFinished(attempt=3, rule="slow-fix", outcome="interrupted"),
+        EntryKind.ATTEMPT,
+        "attempt 3 (slow-fix) was interrupted: the daemon stopped while it ran; its steps are "
+        "not resumed",
+    ),
+    (
+        AttemptFinished(attempt=3, rule="r1", outcome="healed"),
+        EntryKind.ATTEMPT,
+        "attempt 3 (r1) finished: healed",
+    ),
+    (
+        StepRan(
+            index=0,
+            action="kill_processes",
+            target="spark1",
+            ok=True,
+            result="killed 1 process",
+            commands=(KILL,),
+        ),
+        EntryKind.ACTION,
+        "step 1 kill_processes on spark1: ok: killed 1 process",
+    ),
+    (
+        StepRan(index=1, action="restart_units", target="ds4", ok=False, result="exit 1"),
+        EntryKind.ACTION,
+        "step 2 restart_units on ds4: failed: exit 1",
+    ),
+    (
+        StepRan(index=0, action="shell", target="forge", ok=True, planned=True, result="dry run"),
+        EntryKind.ACTION,
+        "step 1 shell on forge: planned: dry run",
+    ),
+    (
+        Verification(rule="revive", ok=True, within_s=10, ttft_s=0.41, tok_s=38.2),
+        EntryKind.VERIFICATION,
+        "verified: revive healed it",
+    ),
+    (
+        Verification(rule="always", ok=False, within_s=0.3),
+        EntryKind.VERIFICATION,
+        "always: not verified within 300ms",
+    ),
+    (
+        Escalation(why="the server is not running", rule="revive", runbook="runbooks/revive.md"),
+        EntryKind.DECISION,
+        "escalated: the server is not running (runbook: runbooks/revive.md)",
+    ),
+    (
+        Escalation(why="no rule matched: a person must look", dry_run=True),
+        EntryKind.DECISION,
+        "dry run: would escalate: no rule matched: a person must look",
+    ),
+    (
+        Decision(outcome=Outcome.PAUSED),
+        EntryKind.DECISION,
+        "automatic action is paused: not acting",
+    ),
+    (
+        Decision(outcome=Outcome.MOVED_ON, state="healthy"),
+        EntryKind.DECISION,
+        "now healthy: not acting",
+    ),
+    (
+        Decision(outcome=Outcome.HOSTS_BUSY, holders={"spark1": "ds4", "spark2": "qwen"}),
+        EntryKind.DECISION,
+        "waiting for hosts busy with a repair: spark1 (by ds4), spark2 (by qwen)",
+    ),
+    (
+        Decision(
+            outcome=Outcome.DRY_RUN_PLAN,
+            rule="always",
+            budget="attempt 1 of 2 for always in 1h",
+            plan=("shell on forge: touch /tmp/never-written",),
+        ),
+        EntryKind.DECISION,
+        "dry run: would apply always (attempt 1 of 2 for always in 1h): "
+        "shell on forge: touch /tmp/never-written",
+    ),
+    (
+        Decision(outcome=Outcome.RESTART_REFUSED, actor="alice", why="a repair is running"),
+        EntryKind.DECISION,
+        "restart by alice refused: a repair is running",
+    ),
+    (
+        Decision(outcome=Outcome.RESTART_PLAN, actor="alice", plan=("restart_units on ds4",)),
+        EntryKind.DECISION,
+        "dry run: restart by alice: ['restart_units on ds4']",
+    ),
+    (
+        Decision(outcome=Outcome.RESTART_FAILED, actor="alice", why="step 1 failed"),
+        EntryKind.DECISION,
+        "restart by alice failed: step 1 failed",
+    ),
+    (
+        Silenced(who="@op", why="driver upgrade", until=UNTIL, endpoint="ds4"),
+        EntryKind.NOTE,
+        "silenced ds4 until 2026-11-23 05:00:00Z by @op: driver upgrade",
+    ),
+    (
+        Silenced(who="@op", until=UNTIL, matcher="host=spark1"),
+        EntryKind.NOTE,
+        "silenced host=spark1 until 2026-11-23 05:00:00Z by @op",
+    ),
+    (Unsilenced(who="@op", endpoint="ds4"), EntryKind.NOTE, "unsilenced ds4 by @op"),
+    (
+        Paused(who="@op", why="maintenance window"),
+        EntryKind.NOTE,
+        "automatic action paused by @op: maintenance window",
+    ),
+    (
+        Paused(who="@op", until=UNTIL, endpoint="ds4"),
+        EntryKind.NOTE,
+        "automatic action paused for ds4 until 2026-11-23 05:00:00Z by @op",
+    ),
+    (Resumed(who="@op"), EntryKind.NOTE, "automatic action resumed by @op"),
+    (
+        Acked(who="@op", via="Telegram"),
+        EntryKind.NOTE,
+        "acknowledged by @op on Telegram: no more reminders",
+    ),
+    (
+        Notification(channel="telegram", message="opened", chat_id=42, outbox_id=1),
+        EntryKind.NOTIFICATION,
+        "telegram: opened message sent to chat 42",
+    ),
+    (
+        Note(text="repair runner failed: RuntimeError('x')"),
+        EntryKind.NOTE,
+        "repair runner failed: RuntimeError('x')",
+    ),
+    (
+        Legacy(old_kind="decision", text="a sentence of 2025", data={"x": 1}),
+        EntryKind.DECISION,
+        "a sentence of 2025",
+    ),
+]
+
+
+def test_every_registered_type_is_in_the_table() -> None:
+    assert {record.tag for record, _, _ in CASES} == set(REGISTRY)
+
+
+@pytest.mark.parametrize(("record", "kind", "summary"), CASES, ids=lambda v: None)
+def test_round_trip_and_summary(record: Record, kind: EntryKind, summary: str) -> None:
+    stored = json.loads(dump_json(encode(record)))  # what the store writes and reads back
+    back = decode(record.tag, record.version, stored, kind=kind.value, text=summary)
+    assert back == record
+    assert (back.kind, back.summary) == (kind, summary)
+
+
+def test_a_payload_leaves_out_what_was_not_set() -> None:
+    assert encode(Transition(source="a", dest="b", trigger="t", note="n")) == {
+        "source": "a",
+        "dest": "b",
+        "trigger": "t",
+        "note": "n",
+        "of_host": False,
+        "extra": {},
+    }
+    assert encode(FAIL)["at"] == "2026-11-23T03:00:00+00:00"
+
+
+def test_a_payload_that_is_no_object_is_read_as_unknown() -> None:
+    record = decode("note", 1, ["not", "an", "object"], kind="mystery", text="?")  # type: ignore[arg-type]
+    assert isinstance(record, Unknown)
+    assert (record.problem, record.kind, record.payload) == (
+        "note: Note needs an object, got list",
+        EntryKind.NOTE,
+        {"payload": ["not", "an", "object"]},
+    )
+
+
+@pytest.mark.parametrize(
+    ("tag", "version", "payload", "problem"),
+    [
+        ("teleported", 1, {"to": "mars"}, "unknown type 'teleported'"),
+        ("transition", 2, {}, "transition version 2 is newer than this code reads (1)"),
+        ("note", 1, {}, "note: Note.__init__() missing 1 required keyword-only argument: 'text'"),
+        ("note", 1, {"text": 7}, "note: text: expected str, got 7"),
+        (
+            "probe",
+            1,
+            {"sample": [], "note": ""},
+            "probe: sample: ProbeSample needs an object, got list",
+        ),
+        ("decision", 1, {"outcome": "vanished"}, "decision: 'vanished' is not a valid Outcome"),
+        (
+            "probe",
+            1,
+            {"sample": {"at": "soon"}, "note": ""},
+            "probe: Invalid isoformat string: 'soon'",
+        ),
+    ],
+)
+def test_what_cannot_be_typed_is_read_as_unknown(
+    tag: str, version: int, payload: dict[str, object], problem: str
+) -> None:
+    record = decode(tag, version, payload, kind="decision", text="as it was stored")  # type: ignore[arg-type]
+    assert isinstance(record, Unknown)
+    assert (record.problem, record.kind, record.summary) == (
+        problem,
+        EntryKind.DECISION,
+        "as it was stored",
+    )
+    assert (record.tag, record.version, encode(record)) == (tag, version, payload)
+
+
+PACKAGE = Path(supervisor.__file__).parent
+#: The one place allowed to read the old sentences: the migration of schema-1 stores, once.
+MIGRATION = PACKAGE / "timeline" / "migrate.py"
+#: A summary (or a transition's note) taken apart, or tested for words.
+SENTENCE_READ = re.compile(
+    r"\.(summary|note)\)?\.(startswith|endswith|split|rsplit|partition|rpartition|removeprefix"
+    r"|removesuffix|find|index|count)\("
+    r"|\bin \w+(\.\w+)*\.(summary|note)\b"
+    r"|(?<![\w.])re\.\w+\([^)]*\b(summary|note)\b"
+)
+READS_TIMELINE = ("TimelineRow", "supervisor.timeline", ".timeline(")
+
+
+def _sources() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p != MIGRATION]
+
+
+def test_no_code_takes_a_timeline_sentence_apart() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+        for path in _sources()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if SENTENCE_READ.search(line)
+    ]
+    assert found == []
+
+
+def test_no_timeline_reader_uses_regular_expressions() -> None:
+    readers = [p for p in _sources() if any(m in p.read_text() for m in READS_TIMELINE)]
+    assert len(readers) > 10  # the composer, the lab report, the CLI, the bot, ...
+    assert [
+        str(p.relative_to(PACKAGE))
+        for p in readers
+        if re.search(r"^import re$|^from re import", p.read_text(), re.MULTILINE)
+    ] == []
+
+
+async def test_the_cause_is_the_symptom_until_a_rule_diagnoses_it(tmp_path: Path) -> None:
+    async with await Store.open(tmp_path / "s.db") as store:
+        down = Snapshot(kind=SubjectKind.ENDPOINT, name="m", state="down", since=T0, updated_at=T0)
+        opened = TimelineEntry(
+            at=T0,
+            subject="m",
+            record=Transition(source="healthy", dest="down", trigger="confirm_down", note="x"),
+        )
+        incident = await store.transition(
+            snapshot=down, entry=opened, open_cause="connection refused"
+        )
+        assert incident is not None
+        causes = []
+        for record in (
+            Diagnosis(endpoint="m", state="down"),
+            Diagnosis(endpoint="m", state="down", rule="revive", title="the server is not running"),
+            Diagnosis(endpoint="m", state="down"),  # a later miss keeps the last match
+            Diagnosis(endpoint="m", state="degraded", rule="slow", title="tok/s far under"),
+        ):
+            await store.append(incident, TimelineEntry(at=T0, subject="m", record=record))
+            row = await store.incident(incident)
+            assert row is not None
+            causes.append((row.symptom, row.cause))
+    assert causes == [
+        ("connection refused", "connection refused"),
+        ("connection refused", "revive: the server is not running"),
+        ("connection refused", "revive: the server is not running"),
+        ("connection refused", "slow: tok/s far under"),
+    ]
