@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from supervisor.control.model import Actor
+from supervisor.control.model import Actor, Via
 from supervisor.durations import format_duration
 from supervisor.store import TimelineEntry
 from supervisor.timeline import Acked, Paused, Record, Resumed
@@ -139,6 +139,9 @@ def pause_entry(
     return TimelineEntry(at=at, subject=subject, record=record)
 
 
+_VIA_NAME = {Via.TELEGRAM: "Telegram", Via.CLI: "the CLI", Via.HTTP: "HTTP"}
+
+
 def ack_entry(subject: str, at: datetime, actor: Actor, *, why: str = "") -> TimelineEntry:
-    record = Acked(who=actor.who, via=actor.via.value, why=why)
+    record = Acked(who=actor.who, via=_VIA_NAME[actor.via], why=why)
     return TimelineEntry(at=at, subject=subject, record=record)

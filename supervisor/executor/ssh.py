@@ -186,12 +186,14 @@ class SshExecutor:
             if not host.check_host_key and host.name not in self._warned:
                 self._warned.add(host.name)
                 log.warning("ssh host key checks are off", host=host.name)
-            link = _Link(host=host, conn=await self._connect(host))
+            link = _Link(host=host, conn=await self.open_connection(host))
             self._links[host.name] = link
             log.info("ssh connected", host=host.name, address=where(host), key=str(host.key))
             return link, True
 
-    async def _connect(self, host: Host) -> asyncssh.SSHClientConnection:
+    async def open_connection(self, host: Host) -> asyncssh.SSHClientConnection:
+        """A new connection to `host` (user, key, known_hosts, keepalives); raises
+        `_CommandError` with the reason."""
         user = host.user or _local_user()
         options: dict[str, object] = {"known_hosts": self._known_hosts(host)}
         if host.key is not None:
@@ -247,7 +249,7 @@ async def connect(
     """A new connection to `host`, opened exactly as the executor opens its own (user, key,
     known_hosts, keepalives; ~/.ssh/config is not read). Raises `SshConnectError`."""
     try:
-        return await SshExecutor(known_hosts_default)._connect(host)
+        return await SshExecutor(known_hosts_default).open_connection(host)
     except _CommandError as exc:
         raise SshConnectError(str(exc)) from None
 
