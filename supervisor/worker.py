@@ -70,8 +70,9 @@ class EndpointWorker:
         self._prober = prober
         self._host_check = host_check
         self._clock = clock
-        #: (priority, order, item): a lost host's news goes ahead of waiting probe ticks; the
-        #: commands wait their turn with the other events
+        #: (priority, order, item): a lost host's news goes first, then the commands (the repair
+        #: runner's and the control API's, in the order sent), then probe ticks and results: a
+        #: repair's records never wait behind probes of a frozen server
         self._queue: asyncio.PriorityQueue[tuple[int, int, Event | Command]] = (
             asyncio.PriorityQueue()
         )
@@ -179,7 +180,7 @@ class EndpointWorker:
         if self._stopped:
             raise WorkerStopped(f"the worker of {self.name} has stopped")
         self.idle.clear()
-        self._queue.put_nowait((_NORMAL, next(self._order), command))
+        self._queue.put_nowait((_COMMAND, next(self._order), command))
         return await reply
 
     async def apply(
@@ -445,8 +446,9 @@ class EndpointWorker:
 
 _T = TypeVar("_T")
 _URGENT = 0
+_COMMAND = 1
+_NORMAL = 2
 _COMMANDS = (Fire, Record, ProbeOnce)
-_NORMAL = 1
 
 
 def _answer(reply: asyncio.Future[_T], value: _T) -> None:
