@@ -9,12 +9,11 @@ a command's reply, never its internals.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -70,13 +69,14 @@ class EndpointWorker:
         self._prober = prober
         self._host_check = host_check
         self._clock = clock
-        #: (priority, order, item): a lost host's news goes first, then the commands (the repair
-        #: runner's and the control API's, in the order sent), then probe ticks and results: a
-        #: repair's records never wait behind probes of a frozen server
-        self._queue: asyncio.PriorityQueue[tuple[int, int, Event | Command]] = (
-            asyncio.PriorityQueue()
-        )
-        self._order = itertools.count()
+        #: what waits, served in this order: a lost host's news, then the commands (the repair
+        #: runner's and the control API's, in the order sent), then the other events (probe
+        #: ticks and results, hosts back, restarts). Commands are also served while a probe is
+        #: in flight: a repair's records never wait for the probe of a frozen server.
+        self._urgent: deque[Event] = deque()
+        self._commands: deque[Command] = deque()
+        self._events: deque[Event] = deque()
+        self._wake = asyncio.Event()
         self._pending: set[Tier] = set()
         self._inflight: asyncio.Future[ProbeResult] | None = None
         self._limits = Limits(
@@ -134,22 +134,23 @@ class EndpointWorker:
         A host found lost goes first, and a probe in flight is abandoned: against a frozen host it
         would only run into its timeout (and a re-probe into another) before the host's news.
         """
-        priority = _NORMAL
+        waiting = self._events
         if isinstance(event, ProbeTick):
             if event.tier in self._pending:
                 return
             self._pending.add(event.tier)
         elif isinstance(event, HostReachability) and not event.reachable:
-            priority = _URGENT
+            waiting = self._urgent
             if self._inflight is not None:
                 self._inflight.cancel()
         self.idle.clear()
-        self._queue.put_nowait((priority, next(self._order), event))
+        waiting.append(event)
+        self._wake.set()
 
     async def run(self) -> None:
         self._task = asyncio.current_task()
         while True:
-            _, _, item = await self._queue.get()
+            item = await self._next()
             try:
                 if isinstance(item, Stop):
                     self._stop()
@@ -161,15 +162,15 @@ class EndpointWorker:
                     if isinstance(item, _COMMANDS) and not item.reply.done():
                         item.reply.set_exception(exc)
             finally:
-                if self._queue.empty():
+                if not (self._urgent or self._commands or self._events):
                     self.idle.set()
 
     def _stop(self) -> None:
         """After Stop: commands still queued (or sent later) get WorkerStopped, never silence."""
         self._stopped = True
-        while not self._queue.empty():
-            _, _, item = self._queue.get_nowait()
-            if isinstance(item, _COMMANDS) and not item.reply.done():
+        while self._commands:
+            item = self._commands.popleft()
+            if not item.reply.done():
                 item.reply.set_exception(WorkerStopped(f"the worker of {self.name} has stopped"))
 
     # -- commands: how everything outside the worker reaches its state ---------------------
@@ -180,8 +181,42 @@ class EndpointWorker:
         if self._stopped:
             raise WorkerStopped(f"the worker of {self.name} has stopped")
         self.idle.clear()
-        self._queue.put_nowait((_COMMAND, next(self._order), command))
+        self._commands.append(command)
+        self._wake.set()
         return await reply
+
+    async def _next(self) -> Event | Command:
+        """The next item to handle: a lost host's news, a command, then the other events."""
+        while True:
+            for waiting in (self._urgent, self._commands, self._events):
+                if waiting:
+                    return waiting.popleft()
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _while_probing(self, probe: asyncio.Future[ProbeResult]) -> ProbeResult:
+        """The probe's result; the commands that arrive meanwhile are served in the meantime
+        (one at a time, in order, by this task: still the only writer)."""
+        while True:
+            while self._commands and not probe.done():
+                await self._serve(self._commands.popleft())
+            if probe.done():
+                return probe.result()
+            self._wake.clear()
+            woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
+            either: set[asyncio.Future[Any]] = {probe, woken}
+            try:
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+
+    async def _serve(self, command: Command) -> None:
+        try:
+            await self._command(command)
+        except Exception as exc:  # as in `run`: one bad command never ends the worker
+            self._log.exception("command failed", command=type(command).__name__)
+            if not command.reply.done():
+                command.reply.set_exception(exc)
 
     async def apply(
         self,
@@ -246,7 +281,7 @@ class EndpointWorker:
         probe = asyncio.ensure_future(self._prober(self.endpoint, tier))
         self._inflight = probe
         try:
-            result = await probe
+            result = await self._while_probing(probe)
         except asyncio.CancelledError:
             me = asyncio.current_task()
             if probe.cancelled() and me is not None and me.cancelling() == 0:
@@ -445,9 +480,6 @@ class EndpointWorker:
 
 
 _T = TypeVar("_T")
-_URGENT = 0
-_COMMAND = 1
-_NORMAL = 2
 _COMMANDS = (Fire, Record, ProbeOnce)
 
 
