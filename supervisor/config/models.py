@@ -221,6 +221,13 @@ class HttpConfig(_Frozen):
     listen: Text = Field(
         default="127.0.0.1:9464", description="HOST:PORT to listen on (loopback by default)"
     )
+    token_file: FilePath | None = Field(
+        default=None,
+        description="file holding the token the fleet page's actions need (none: read-only)",
+    )
+    loopback_actions: Flag = Field(
+        default=False, description="the page's actions need no token from loopback browsers"
+    )
 
 
 class Host(_Frozen):

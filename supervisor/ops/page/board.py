@@ -1,0 +1,88 @@
+"""The board's rows: every endpoint (state and since, last TTFT and tok/s, a sparkline of its
+stored samples, its open incident) and every host, from the live daemon and one samples query."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from supervisor.ops.page.reads import recent_samples
+from supervisor.ops.page.spark import sparkline
+from supervisor.ops.view import HostView
+from supervisor.store import SampleRow
+
+if TYPE_CHECKING:
+    from supervisor.daemon import Daemon
+
+#: states drawn red, amber or grey on the board (everything else is green)
+TONE = {
+    "down": "bad",
+    "escalated": "bad",
+    "remediating": "warn",
+    "verifying": "warn",
+    "degraded": "warn",
+    "starting": "warn",
+    "host_down": "bad",
+    "maintenance": "muted",
+    "unknown": "muted",
+    "unreachable": "bad",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointRow:
+    name: str
+    kind: str
+    host: str
+    state: str
+    since: datetime
+    reason: str
+    ttft_s: float | None
+    tok_s: float | None
+    incident_id: int | None
+    spark_tok: str  #: an inline SVG (safe markup built by `spark`)
+    spark_ttft: str
+
+    @property
+    def tone(self) -> str:
+        return TONE.get(self.state, "good")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Board:
+    at: datetime
+    endpoints: tuple[EndpointRow, ...]
+    hosts: tuple[HostView, ...]
+
+    def count(self, tone: str) -> int:
+        return sum(1 for e in self.endpoints if e.tone == tone)
+
+
+def _points(samples: Sequence[SampleRow], field: str) -> list[float]:
+    return [v for s in samples if (v := getattr(s, field)) is not None]
+
+
+async def board(daemon: Daemon, hosts: tuple[HostView, ...]) -> Board:
+    history = await recent_samples(daemon.store)
+    rows = []
+    for name, worker in list(daemon.workers.items()):
+        snap = worker.snapshot()
+        samples = history.get(name, [])
+        rows.append(
+            EndpointRow(
+                name=name,
+                kind=worker.endpoint.kind,
+                host=worker.endpoint.host or "-",
+                state=snap.state,
+                since=snap.since,
+                reason=snap.last_reason,
+                ttft_s=snap.last_ttft_s,
+                tok_s=snap.last_tok_s,
+                incident_id=snap.incident_id,
+                spark_tok=sparkline(_points(samples, "tok_s"), label=f"{name} tok/s"),
+                spark_ttft=sparkline(_points(samples, "ttft_s"), label=f"{name} TTFT"),
+            )
+        )
+    return Board(at=daemon.clock.now(), endpoints=tuple(rows), hosts=hosts)
