@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -167,16 +168,23 @@ async def _not_found(request: web.Request) -> web.Response:
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A broken page must not take the daemon down: a plain 500 with the reason, logged."""
+    """A broken page must not take the daemon down: a plain 500 with the reason, logged. Every
+    answer says how long the server took (`Server-Timing: app;dur=MS`: what bench/board.py
+    reads)."""
+    started = time.perf_counter()
     try:
-        return await handler(request)
+        response = await handler(request)
     except web.HTTPException:
         raise
     except (asyncio.CancelledError, ConnectionError):
         raise
     except Exception as exc:
         log.exception("http handler failed", path=request.path)
-        return text(500, f"internal error: {exc}")
+        response = text(500, f"internal error: {exc}")
+    if not response.prepared:
+        elapsed = (time.perf_counter() - started) * 1000
+        response.headers["Server-Timing"] = f"app;dur={elapsed:.2f}"
+    return response
 
 
 async def health_problem(daemon: Daemon) -> str:

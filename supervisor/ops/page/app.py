@@ -34,7 +34,7 @@ from supervisor.ops.page.items import item
 from supervisor.ops.page.peers import is_loopback
 from supervisor.ops.page.reads import latest_diagnoses
 from supervisor.ops.page.rules import rule_rows
-from supervisor.ops.view import gather
+from supervisor.ops.view import host_views
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
@@ -104,10 +104,9 @@ class Page:
         return response
 
     async def _board_context(self) -> dict[str, Any]:
-        view = await gather(self.daemon, self.started_at)
         journal = (await self.api.journal())[-10:][::-1] if self.api else []
         return {
-            "board": await board(self.daemon, view.hosts),
+            "board": await board(self.daemon, host_views(self.daemon)),
             "silences": await self.api.silences() if self.api else [],
             "pauses": self.api.pauses() if self.api else [],
             "journal": journal,

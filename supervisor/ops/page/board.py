@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from supervisor.ops.page.reads import recent_samples
@@ -16,12 +16,15 @@ from supervisor.store import SampleRow
 if TYPE_CHECKING:
     from supervisor.daemon import Daemon
 
-#: states drawn red, amber or grey on the board (everything else is green)
+SPARK_WINDOW = timedelta(hours=6)
+"""How far back the sparklines look."""
+
+#: states drawn red (not serving), amber or grey on the board (everything else is green)
 TONE = {
     "down": "bad",
     "escalated": "bad",
-    "remediating": "warn",
-    "verifying": "warn",
+    "remediating": "bad",
+    "verifying": "bad",
     "degraded": "warn",
     "starting": "warn",
     "host_down": "bad",
@@ -65,9 +68,11 @@ def _points(samples: Sequence[SampleRow], field: str) -> list[float]:
 
 
 async def board(daemon: Daemon, hosts: tuple[HostView, ...]) -> Board:
-    history = await recent_samples(daemon.store)
+    now = daemon.clock.now()
+    workers = list(daemon.workers.items())
+    history = await recent_samples(daemon.store, [n for n, _ in workers], since=now - SPARK_WINDOW)
     rows = []
-    for name, worker in list(daemon.workers.items()):
+    for name, worker in workers:
         snap = worker.snapshot()
         samples = history.get(name, [])
         rows.append(
@@ -85,4 +90,4 @@ async def board(daemon: Daemon, hosts: tuple[HostView, ...]) -> Board:
                 spark_ttft=sparkline(_points(samples, "ttft_s"), label=f"{name} TTFT"),
             )
         )
-    return Board(at=daemon.clock.now(), endpoints=tuple(rows), hosts=hosts)
+    return Board(at=now, endpoints=tuple(rows), hosts=hosts)
