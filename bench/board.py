@@ -26,6 +26,7 @@ from sqlalchemy import insert
 
 from bench.common import RESULTS, median, percentile, until, write_section
 from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from supervisor import logs
 from supervisor.app import Supervisor
 from supervisor.config import load_config
 from supervisor.machine import State
@@ -104,6 +105,7 @@ async def fill(path: Path, endpoints: int, now: datetime) -> int:
 
 
 async def bench(endpoints: int, runs: int, results: Path | None, every: str) -> None:
+    logs.silence()
     sims = [VllmSim(SimBehaviour(tok_s=0)) for _ in range(SIMS)]
     for sim in sims:
         await sim.start("127.0.0.1", 0)

@@ -217,7 +217,9 @@ class NotifyConfig(_Frozen):
 
 
 class HttpConfig(_Frozen):
-    enabled: Flag = Field(default=True, description="serve /metrics, /healthz and /status")
+    enabled: Flag = Field(
+        default=True, description="serve /metrics, /healthz, /status, the control API and the page"
+    )
     listen: Text = Field(
         default="127.0.0.1:9464", description="HOST:PORT to listen on (loopback by default)"
     )

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from supervisor.ops.page.reads import recent_samples
+from supervisor.ops.page.reads import Point, recent_points
 from supervisor.ops.page.spark import sparkline
 from supervisor.ops.view import HostView
-from supervisor.store import SampleRow
 
 if TYPE_CHECKING:
     from supervisor.daemon import Daemon
@@ -63,18 +62,22 @@ class Board:
         return sum(1 for e in self.endpoints if e.tone == tone)
 
 
-def _points(samples: Sequence[SampleRow], field: str) -> list[float]:
-    return [v for s in samples if (v := getattr(s, field)) is not None]
+def _tok(points: Sequence[Point]) -> list[float]:
+    return [p.tok_s for p in points if p.tok_s is not None]
+
+
+def _ttft(points: Sequence[Point]) -> list[float]:
+    return [p.ttft_s for p in points if p.ttft_s is not None]
 
 
 async def board(daemon: Daemon, hosts: tuple[HostView, ...]) -> Board:
     now = daemon.clock.now()
     workers = list(daemon.workers.items())
-    history = await recent_samples(daemon.store, [n for n, _ in workers], since=now - SPARK_WINDOW)
+    history = await recent_points(daemon.store, [n for n, _ in workers], since=now - SPARK_WINDOW)
     rows = []
     for name, worker in workers:
         snap = worker.snapshot()
-        samples = history.get(name, [])
+        points = history.get(name, [])
         rows.append(
             EndpointRow(
                 name=name,
@@ -86,8 +89,8 @@ async def board(daemon: Daemon, hosts: tuple[HostView, ...]) -> Board:
                 ttft_s=snap.last_ttft_s,
                 tok_s=snap.last_tok_s,
                 incident_id=snap.incident_id,
-                spark_tok=sparkline(_points(samples, "tok_s"), label=f"{name} tok/s"),
-                spark_ttft=sparkline(_points(samples, "ttft_s"), label=f"{name} TTFT"),
+                spark_tok=sparkline(_tok(points), label=f"{name} tok/s"),
+                spark_ttft=sparkline(_ttft(points), label=f"{name} TTFT"),
             )
         )
     return Board(at=now, endpoints=tuple(rows), hosts=hosts)
