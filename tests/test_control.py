@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from aiohttp.test_utils import make_mocked_request
 import pytest
 import yaml
+from aiohttp.test_utils import make_mocked_request
 
 from supervisor.app import Supervisor
 from supervisor.config import load_config

@@ -129,7 +129,7 @@ async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repai
     with chromium() as driver:
         await asyncio.to_thread(driver.get, fleet.url + "/")
         assert _state(driver, "llm") == ("healthy", "row-good")
-        wait_for(driver, lambda d: "on" in d.find_element(By.ID, "live").get_attribute("class"))
+        wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "● live")
         driver.execute_script("window.notReloaded = true")
 
         await fleet.sim.stop()  # the fault: the server is gone, connections are refused
@@ -147,8 +147,10 @@ async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repai
         step = await asyncio.to_thread(
             wait_for, driver, lambda d: d.find_elements(By.CSS_SELECTOR, "li[data-type=step]")
         )
-        assert step[0].find_element(By.CSS_SELECTOR, ".head").text.endswith(
-            "step 1 shell on forge: ok"
+        assert (
+            step[0]
+            .find_element(By.CSS_SELECTOR, ".head")
+            .text.endswith("step 1 shell on forge: ok")
         )
         command = step[0].find_element(By.CSS_SELECTOR, ".command")
         assert command.find_element(By.CSS_SELECTOR, ".exit").text == "exit 0"
@@ -188,7 +190,9 @@ async def test_a_silence_from_the_page_is_journaled_and_in_status(fleet: Fleet) 
         driver.find_element(By.NAME, "who").send_keys("alice")
         driver.find_element(By.NAME, "token").send_keys(TOKEN)
         await asyncio.to_thread(driver.find_element(By.CSS_SELECTOR, "form.stack button").click)
-        wait_for(driver, lambda d: "signed in as alice" in d.find_element(By.TAG_NAME, "header").text)
+        wait_for(
+            driver, lambda d: "signed in as alice" in d.find_element(By.TAG_NAME, "header").text
+        )
 
         await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
         form = driver.find_element(By.CSS_SELECTOR, "form[data-action=silence]")
@@ -203,8 +207,9 @@ async def test_a_silence_from_the_page_is_journaled_and_in_status(fleet: Fleet) 
         await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
         cells = [
             c.text
-            for c in driver.find_elements(By.CSS_SELECTOR, "#endpoint-journal tbody tr")[0]
-            .find_elements(By.TAG_NAME, "td")
+            for c in driver.find_elements(By.CSS_SELECTOR, "#endpoint-journal tbody tr")[
+                0
+            ].find_elements(By.TAG_NAME, "td")
         ][1:6]
         assert cells == ["silence", "llm", "alice", "web", "swapping a disk"]
 

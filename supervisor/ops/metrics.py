@@ -54,7 +54,9 @@ class FleetCollector(Collector):
         open_incidents = _gauge("fleet_incidents_open", "open incidents (endpoints and hosts)")
         open_incidents.add_metric([], view.open_incidents)
         remediations = CounterMetricFamily(
-            "fleet_remediations", "remediation attempts by rule and result", labels=["rule", "result"]
+            "fleet_remediations",
+            "remediation attempts by rule and result",
+            labels=["rule", "result"],
         )
         for (rule, result), count in view.remediations.items():
             remediations.add_metric([rule, result], count)

@@ -27,7 +27,7 @@ from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
 from supervisor.durations import DurationError, parse_duration
 from supervisor.ops.page.actions import ACTIONS, CONFIRM
-from supervisor.ops.page.auth import COOKIE, Gate, Refused, Session, same_origin
+from supervisor.ops.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
 from supervisor.ops.page.board import board
 from supervisor.ops.page.feed import Feed
 from supervisor.ops.page.items import item
@@ -50,7 +50,7 @@ def ago(value: datetime | None, now: datetime) -> str:
         return "–"
     seconds = max(int((now - value).total_seconds()), 0)
     units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
-    parts = []
+    parts: list[str] = []
     for name, size in units:
         if parts or seconds >= size or name == "s":
             parts.append(f"{seconds // size}{name}")
@@ -188,8 +188,10 @@ class Page:
             return self.render(request, "login.html", problem="")
         form = await request.post()
         try:
-            sid, _ = self.gate.sign_in(request, str(form.get("who", "")), str(form.get("token", "")))
-        except Refused as exc:
+            sid, _ = self.gate.sign_in(
+                request, str(form.get("who", "")), str(form.get("token", ""))
+            )
+        except RefusedError as exc:
             return self.render(request, "login.html", status=403, problem=str(exc))
         response = web.HTTPSeeOther("/")
         response.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/")
@@ -198,7 +200,7 @@ class Page:
     async def logout(self, request: web.Request) -> web.Response:
         try:
             same_origin(request)
-        except Refused as exc:
+        except RefusedError as exc:
             return self.render(request, "result.html", status=403, ok=False, text=str(exc))
         self.gate.sign_out(request)
         response = web.HTTPSeeOther("/")
@@ -216,7 +218,7 @@ class Page:
         back = back if back.startswith("/") and not back.startswith("//") else "/"
         try:
             session: Session = self.gate.check(request, form.get("csrf", ""))
-        except Refused as exc:
+        except RefusedError as exc:
             return self.render(
                 request, "result.html", status=403, ok=False, text=f"refused: {exc}", back=back
             )

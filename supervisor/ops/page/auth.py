@@ -21,7 +21,7 @@ COOKIE = "fleet_session"
 MAX_SESSIONS = 256
 
 
-class Refused(Exception):
+class RefusedError(Exception):
     """An action the page will not do: the reason is one sentence for the person."""
 
 
@@ -51,7 +51,7 @@ class Gate:
         try:
             return self.token_file.read_text().strip()
         except OSError as exc:
-            raise Refused(f"cannot read http.token_file {self.token_file}: {exc}") from None
+            raise RefusedError(f"cannot read http.token_file {self.token_file}: {exc}") from None
 
     def session(self, request: web.Request) -> Session | None:
         return self._sessions.get(request.cookies.get(COOKIE, ""))
@@ -61,14 +61,14 @@ class Gate:
         same_origin(request)
         peer_loopback = _loopback(request)
         if not self.enabled(peer_loopback):
-            raise Refused("the page is read-only: set http.token_file to allow actions")
+            raise RefusedError("the page is read-only: set http.token_file to allow actions")
         who = who.strip()[:60]
         if not who:
-            raise Refused("give your name: every action is recorded with who did it")
+            raise RefusedError("give your name: every action is recorded with who did it")
         needs_token = not (self.loopback_actions and peer_loopback)
         expected = self._token() if needs_token else ""
         if needs_token and (not expected or not hmac.compare_digest(token, expected)):
-            raise Refused("wrong token: nothing was done")
+            raise RefusedError("wrong token: nothing was done")
         if len(self._sessions) >= MAX_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
         sid = secrets.token_urlsafe(32)
@@ -80,25 +80,25 @@ class Gate:
         self._sessions.pop(request.cookies.get(COOKIE, ""), None)
 
     def check(self, request: web.Request, csrf: str) -> Session:
-        """The session an action runs under; Refused when it may not run."""
+        """The session an action runs under; RefusedError when it may not run."""
         same_origin(request)
         if not self.enabled(_loopback(request)):
-            raise Refused("the page is read-only: set http.token_file to allow actions")
+            raise RefusedError("the page is read-only: set http.token_file to allow actions")
         session = self.session(request)
         if session is None:
-            raise Refused("sign in with the token first: nothing was done")
+            raise RefusedError("sign in with the token first: nothing was done")
         if not hmac.compare_digest(csrf, session.csrf):
-            raise Refused("the form's CSRF token does not match your session: reload the page")
+            raise RefusedError("the form's CSRF token does not match your session: reload the page")
         return session
 
 
 def same_origin(request: web.Request) -> None:
-    """Refused unless the browser says the request comes from a page of this server."""
+    """RefusedError unless the browser says the request comes from a page of this server."""
     source = request.headers.get("Origin") or request.headers.get("Referer") or ""
     if not source or source == "null":
-        raise Refused("the request does not say where it comes from (no Origin): refused")
+        raise RefusedError("the request does not say where it comes from (no Origin): refused")
     if urlsplit(source).netloc != request.host:
-        raise Refused(f"the request comes from another site ({source}): refused")
+        raise RefusedError(f"the request comes from another site ({source}): refused")
 
 
 def _loopback(request: web.Request) -> bool:

@@ -72,5 +72,7 @@ def rule_rows(playbook: Playbook, diagnoses: list[TimelineRow]) -> list[RuleRow]
         )
     for file in playbook.disabled:
         problems = tuple(str(p) for p in playbook.errors if p.file == file)
-        rows.append(RuleRow(id=file.rsplit("/", 1)[-1], file=file, status="disabled", problems=problems))
+        rows.append(
+            RuleRow(id=file.rsplit("/", 1)[-1], file=file, status="disabled", problems=problems)
+        )
     return rows
