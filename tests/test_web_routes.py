@@ -190,7 +190,7 @@ async def test_the_live_feed_sends_each_timeline_entry_as_it_is_committed(
     assert '"subject": "web"' in frame[2]
     assert (
         f'"incident": {incident}, "type": "acked", "kind": "note", "summary": "acknowledged by'
-        " ann on the fleet page: no more reminders\"}" in frame[2]
+        ' ann on the fleet page: no more reminders"}' in frame[2]
     )
 
 
@@ -260,4 +260,4 @@ async def test_the_rules_page_shows_each_rule_its_last_matches_and_the_disabled_
     assert "<td>manual</td><td>critical</td><td>states down</td><td>shell</td>" in row
     assert f'<a href="/incidents/{incident}">web #{incident}</a>' in row
     broken = page.split('<tr id="rule-broken.yaml"', 1)[1].split("</tr>", 1)[0]
-    assert "<td>disabled<div class=\"error\">" in broken
+    assert '<td>disabled<div class="error">' in broken

@@ -96,7 +96,8 @@ def _transition(row: TimelineRow, r: Transition) -> Item:
 
 
 def _probe(row: TimelineRow, r: Probe) -> Item:
-    return Item(row=row, headline=f"probe {r.sample.outcome}", facts=_sample_facts(r.sample))
+    note = f": {r.note}" if r.note else ""
+    return Item(row=row, headline=f"probe {r.sample.outcome}{note}", facts=_sample_facts(r.sample))
 
 
 def _evidence(row: TimelineRow, r: Evidence) -> Item:
