@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import re
 import sys
 import tempfile
@@ -25,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import insert
 
 from bench.common import RESULTS, median, percentile, until, write_section
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor import logs
 from supervisor.app import Supervisor
 from supervisor.config import load_config
@@ -34,13 +35,14 @@ from supervisor.store import Store
 from supervisor.store.engine import make_engine, transaction
 from supervisor.store.schema import samples
 
-SIMS = 4
+HERE = Path(__file__).resolve().parent
+SIMS = 4  #: vLLM-shaped servers, in their own process (`bench/sim_pool.py`)
 DOWN_EVERY = 20  #: one endpoint in this many points at a closed port
 HISTORY = timedelta(hours=6)
 TIMING = re.compile(r"app;dur=([0-9.]+)")
 
 
-def fleet(folder: Path, sims: list[VllmSim], endpoints: int, every: str) -> Path:
+def fleet(folder: Path, urls: list[str], endpoints: int, every: str) -> Path:
     document = {
         "store": {"path": "state/supervisor.db"},
         "playbook": {"path": "playbooks"},
@@ -51,7 +53,6 @@ def fleet(folder: Path, sims: list[VllmSim], endpoints: int, every: str) -> Path
                 "liveness_interval": every,
                 "completion_interval": every,
                 "failures_to_down": 2,
-                "jitter": "0s",
             },
             "startup_grace": "0s",
         },
@@ -59,7 +60,7 @@ def fleet(folder: Path, sims: list[VllmSim], endpoints: int, every: str) -> Path
         "endpoints": {
             f"e{i:03d}": {
                 "kind": "openai",
-                "url": "http://127.0.0.1:1" if i % DOWN_EVERY == 7 else sims[i % len(sims)].url,
+                "url": "http://127.0.0.1:1" if i % DOWN_EVERY == 7 else urls[i % len(urls)],
                 "model": "sim-model",
                 "host": "forge",
             }
@@ -106,12 +107,21 @@ async def fill(path: Path, endpoints: int, now: datetime) -> int:
 
 async def bench(endpoints: int, runs: int, results: Path | None, every: str) -> None:
     logs.silence()
-    sims = [VllmSim(SimBehaviour(tok_s=0)) for _ in range(SIMS)]
-    for sim in sims:
-        await sim.start("127.0.0.1", 0)
+    load = os.getloadavg()[0]
+    pool = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(HERE / "sim_pool.py"),
+        "--count",
+        str(SIMS),
+        "--model",
+        "sim-model",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert pool.stdout is not None
+    urls = json.loads(await asyncio.wait_for(pool.stdout.readline(), timeout=60))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        config = load_config(fleet(folder, sims, endpoints, every))
+        config = load_config(fleet(folder, urls, endpoints, every))
         stored = await fill(config.store.path, endpoints, datetime.now(UTC))
         daemon = Supervisor(config)
         await daemon.start()
@@ -125,16 +135,20 @@ async def bench(endpoints: int, runs: int, results: Path | None, every: str) -> 
             lines = await measure(daemon.ops.server.url, runs)
         finally:
             await daemon.stop()
-            for sim in sims:
-                await sim.stop()
+            pool.terminate()
+            await pool.wait()
     down = sum(1 for i in range(endpoints) if i % DOWN_EVERY == 7)
     body = "\n".join(
         [
             f"{endpoints} endpoints ({down} down, each with its open incident), {stored:,} stored"
-            f" samples (6 h, one a minute per tier), {runs} runs per page after 3 warm-ups,"
-            f" the daemon probing every {every} meanwhile;"
-            " server time is the daemon's own `Server-Timing` (handler start to response ready);"
-            " the round trip adds HTTP on loopback. Goal: the board under 300 ms server time.",
+            f" samples (6 h, one a minute per tier), served by {SIMS} sims in another process,"
+            f" {runs} runs per page after 3 warm-ups,"
+            f" the daemon probing every {every} meanwhile (default jitter, 5 s), load average"
+            f" {load:.1f} on the machine when it started;"
+            " server time is the daemon's own `Server-Timing` (handler start to response ready,"
+            " wall time in the daemon's one event loop: a probe round of every endpoint landing"
+            " during a render is in it, hence the max); the round trip adds HTTP on loopback."
+            " Goal: the board under 300 ms server time.",
             "",
             "| page | endpoints | server median | server p95 | server max | round trip median"
             " | HTML |",

@@ -148,6 +148,15 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
         restart = await client.post(
             "/actions/restart", data={"csrf": csrf, "endpoint": "llm", "confirm": "yes"}
         )
+        board = (await client.get("/")).text
+        assert 'data-action="pause"' in board  # the fleet-wide pause, offered when signed in
+        fleet = await client.post("/actions/pause", data={"csrf": csrf, "why": "moving racks"})
+        assert _answer(fleet.text) == "automatic action is paused: /resume to resume"
+        board = (await client.get("/fragments/board")).text
+        assert "paused <b>everything</b> by ann (web): moving racks" in board
+        assert 'data-action="resume"' in board
+        assert 'data-action="pause"' not in board
+        assert " ago: pause * by ann (web): done</li>" in board  # the latest actions
         assert (restart.status_code, _answer(restart.text)) == (
             409,
             "not restarting llm: it has no units to restart",
@@ -160,6 +169,7 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
         ("silence", "nope", "ann", "web"),
         ("ack", f"#{incident}", "ann", "web"),
         ("restart", "llm", "ann", "web"),
+        ("pause", "*", "ann", "web"),
     ]
     acks = [r.record for r in await store.timeline(incident) if isinstance(r.record, Acked)]
     assert acks[0] == Acked(who="ann", via="the fleet page", why="on it")

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 STATIC = Path(__file__).parent / "static"
 INCIDENTS_SHOWN = 200
+JOURNAL_SHOWN = 10  #: the board's latest actions
 
 
 def ago(value: datetime | None, now: datetime) -> str:
@@ -104,7 +105,7 @@ class Page:
         return response
 
     async def _board_context(self) -> dict[str, Any]:
-        journal = (await self.api.journal())[-10:][::-1] if self.api else []
+        journal = (await self.api.journal(latest=JOURNAL_SHOWN))[::-1] if self.api else []
         return {
             "board": await board(self.daemon, host_views(self.daemon)),
             "silences": await self.api.silences() if self.api else [],
