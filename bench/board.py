@@ -140,7 +140,8 @@ async def bench(endpoints: int, runs: int, results: Path | None) -> None:
     body = "\n".join(
         [
             f"{endpoints} endpoints ({len(down)} down, each with its open incident),"
-            f" {stored:,} stored samples (6 h, one a minute per tier), served by {SIMS} sims in another process,"
+            f" {stored:,} stored samples (6 h, one a minute per tier),"
+            f" served by {SIMS} sims in another process,"
             f" {runs} runs per page after 3 warm-ups,"
             " the daemon probing meanwhile (the shipped intervals; the down ones every second),"
             f" load average {load:.1f} on the (shared) machine when it started;"
