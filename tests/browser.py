@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
@@ -50,5 +51,9 @@ def chromium(width: int = 1280, height: int = 860) -> Iterator[webdriver.Chrome]
 def wait_for(
     driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], Any], *, within: float = 10.0
 ) -> Any:
-    """What `condition` returns once truthy (polled every 100 ms); TimeoutException after."""
-    return WebDriverWait(driver, within, poll_frequency=0.1).until(condition)
+    """What `condition` returns once truthy (polled every 100 ms); TimeoutException after. A
+    live part of the page replaced while `condition` reads it is read again at the next poll."""
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    return WebDriverWait(driver, within, poll_frequency=0.1, ignored_exceptions=ignored).until(
+        condition
+    )

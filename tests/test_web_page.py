@@ -1,9 +1,9 @@
 """The fleet page in a real browser (Debian's Chromium, headless) against the daemon as a real
 process and a vLLM-shaped lab server on loopback: a fault turns the endpoint red on the board
 without a reload, the incident shows the repair's step with its exit code and output, a silence
-set from the page is in the endpoint's journal and in `status` and `silences`, and an action
-without the token is refused. The screenshots in docs/img are made here (FLEET_PAGE_SHOTS=DIR
-writes them there; otherwise into the test's temporary folder)."""
+set from the page is in the endpoint's journal and in `status` and `silences`, a restart asks
+first, and an action without the token is refused. The screenshots in docs/img are made here
+(FLEET_PAGE_SHOTS=DIR writes them there; otherwise into the test's temporary folder)."""
 
 from __future__ import annotations
 
@@ -111,6 +111,24 @@ def _state(driver: WebDriver, name: str) -> tuple[str, str]:
     return row.get_attribute("data-state") or "", row.get_attribute("class") or ""
 
 
+def _texts(driver: WebDriver, css: str) -> list[str]:
+    """The text of every element `css` selects, read in one script (so a live part of the page
+    replaced meanwhile cannot leave a stale element half read)."""
+    found = driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim())", css
+    )
+    return [str(text) for text in found]
+
+
+def _red(driver: WebDriver) -> tuple[str, str] | None:
+    """llm's state and its incident's link once its row is red, else None."""
+    state, tone = _state(driver, "llm")
+    if tone != "row-bad":
+        return None
+    link = driver.find_element(By.CSS_SELECTOR, "#ep-llm a[href^='/incidents/']")
+    return state, link.get_attribute("href") or ""
+
+
 def _cli(config: Path, *argv: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "supervisor", "--config", str(config), *argv],
@@ -133,44 +151,26 @@ async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repai
         driver.execute_script("window.notReloaded = true")
 
         await fleet.sim.stop()  # the fault: the server is gone, connections are refused
-        red = await asyncio.to_thread(
-            wait_for, driver, lambda d: _state(d, "llm")[1] == "row-bad" and _state(d, "llm")
-        )
-        assert red[0] in ("down", "remediating", "verifying")
+        state, incident = await asyncio.to_thread(wait_for, driver, _red)
+        assert state in ("down", "remediating", "verifying")
         assert driver.execute_script("return window.notReloaded") is True  # live, no reload
-        link = driver.find_element(By.CSS_SELECTOR, "#ep-llm a[href^='/incidents/']")
-        incident = link.get_attribute("href")
-        assert incident is not None
         driver.save_screenshot(str(shots / "board.png"))
 
         await asyncio.to_thread(driver.get, incident)
-        step = await asyncio.to_thread(
-            wait_for, driver, lambda d: d.find_elements(By.CSS_SELECTOR, "li[data-type=step]")
+        await asyncio.to_thread(wait_for, driver, lambda d: _texts(d, "li[data-type=step]"))
+        assert _texts(driver, "li[data-type=step] .head")[0].endswith("step 1 shell on forge: ok")
+        assert _texts(driver, "li[data-type=step] .command .exit") == ["exit 0"]
+        assert _texts(driver, "li[data-type=step] .command pre") == ["restarting llm\nunit started"]
+        assert _texts(driver, "li[data-type=diagnosis] .head")[0].endswith(
+            "diagnosis: restart-llm — the server refuses connections"
         )
-        assert (
-            step[0]
-            .find_element(By.CSS_SELECTOR, ".head")
-            .text.endswith("step 1 shell on forge: ok")
-        )
-        command = step[0].find_element(By.CSS_SELECTOR, ".command")
-        assert command.find_element(By.CSS_SELECTOR, ".exit").text == "exit 0"
-        assert command.find_element(By.TAG_NAME, "pre").text == "restarting llm\nunit started"
-        diagnosis = driver.find_element(By.CSS_SELECTOR, "li[data-type=diagnosis] .head").text
-        assert diagnosis.endswith("diagnosis: restart-llm — the server refuses connections")
-        facts = driver.find_element(By.CSS_SELECTOR, "li[data-type=diagnosis] dl").text
-        assert "connection refused" in facts
+        assert "connection refused" in _texts(driver, "li[data-type=diagnosis] dl")[0]
 
         fleet.sim = await sim_factory(port=fleet.sim_port)  # the repair "worked"
         await asyncio.to_thread(
-            wait_for,
-            driver,
-            lambda d: d.find_elements(By.CSS_SELECTOR, "li[data-type=verification]"),
-            within=30,
+            wait_for, driver, lambda d: _texts(d, "li[data-type=verification]"), within=30
         )
-        heads = [
-            e.text.split(" ", 2)[-1]
-            for e in driver.find_elements(By.CSS_SELECTOR, "li[data-type=transition] .head")
-        ]
+        heads = [h.split(" ", 2)[-1] for h in _texts(driver, "li[data-type=transition] .head")]
         assert [h.split(":")[0] for h in heads][-3:] == [
             "down → remediating",
             "remediating → verifying",
@@ -195,6 +195,15 @@ async def test_a_silence_from_the_page_is_journaled_and_in_status(fleet: Fleet) 
         )
 
         await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
+        restart = driver.find_element(By.CSS_SELECTOR, "form[data-action=restart] button")
+        restart.click()  # the page asks first
+        alert = wait_for(driver, lambda d: d.switch_to.alert)
+        assert alert.text == "Restart llm now?"
+        await asyncio.to_thread(alert.accept)
+        answer = wait_for(driver, lambda d: d.find_element(By.ID, "answer")).text
+        assert answer == "not restarting llm: it has no units to restart"
+
+        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
         form = driver.find_element(By.CSS_SELECTOR, "form[data-action=silence]")
         duration = form.find_element(By.NAME, "for")
         duration.clear()
@@ -212,6 +221,8 @@ async def test_a_silence_from_the_page_is_journaled_and_in_status(fleet: Fleet) 
             ].find_elements(By.TAG_NAME, "td")
         ][1:6]
         assert cells == ["silence", "llm", "alice", "web", "swapping a disk"]
+        rows = driver.find_elements(By.CSS_SELECTOR, "#endpoint-journal tbody tr")
+        assert rows[1].find_elements(By.TAG_NAME, "td")[1].text == "restart"
 
     status = json.loads(await asyncio.to_thread(_cli, fleet.config, "status", "--json"))
     states = {e["name"]: e["state"] for e in status["endpoints"]}
