@@ -23,6 +23,7 @@ from aiohttp import web
 
 from supervisor.control import routes as control_routes
 from supervisor.ops import metrics
+from supervisor.ops.listen import ListenError, parse_listen
 from supervisor.ops.page.app import mount_page
 from supervisor.ops.page.peers import is_loopback
 from supervisor.ops.view import gather, status_document
@@ -37,21 +38,9 @@ STORE_DEADLINE = 2.0
 """Seconds the store has to answer /healthz."""
 _MAX_BODY = 64 * 1024
 
+__all__ = ["ListenError", "OpsServer", "health_problem", "parse_listen", "worker_task"]
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class ListenError(ValueError):
-    """`http.listen` is not HOST:PORT."""
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`127.0.0.1:9464` -> ("127.0.0.1", 9464); `[::1]:9464` -> ("::1", 9464)."""
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ListenError(f"http.listen: expected HOST:PORT like 127.0.0.1:9464, got {text!r}")
-    return host, int(port)
 
 
 def text(status: int, message: str) -> web.Response:
