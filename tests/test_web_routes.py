@@ -204,6 +204,30 @@ async def test_the_live_feed_sends_each_timeline_entry_as_it_is_committed(
     )
 
 
+async def test_a_reconnecting_browser_gets_what_it_missed(open_daemon: Supervisor) -> None:
+    """`Last-Event-ID` (sent by EventSource when it reconnects) resumes after that entry."""
+    incident = open_daemon.workers["web"].incident_id
+    assert open_daemon.store is not None
+    assert incident is not None
+    first = (await open_daemon.store.timeline(incident))[0]
+    async with (
+        _client(open_daemon) as client,
+        client.stream("GET", "/events", headers={"Last-Event-ID": str(first.id - 1)}) as events,
+    ):
+        lines = events.aiter_lines()
+        assert [await anext(lines) for _ in range(5)] == [
+            "retry: 2000",
+            "",
+            "event: timeline",
+            f"id: {first.id}",
+            "data: {"
+            f'"id": {first.id}, "at": "{first.at.isoformat()}", "subject": "web",'
+            f' "incident": {incident}, "type": "transition", "kind": "transition",'
+            f' "summary": "{first.summary}"'
+            "}",
+        ]
+
+
 async def test_incident_filters_and_pages(open_daemon: Supervisor) -> None:
     incident = open_daemon.workers["web"].incident_id
     async with _client(open_daemon) as client:
