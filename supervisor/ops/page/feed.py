@@ -10,10 +10,13 @@ import asyncio
 import json
 from contextlib import suppress
 
+import structlog
 from aiohttp import web
 
 from supervisor.ops.page.reads import entries_after, last_entry_id
-from supervisor.store import Store, TimelineRow
+from supervisor.store import Store, StoreError, TimelineRow
+
+log = structlog.get_logger("supervisor.ops.page")
 
 TICK_S = 5.0
 
@@ -64,7 +67,9 @@ class Feed:
                         continue
                 await response.write(b"event: tick\ndata: {}\n\n")
         except ConnectionError:
-            pass
+            pass  # the browser went away
+        except StoreError as exc:  # the browser reconnects (Last-Event-ID) and catches up
+            log.warning("live feed ended", error=str(exc))
         finally:
             self._waiting.discard(event)
         return response
