@@ -134,6 +134,8 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
             ("ack", {"incident": "x"}, 400, "which incident: expected its number, got 'x'"),
             ("silence", {"target": "llm", "for": "soon"}, 400, "for how long: "),
             ("silence", {"target": "nope", "for": "1h"}, 404, "no endpoint 'nope'"),
+            ("silence", {"target": "llm", "for": "1h", "why": "disk"}, 200, "silenced llm for 1h"),
+            ("unsilence", {"target": "llm"}, 200, "unsilenced llm: it is judged afresh"),
         ]
         for name, form, status, start in cases:
             response = await client.post(f"/actions/{name}", data={"csrf": csrf, **form})
@@ -144,7 +146,7 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
         confirm = await client.post("/actions/restart", data={"csrf": csrf, "endpoint": "llm"})
         assert confirm.status_code == 200
         assert 'id="confirm">Yes, restart llm</button>' in confirm.text
-        assert [r.action for r in await api.journal("llm")] == ["pause", "resume"]  # not yet
+        assert [r.action for r in await api.journal("llm")][-1] == "unsilence"  # no restart yet
         restart = await client.post(
             "/actions/restart", data={"csrf": csrf, "endpoint": "llm", "confirm": "yes"}
         )
@@ -167,6 +169,8 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
         ("resume", "llm", "ann", "web"),
         ("ack", f"#{incident}", "ann", "web"),
         ("silence", "nope", "ann", "web"),
+        ("silence", "llm", "ann", "web"),
+        ("unsilence", "llm", "ann", "web"),
         ("ack", f"#{incident}", "ann", "web"),
         ("restart", "llm", "ann", "web"),
         ("pause", "*", "ann", "web"),
