@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
         ("bench/queries.py", "Incident queries", "| query | median | p95 |"),
         ("bench/fanout.py", "Probe fan-out", "| endpoints | daemon CPU | peak RSS |"),
         ("bench/notify.py", "Notification latency", "| state change | messages | median |"),
+        ("bench/board.py", "Fleet page board", "| page | endpoints | server median |"),
     ],
 )
 def test_smoke(tmp_path: Path, script: str, title: str, header: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from aiohttp.test_utils import make_mocked_request
 
 from supervisor.app import Supervisor
 from supervisor.config import load_config
@@ -288,6 +289,16 @@ async def _post(client: httpx.AsyncClient, path: str, body: object, **headers: s
     return response.status_code, response.json()
 
 
+class _Peer:
+    """The transport of a request from `address` (aiohttp reads the peer from it)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return (self.address, 40000) if name == "peername" else default
+
+
 async def test_the_http_routes_answer_json_with_who_from_a_header(tmp_path: Path) -> None:
     daemon = await _started(_fleet(tmp_path, http=True))
     try:
@@ -336,12 +347,12 @@ async def test_the_http_routes_answer_json_with_who_from_a_header(tmp_path: Path
             ]
             assert (await client.get("/control/pause")).status_code == 405
             assert (await client.post("/control/nothing")).status_code == 404
-        far = await server.respond(
-            b"POST /control/pause HTTP/1.1\r\nHost: x\r\n\r\n", b"{}", peer="192.0.2.7"
+        far = await server.control(
+            make_mocked_request("POST", "/control/pause", transport=_Peer("192.0.2.7"))
         )
-        assert (far.status, far.body) == (
+        assert (far.status, far.text) == (
             403,
-            b"forbidden: the control API answers loopback peers only, not 192.0.2.7\n",
+            "forbidden: the control API answers loopback peers only, not 192.0.2.7\n",
         )
         rows = await _api(daemon).journal("ds4")
     finally:

@@ -47,6 +47,7 @@ async def test_metrics_parse_and_show_every_endpoint(tmp_path: Path, sim: VllmSi
         assert daemon.ops.server is not None
         async with httpx.AsyncClient(base_url=daemon.ops.server.url) as client:
             response = await client.get("/metrics")
+            assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
             families = {f.name: f for f in text_string_to_metric_families(response.text)}
             states = {
                 (s.labels["endpoint"], s.labels["state"]): s.value

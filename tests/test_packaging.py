@@ -94,6 +94,10 @@ def test_the_runtime_wheel_holds_the_runtime_only(checkout: Path, tmp_path: Path
     assert tops == {"supervisor", "fleet_supervisor-0.1.0.dist-info"}
     assert [name for name in names if "lab" in name.split("/")] == []
     assert "supervisor/py.typed" in names
+    page = Path(__file__).resolve().parents[1] / "supervisor" / "ops" / "page"
+    files = [*page.glob("templates/*.html"), *page.glob("static/*")]
+    served = {f"supervisor/ops/page/{p.relative_to(page)}" for p in files}
+    assert served <= set(names)  # the fleet page's templates, script and stylesheet
     assert entry_points == "[console_scripts]\nfleet-supervisor = supervisor.cli:main\n"
 
 

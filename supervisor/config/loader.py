@@ -143,7 +143,7 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
         playbook=playbook.model_copy(update={"path": _absolute(playbook.path, base_dir)}),
         remediation=remediation,
         notify=_resolve_notify_paths(notify, base_dir),
-        http=http,
+        http=_resolve_http_paths(http, base_dir),
         hosts={name: _resolve_host_paths(host, base_dir) for name, host in hosts.items()},
         endpoints=endpoints,
     )
@@ -239,6 +239,12 @@ def _resolve_notify_paths(notify: NotifyConfig, base_dir: Path) -> NotifyConfig:
     return notify.model_copy(
         update={"telegram": telegram.model_copy(update={"token_file": token_file})}
     )
+
+
+def _resolve_http_paths(http: HttpConfig, base_dir: Path) -> HttpConfig:
+    if http.token_file is None:
+        return http
+    return http.model_copy(update={"token_file": _absolute(http.token_file, base_dir)})
 
 
 def _resolve_host_paths(host: Host, base_dir: Path) -> Host:

@@ -217,9 +217,18 @@ class NotifyConfig(_Frozen):
 
 
 class HttpConfig(_Frozen):
-    enabled: Flag = Field(default=True, description="serve /metrics, /healthz and /status")
+    enabled: Flag = Field(
+        default=True, description="serve /metrics, /healthz, /status, the control API and the page"
+    )
     listen: Text = Field(
         default="127.0.0.1:9464", description="HOST:PORT to listen on (loopback by default)"
+    )
+    token_file: FilePath | None = Field(
+        default=None,
+        description="file holding the token the fleet page's actions need (none: read-only)",
+    )
+    loopback_actions: Flag = Field(
+        default=False, description="the page's actions need no token from loopback browsers"
     )
 
 

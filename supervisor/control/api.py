@@ -97,8 +97,10 @@ class ControlApi:
         """The silences in force now."""
         return await self.tables.silences(active_at=self._clock.now())
 
-    async def journal(self, subject: str | None = None) -> list[JournalRow]:
-        return await self.tables.journal(subject)
+    async def journal(
+        self, subject: str | None = None, *, latest: int | None = None
+    ) -> list[JournalRow]:
+        return await self.tables.journal(subject, latest=latest)
 
     # -- silences --------------------------------------------------------------------------
 

@@ -139,7 +139,12 @@ def pause_entry(
     return TimelineEntry(at=at, subject=subject, record=record)
 
 
-_VIA_NAME = {Via.TELEGRAM: "Telegram", Via.CLI: "the CLI", Via.HTTP: "HTTP"}
+_VIA_NAME = {
+    Via.TELEGRAM: "Telegram",
+    Via.CLI: "the CLI",
+    Via.HTTP: "HTTP",
+    Via.WEB: "the fleet page",
+}
 
 
 def ack_entry(subject: str, at: datetime, actor: Actor, *, why: str = "") -> TimelineEntry:

@@ -14,9 +14,15 @@ class Via(StrEnum):
     TELEGRAM = "telegram"
     CLI = "cli"
     HTTP = "http"
+    WEB = "web"  #: the fleet page in a browser
 
 
-_PHRASE = {Via.TELEGRAM: "on Telegram", Via.CLI: "from the CLI", Via.HTTP: "over HTTP"}
+_PHRASE = {
+    Via.TELEGRAM: "on Telegram",
+    Via.CLI: "from the CLI",
+    Via.HTTP: "over HTTP",
+    Via.WEB: "on the fleet page",
+}
 
 
 @dataclass(frozen=True, kw_only=True)

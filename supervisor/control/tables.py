@@ -163,14 +163,22 @@ class ControlStore:
             )
             return _id(created.inserted_primary_key)
 
-    async def journal(self, subject: str | None = None) -> list[JournalRow]:
-        """Control actions, oldest first; with `subject`, those that named or concerned it."""
+    async def journal(
+        self, subject: str | None = None, *, latest: int | None = None
+    ) -> list[JournalRow]:
+        """Control actions, oldest first; with `subject`, those that named or concerned it; with
+        `latest` (and no subject), only the latest that many."""
+        query = select(journal).order_by(journal.c.id)
+        if latest is not None and subject is None:
+            query = select(journal).order_by(journal.c.id.desc()).limit(latest)
         async with self.store.tx(write=False) as conn:
-            rows = (await conn.execute(select(journal).order_by(journal.c.id))).mappings().all()
+            rows = (await conn.execute(query)).mappings().all()
         found = [
             JournalRow(**{**row, "subjects": tuple(str(s) for s in json.loads(row["subjects"]))})
             for row in rows
         ]
+        if latest is not None and subject is None:
+            found.reverse()
         if subject is None:
             return found
         return [r for r in found if subject == r.target or subject in r.subjects]

@@ -1,24 +1,31 @@
-"""The daemon's own HTTP server (asyncio streams, loopback by default): `/metrics`
-(Prometheus text), `/healthz` (200 when the loop and the store answer, else 503 with the
-reason) and `/status` (the `status --json` document, from the live daemon); and the control API
-under `/control/` (see `supervisor.control.routes`), answered to loopback peers only.
+"""The daemon's own HTTP server, on aiohttp's web server in the daemon's event loop (loopback by
+default): `/metrics` (Prometheus text from `prometheus_client`), `/healthz` (200 when the loop
+and the store answer, else 503 with the reason), `/status` (the `status --json` document, from
+the live daemon), the control API under `/control/` (see `supervisor.control.routes`), answered
+to loopback peers only, and the fleet page (`supervisor.ops.page`: the board, incidents, rules,
+live updates, actions with a token).
 
-One request per connection (`Connection: close`); anything else is a plain-text 404/405/400.
+Why aiohttp: the daemon is one asyncio process; aiohttp's server runs as tasks in its loop (no
+second server process, no thread, no ASGI bridge), and streams server-sent events natively.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
-from dataclasses import dataclass
+import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 import structlog
+from aiohttp import web
 
 from supervisor.control import routes as control_routes
 from supervisor.ops import metrics
+from supervisor.ops.listen import ListenError, parse_listen
+from supervisor.ops.page.app import mount_page
+from supervisor.ops.page.peers import is_loopback
 from supervisor.ops.view import gather, status_document
 
 if TYPE_CHECKING:
@@ -29,50 +36,19 @@ log = structlog.get_logger("supervisor.ops.http")
 
 STORE_DEADLINE = 2.0
 """Seconds the store has to answer /healthz."""
-_READ_DEADLINE = 5.0
-_MAX_HEAD = 16 * 1024
 _MAX_BODY = 64 * 1024
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
-_REASONS |= {403: "Forbidden", 409: "Conflict"}
-_REASONS |= {500: "Internal Server Error", 503: "Service Unavailable"}
+
+__all__ = ["ListenError", "OpsServer", "health_problem", "parse_listen", "worker_task"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class ListenError(ValueError):
-    """`http.listen` is not HOST:PORT."""
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`127.0.0.1:9464` -> ("127.0.0.1", 9464); `[::1]:9464` -> ("::1", 9464)."""
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ListenError(f"http.listen: expected HOST:PORT like 127.0.0.1:9464, got {text!r}")
-    return host, int(port)
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    body: bytes
-    content_type: str = "text/plain; charset=utf-8"
-
-    def encode(self) -> bytes:
-        head = (
-            f"HTTP/1.1 {self.status} {_REASONS.get(self.status, 'Error')}\r\n"
-            f"Content-Type: {self.content_type}\r\n"
-            f"Content-Length: {len(self.body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        return head.encode() + self.body
-
-
-def _text(status: int, message: str) -> Response:
-    return Response(status, (message + "\n").encode())
+def text(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message + "\n", content_type="text/plain")
 
 
 class OpsServer:
-    """Serves the daemon's /metrics, /healthz and /status. `start`, then `stop`."""
+    """Serves the daemon's HTTP side. `start`, then `stop`."""
 
     def __init__(
         self,
@@ -86,14 +62,31 @@ class OpsServer:
         self._api = control
         self._host, self._port = parse_listen(listen)
         self._started_at = started_at
-        self._server: asyncio.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self.app = self._build()
+
+    def _build(self) -> web.Application:
+        app = web.Application(client_max_size=_MAX_BODY, middlewares=[_errors])
+        plain: dict[str, Handler] = {
+            "/metrics": self._metrics,
+            "/healthz": self._healthz,
+            "/status": self._status,
+        }
+        for path, handler in plain.items():
+            app.router.add_route("*", path, _get_only(handler))
+        app.router.add_route("*", control_routes.PREFIX + "{name}", self.control)
+        mount_page(app, self._daemon, control=self._api, started_at=self._started_at)
+        app.router.add_route("*", "/{tail:.*}", _not_found)
+        return app
 
     @property
     def port(self) -> int:
         """The bound port (the real one when `listen` asked for port 0)."""
-        if self._server is None or not self._server.sockets:
+        addresses = self._runner.addresses if self._runner is not None else []
+        if not addresses:
             return self._port
-        port: int = self._server.sockets[0].getsockname()[1]
+        port: int = addresses[0][1]
         return port
 
     @property
@@ -103,110 +96,84 @@ class OpsServer:
 
     async def start(self) -> None:
         """Listen; raises OSError when the address cannot be bound."""
-        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self._host, self._port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner, self._site = runner, site
         log.info("http listening", url=self.url)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = self._site = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(_READ_DEADLINE):
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = _headers(head).get("content-length", "0")
-                size = int(length) if length.isdigit() else 0
-                body = await reader.readexactly(size) if 0 < size <= _MAX_BODY else b""
-            response = await self.respond(head, body, peer=_peer(writer))
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            response = _text(400, "bad request: expected one HTTP/1.1 request head")
-        except ConnectionError:
-            writer.close()
-            return
-        try:
-            writer.write(response.encode())
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-
-    async def respond(self, head: bytes, body: bytes = b"", *, peer: str = "") -> Response:
-        """The response to one request head (request line and headers) and its body, from
-        `peer` (an IP address; '' when unknown)."""
-        if len(head) > _MAX_HEAD:
-            return _text(400, "bad request: request head too large")
-        words = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-        if len(words) != 3 or not words[2].startswith("HTTP/"):
-            return _text(400, "bad request: expected a request line like GET /metrics HTTP/1.1")
-        method, target = words[0], words[1].split("?", 1)[0]
-        if target.startswith(control_routes.PREFIX):
-            return await self._control(method, target, head, body, peer)
-        routes = {"/metrics": self._metrics, "/healthz": self._healthz, "/status": self._status}
-        handler = routes.get(target)
-        if handler is None:
-            return _text(404, f"not found: {target} (try /metrics, /healthz or /status)")
-        if method != "GET":
-            return _text(405, f"method not allowed: {method} (only GET)")
-        try:
-            return await handler()
-        except Exception as exc:  # a broken page must not take the daemon down
-            log.exception("http handler failed", path=target)
-            return _text(500, f"internal error: {exc}")
-
-    async def _control(
-        self, method: str, target: str, head: bytes, body: bytes, peer: str
-    ) -> Response:
+    async def control(self, request: web.Request) -> web.Response:
+        """A request under /control/: loopback peers only."""
         api = self._api
-        if not _loopback(peer):
-            return _text(403, f"forbidden: the control API answers loopback peers only, not {peer}")
+        peer = request.remote or ""
+        if not is_loopback(peer):
+            return text(403, f"forbidden: the control API answers loopback peers only, not {peer}")
         if api is None:
-            return _text(503, "unavailable: the control API has not started")
-        try:
-            status, document = await control_routes.handle(
-                api, method, target, _headers(head), body
-            )
-        except Exception as exc:  # a broken control call must not take the daemon down
-            log.exception("control request failed", path=target)
-            return _text(500, f"internal error: {exc}")
-        return Response(status, document, "application/json")
+            return text(503, "unavailable: the control API has not started")
+        status, document = await control_routes.handle(
+            api, request.method, request.path, request.headers, await request.read()
+        )
+        return web.Response(status=status, body=document, content_type="application/json")
 
-    async def _metrics(self) -> Response:
+    async def _metrics(self, request: web.Request) -> web.Response:
         view = await gather(self._daemon, self._started_at)
-        return Response(200, metrics.render(view).encode(), metrics.CONTENT_TYPE)
+        response = web.Response(body=metrics.render(view))
+        response.headers["Content-Type"] = metrics.CONTENT_TYPE
+        return response
 
-    async def _status(self) -> Response:
+    async def _status(self, request: web.Request) -> web.Response:
         document = status_document(await gather(self._daemon, self._started_at))
-        body = json.dumps(document, indent=2).encode()
-        return Response(200, body, "application/json")
+        return web.Response(text=json.dumps(document, indent=2), content_type="application/json")
 
-    async def _healthz(self) -> Response:
+    async def _healthz(self, request: web.Request) -> web.Response:
         reason = await health_problem(self._daemon)
-        return _text(503, f"unhealthy: {reason}") if reason else _text(200, "ok")
+        return text(503, f"unhealthy: {reason}") if reason else text(200, "ok")
 
 
-def _headers(head: bytes) -> dict[str, str]:
-    """The request's headers, names lower-cased."""
-    found = {}
-    for line in head.decode("latin-1").split("\r\n")[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            found[name.strip().lower()] = value.strip()
-    return found
+def _get_only(handler: Handler) -> Handler:
+    async def only_get(request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return text(405, f"method not allowed: {request.method} (only GET)")
+        return await handler(request)
+
+    return only_get
 
 
-def _peer(writer: asyncio.StreamWriter) -> str:
-    address = writer.get_extra_info("peername")
-    return str(address[0]) if isinstance(address, tuple) and address else ""
+async def _not_found(request: web.Request) -> web.Response:
+    return text(404, f"not found: {request.path} (try /metrics, /healthz or /status)")
 
 
-def _loopback(peer: str) -> bool:
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A broken page must not take the daemon down: a plain 500 with the reason, logged. Every
+    answer says how long the server took (`Server-Timing: app;dur=MS`: what bench/board.py
+    reads)."""
+    started = time.perf_counter()
     try:
-        return ipaddress.ip_address(peer).is_loopback
-    except ValueError:
-        return False
+        response = await handler(request)
+    except web.HTTPException:
+        raise
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception as exc:
+        log.exception("http handler failed", path=request.path)
+        response = text(500, f"internal error: {exc}")
+    if not response.prepared:
+        elapsed = (time.perf_counter() - started) * 1000
+        response.headers["Server-Timing"] = f"app;dur={elapsed:.2f}"
+    return response
 
 
 async def health_problem(daemon: Daemon) -> str:

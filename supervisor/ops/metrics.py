@@ -1,5 +1,6 @@
-"""Prometheus text exposition (format 0.0.4) of a `FleetView`, written by hand: no client
-library at run time. Every metric is a gauge except `fleet_remediations_total`.
+"""/metrics: a `FleetView` through `prometheus_client` (a custom collector over the live daemon's
+view, exposed by the library's own text writer). Every metric is a gauge except
+`fleet_remediations_total`.
 
 | metric | labels | meaning |
 |---|---|---|
@@ -19,110 +20,97 @@ library at run time. Every metric is a gauge except `fleet_remediations_total`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
 
 from supervisor.machine import State
 from supervisor.ops.view import FleetView
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 
-@dataclass
-class _Family:
-    name: str
-    kind: str
-    help: str
-    samples: list[tuple[Mapping[str, str], float]] = field(default_factory=list)
-
-    def add(self, value: float, **labels: str) -> None:
-        self.samples.append((labels, value))
+def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
 
 
-def escape(value: str) -> str:
-    """A label value as the text format wants it: backslash, quote and newline escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class FleetCollector(Collector):
+    """The metric families of one view of the fleet."""
 
+    def __init__(self, view: FleetView) -> None:
+        self.view = view
 
-def _number(value: float) -> str:
-    if value != value:  # NaN
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
-
-
-def _lines(family: _Family) -> Iterable[str]:
-    yield f"# HELP {family.name} {family.help}"
-    yield f"# TYPE {family.name} {family.kind}"
-    for labels, value in family.samples:
-        text = ",".join(f'{key}="{escape(val)}"' for key, val in labels.items())
-        yield (
-            f"{family.name}{{{text}}} {_number(value)}"
-            if text
-            else f"{family.name} {_number(value)}"
+    def collect(self) -> Iterator[Metric]:
+        view = self.view
+        up = _gauge("fleet_supervisor_up", "1 while the daemon serves")
+        up.add_metric([], 1)
+        start = _gauge("fleet_supervisor_start_time_seconds", "when the daemon started (Unix time)")
+        start.add_metric([], view.started_at.timestamp())
+        yield from (up, start)
+        yield from self._endpoints()
+        open_incidents = _gauge("fleet_incidents_open", "open incidents (endpoints and hosts)")
+        open_incidents.add_metric([], view.open_incidents)
+        remediations = CounterMetricFamily(
+            "fleet_remediations",
+            "remediation attempts by rule and result",
+            labels=["rule", "result"],
         )
+        for (rule, result), count in view.remediations.items():
+            remediations.add_metric([rule, result], count)
+        reachable = _gauge(
+            "fleet_host_reachable", "1 when the host answers (or is not watched), else 0", ("host",)
+        )
+        for host in view.hosts:
+            reachable.add_metric([host.name], 1 if host.reachable else 0)
+        yield from (open_incidents, remediations, reachable)
+
+    def _endpoints(self) -> Iterator[Metric]:
+        one = ("endpoint",)
+        state = _gauge(
+            "fleet_endpoint_state",
+            "1 for the endpoint's current state, 0 for the others",
+            ("endpoint", "state"),
+        )
+        latency = _gauge(
+            "fleet_endpoint_probe_latency_seconds",
+            "latency of the latest probe of a tier",
+            ("endpoint", "tier"),
+        )
+        ttft = _gauge(
+            "fleet_endpoint_ttft_seconds", "time to first token of the latest good completion", one
+        )
+        toks = _gauge(
+            "fleet_endpoint_tokens_per_second", "decode rate of the latest good completion", one
+        )
+        streak = _gauge("fleet_endpoint_fail_streak", "consecutive failed probes", one)
+        last_ok = _gauge(
+            "fleet_endpoint_last_ok_timestamp_seconds", "when the real check last passed", one
+        )
+        incident = _gauge(
+            "fleet_endpoint_incident_open", "1 while the endpoint has an open incident", one
+        )
+        for e in self.view.endpoints:
+            snap = e.snapshot
+            for candidate in State:
+                state.add_metric([snap.name, candidate.value], 1 if snap.state == candidate else 0)
+            for tier, seconds in sorted(e.latency_s.items()):
+                latency.add_metric([snap.name, tier], seconds)
+            if snap.last_ttft_s is not None:
+                ttft.add_metric([snap.name], snap.last_ttft_s)
+            if snap.last_tok_s is not None:
+                toks.add_metric([snap.name], snap.last_tok_s)
+            streak.add_metric([snap.name], snap.fail_streak)
+            if snap.last_ok_at is not None:
+                last_ok.add_metric([snap.name], snap.last_ok_at.timestamp())
+            incident.add_metric([snap.name], 1 if snap.incident_id is not None else 0)
+        yield from (state, latency, ttft, toks, streak, last_ok, incident)
 
 
-def render(view: FleetView) -> str:
+def render(view: FleetView) -> bytes:
     """The /metrics body."""
-    up = _Family("fleet_supervisor_up", "gauge", "1 while the daemon serves")
-    up.add(1)
-    start = _Family(
-        "fleet_supervisor_start_time_seconds", "gauge", "when the daemon started (Unix time)"
-    )
-    start.add(view.started_at.timestamp())
-    state = _Family(
-        "fleet_endpoint_state", "gauge", "1 for the endpoint's current state, 0 for the others"
-    )
-    latency = _Family(
-        "fleet_endpoint_probe_latency_seconds", "gauge", "latency of the latest probe of a tier"
-    )
-    ttft = _Family(
-        "fleet_endpoint_ttft_seconds", "gauge", "time to first token of the latest good completion"
-    )
-    toks = _Family(
-        "fleet_endpoint_tokens_per_second", "gauge", "decode rate of the latest good completion"
-    )
-    streak = _Family("fleet_endpoint_fail_streak", "gauge", "consecutive failed probes")
-    last_ok = _Family(
-        "fleet_endpoint_last_ok_timestamp_seconds", "gauge", "when the real check last passed"
-    )
-    incident = _Family(
-        "fleet_endpoint_incident_open", "gauge", "1 while the endpoint has an open incident"
-    )
-    for e in view.endpoints:
-        snap = e.snapshot
-        for candidate in State:
-            state.add(
-                1 if snap.state == candidate.value else 0, endpoint=snap.name, state=candidate
-            )
-        for tier, seconds in sorted(e.latency_s.items()):
-            latency.add(seconds, endpoint=snap.name, tier=tier)
-        if snap.last_ttft_s is not None:
-            ttft.add(snap.last_ttft_s, endpoint=snap.name)
-        if snap.last_tok_s is not None:
-            toks.add(snap.last_tok_s, endpoint=snap.name)
-        streak.add(snap.fail_streak, endpoint=snap.name)
-        if snap.last_ok_at is not None:
-            last_ok.add(snap.last_ok_at.timestamp(), endpoint=snap.name)
-        incident.add(1 if snap.incident_id is not None else 0, endpoint=snap.name)
-    open_incidents = _Family(
-        "fleet_incidents_open", "gauge", "open incidents (endpoints and hosts)"
-    )
-    open_incidents.add(view.open_incidents)
-    remediations = _Family(
-        "fleet_remediations_total", "counter", "remediation attempts by rule and result"
-    )
-    for (rule, result), count in view.remediations.items():
-        remediations.add(count, rule=rule, result=result)
-    reachable = _Family(
-        "fleet_host_reachable", "gauge", "1 when the host answers (or is not watched), else 0"
-    )
-    for host in view.hosts:
-        reachable.add(1 if host.reachable else 0, host=host.name)
-    families = (
-        up, start, state, latency, ttft, toks, streak, last_ok, incident, open_incidents,
-        remediations, reachable,
-    )  # fmt: skip
-    return "".join(line + "\n" for family in families for line in _lines(family))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(view))
+    return generate_latest(registry)

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from supervisor.ops.http import ListenError, OpsServer
+from supervisor.ops.listen import ListenError
 from supervisor.ops.sdnotify import Notifier, ping_forever, watchdog_interval
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
     from supervisor.daemon import Daemon
+    from supervisor.ops.http import OpsServer
 
 log = structlog.get_logger("supervisor.ops")
 
@@ -31,6 +32,8 @@ class OpsRuntime:
         with it), say READY=1, start pinging."""
         http = daemon.config.http
         if http.enabled:
+            from supervisor.ops.http import OpsServer  # the web stack, only when it serves
+
             try:
                 server = OpsServer(
                     daemon, listen=http.listen, started_at=daemon.clock.now(), control=control

@@ -71,6 +71,20 @@ async def gather(daemon: Daemon, started_at: datetime) -> FleetView:
                 latency_s=await _latencies(store, name),
             )
         )
+    hosts = host_views(daemon)
+    counts = Counter((a.rule_id, a.outcome or RUNNING) for a in await store.attempts())
+    return FleetView(
+        at=daemon.clock.now(),
+        started_at=started_at,
+        endpoints=tuple(endpoints),
+        hosts=hosts,
+        open_incidents=len(await store.incidents(open_only=True)),
+        remediations=dict(sorted(counts.items())),
+    )
+
+
+def host_views(daemon: Daemon) -> tuple[HostView, ...]:
+    """Every configured host as its watcher sees it (no watcher: state `unknown`)."""
     hosts = []
     for name, host in daemon.config.hosts.items():
         watcher = daemon.hosts.get(name)
@@ -84,15 +98,7 @@ async def gather(daemon: Daemon, started_at: datetime) -> FleetView:
                 last_reason=watcher.last_reason if watcher else "",
             )
         )
-    counts = Counter((a.rule_id, a.outcome or RUNNING) for a in await store.attempts())
-    return FleetView(
-        at=daemon.clock.now(),
-        started_at=started_at,
-        endpoints=tuple(endpoints),
-        hosts=tuple(hosts),
-        open_incidents=len(await store.incidents(open_only=True)),
-        remediations=dict(sorted(counts.items())),
-    )
+    return tuple(hosts)
 
 
 async def _latencies(store: Store, endpoint: str) -> dict[str, float]:

@@ -1,0 +1,202 @@
+"""The fleet page's board with 200 endpoints: server time to render it (the daemon's own
+`Server-Timing` header) and the round trip, from a live in-process daemon whose store holds 6 h of
+samples per endpoint (one a minute per tier), a few endpoints down with open incidents.
+
+.venv/bin/python bench/board.py            # 200 endpoints, 50 runs, writes bench/RESULTS.md
+.venv/bin/python bench/board.py --smoke    # 20 endpoints, 5 runs, a few seconds, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import insert
+
+from bench.common import RESULTS, median, percentile, until, write_section
+from supervisor import logs
+from supervisor.app import Supervisor
+from supervisor.config import load_config
+from supervisor.machine import State
+from supervisor.store import Store
+from supervisor.store.engine import make_engine, transaction
+from supervisor.store.schema import samples
+
+HERE = Path(__file__).resolve().parent
+SIMS = 4  #: vLLM-shaped servers, in their own process (`bench/sim_pool.py`)
+DOWN_EVERY = 20  #: one endpoint in this many points at a closed port
+HISTORY = timedelta(hours=6)
+TIMING = re.compile(r"app;dur=([0-9.]+)")
+
+
+def _endpoint(i: int, urls: list[str]) -> dict[str, object]:
+    spec: dict[str, object] = {"kind": "openai", "model": "sim-model", "host": "forge"}
+    if i % DOWN_EVERY != 7:
+        return {**spec, "url": urls[i % len(urls)]}
+    # nothing listens there: probed every second, so it is down with its incident soon
+    fast = {"liveness_interval": "1s", "completion_interval": "1s", "failures_to_down": 2}
+    return {**spec, "url": "http://127.0.0.1:1", "probe": fast}
+
+
+def fleet(folder: Path, urls: list[str], endpoints: int) -> Path:
+    """Every endpoint on the shipped probe defaults (liveness 60 s, completion 300 s, jitter
+    5 s), but those that are down."""
+    document = {
+        "store": {"path": "state/supervisor.db"},
+        "playbook": {"path": "playbooks"},
+        "http": {"listen": "127.0.0.1:0"},
+        "remediation": {"dry_run": True},
+        "defaults": {"startup_grace": "0s"},
+        "hosts": {"forge": {"local": True}},
+        "endpoints": {f"e{i:03d}": _endpoint(i, urls) for i in range(endpoints)},
+    }
+    (folder / "playbooks").mkdir()
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+async def fill(path: Path, endpoints: int, now: datetime) -> int:
+    """6 h of samples per endpoint, one a minute per tier; returns how many."""
+    await (await Store.open(path)).close()  # creates the schema
+    engine = make_engine(path)
+    minutes = int(HISTORY.total_seconds() // 60)
+    rows = [
+        {
+            "endpoint": f"e{i:03d}",
+            "at": now - timedelta(minutes=minutes - m),
+            "tier": tier,
+            "check": "completion" if tier == "deep" else "models",
+            "outcome": "ok",
+            "reason": "",
+            "latency_s": 0.05,
+            "http_status": 200,
+            "ttft_s": 0.1 + (m % 7) / 100 if tier == "deep" else None,
+            "tok_s": 40.0 + (m * 13 + i) % 11 if tier == "deep" else None,
+            "tokens": 32 if tier == "deep" else None,
+        }
+        for i in range(endpoints)
+        for m in range(minutes)
+        for tier in ("liveness", "deep")
+    ]
+    try:
+        async with transaction(engine, write=True) as conn:
+            for start in range(0, len(rows), 20_000):
+                await conn.execute(insert(samples), rows[start : start + 20_000])
+    finally:
+        await engine.dispose()
+    return len(rows)
+
+
+async def bench(endpoints: int, runs: int, results: Path | None) -> None:
+    logs.silence()
+    load = os.getloadavg()[0]
+    pool = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(HERE / "sim_pool.py"),
+        "--count",
+        str(SIMS),
+        "--model",
+        "sim-model",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert pool.stdout is not None
+    urls = json.loads(await asyncio.wait_for(pool.stdout.readline(), timeout=60))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        config = load_config(fleet(folder, urls, endpoints))
+        down = {f"e{i:03d}" for i in range(endpoints) if i % DOWN_EVERY == 7}
+        stored = await fill(config.store.path, endpoints, datetime.now(UTC))
+        daemon = Supervisor(config)
+        await daemon.start()
+        try:
+            await until(
+                lambda: all(
+                    w.state is (State.DOWN if n in down else State.HEALTHY)
+                    for n, w in daemon.workers.items()
+                ),
+                within=120,
+                what="every endpoint healthy, or down with its incident",
+            )
+            assert daemon.ops.server is not None
+            lines = await measure(daemon.ops.server.url, runs)
+        finally:
+            await daemon.stop()
+            pool.terminate()
+            await pool.wait()
+    body = "\n".join(
+        [
+            f"{endpoints} endpoints ({len(down)} down, each with its open incident),"
+            f" {stored:,} stored samples (6 h, one a minute per tier),"
+            f" served by {SIMS} sims in another process,"
+            f" {runs} runs per page after 3 warm-ups,"
+            " the daemon probing meanwhile (the shipped intervals; the down ones every second),"
+            f" load average {load:.1f} on the (shared) machine when it started;"
+            " server time is the daemon's own `Server-Timing` (handler start to response ready,"
+            " wall time in the daemon's one event loop: a probe round of every endpoint landing"
+            " during a render is in it, hence the max); the round trip adds HTTP on loopback."
+            " Goal: the board under 300 ms server time.",
+            "",
+            "| page | endpoints | server median | server p95 | server max | round trip median"
+            " | HTML |",
+            "|---|---|---|---|---|---|---|",
+            *lines,
+        ]
+    )
+    write_section("Fleet page board", body, results)
+
+
+async def measure(url: str, runs: int) -> list[str]:
+    lines = []
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        for page in ("/", "/fragments/board"):
+            server, trip, size = [], [], 0
+            for run in range(runs + 3):
+                started = time.perf_counter()
+                response = await client.get(page)
+                elapsed = time.perf_counter() - started
+                response.raise_for_status()
+                found = TIMING.search(response.headers.get("Server-Timing", ""))
+                if found is None:
+                    raise SystemExit(f"{page}: no Server-Timing header")
+                if run >= 3:
+                    server.append(float(found.group(1)))
+                    trip.append(elapsed * 1000)
+                size = len(response.content)
+            endpoints = response.text.count('<tr id="ep-')
+            lines.append(
+                f"| `{page}` | {endpoints} | {median(server):.1f} ms"
+                f" | {percentile(server, 95):.1f} ms | {max(server):.1f} ms"
+                f" | {median(trip):.1f} ms | {size / 1024:.0f} KiB |"
+            )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="a few seconds; writes nothing")
+    parser.add_argument("--endpoints", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--results", type=Path, default=None, help=f"default {RESULTS}")
+    args = parser.parse_args()
+    if args.smoke:
+        asyncio.run(bench(20, 5, args.results))
+    else:
+        asyncio.run(bench(args.endpoints, args.runs, args.results or RESULTS))
+
+
+if __name__ == "__main__":
+    main()

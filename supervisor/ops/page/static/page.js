@@ -1,0 +1,53 @@
+// The fleet page's only script: follow the daemon's server-sent events and re-fetch the live
+// parts of the page (elements with data-live) when the timeline moves; ask before a restart.
+"use strict";
+(function () {
+  const live = document.querySelectorAll("[data-live]");
+  const feed = document.getElementById("feed");
+  const badge = document.getElementById("live");
+  let pending = null;
+
+  function refresh() {
+    pending = null;
+    live.forEach(function (el) {
+      fetch(el.dataset.live, { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+        .then(function (html) { el.innerHTML = html; })
+        .catch(function () { /* the next event tries again */ });
+    });
+  }
+  function soon() { if (!pending) pending = setTimeout(refresh, 150); }
+
+  function show(entry) {
+    if (!feed) return;
+    const li = document.createElement("li");
+    const link = document.createElement("a");
+    link.href = "/incidents/" + entry.incident;
+    link.textContent = entry.subject + " #" + entry.incident;
+    li.append(entry.at.slice(11, 19) + " ", link, " " + entry.summary);
+    li.dataset.type = entry.type;
+    if (feed.firstElementChild && feed.firstElementChild.classList.contains("muted")) {
+      feed.firstElementChild.remove();
+    }
+    feed.prepend(li);
+    while (feed.children.length > 50) feed.lastElementChild.remove();
+  }
+
+  if (window.EventSource && (live.length || feed)) {
+    const source = new EventSource("/events");
+    source.onopen = function () { badge.textContent = "● live"; badge.classList.add("on"); };
+    source.onerror = function () { badge.textContent = "○ reconnecting"; badge.classList.remove("on"); };
+    source.addEventListener("timeline", function (e) { show(JSON.parse(e.data)); soon(); });
+    source.addEventListener("tick", soon);
+  }
+
+  document.querySelectorAll("form.act[data-action=restart]").forEach(function (form) {
+    form.addEventListener("submit", function (e) {
+      const name = form.querySelector("input[name=endpoint]").value;
+      if (!window.confirm("Restart " + name + " now?")) { e.preventDefault(); return; }
+      const yes = document.createElement("input");
+      yes.type = "hidden"; yes.name = "confirm"; yes.value = "yes";
+      form.append(yes);
+    });
+  });
+})();

@@ -1,0 +1,301 @@
+"""The fleet page's routes over real HTTP on loopback, from a live in-process daemon (a vLLM-shaped
+server, a real SQLite store): read-only by default, sign-in and actions with loopback actions on,
+the restart's confirmation, the live feed's frames, the incident filters, the rules page."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fleet_lab.vllm_sim import VllmSim
+from supervisor.app import Supervisor
+from supervisor.config import load_config
+from supervisor.machine import State
+from supervisor.timeline import Acked
+from tests.helpers import eventually, write_fleet
+
+
+async def _daemon(
+    tmp_path: Path, sim: VllmSim, http: Mapping[str, Any], playbook: Path | None = None
+) -> Supervisor:
+    if playbook is None:
+        playbook = tmp_path / "playbooks"
+        playbook.mkdir()
+    config = write_fleet(
+        tmp_path,
+        {
+            "llm": {"kind": "openai", "url": sim.url, "model": "sim-model", "host": "forge"},
+            "web": {"kind": "health", "url": "http://127.0.0.1:1/health", "host": "forge"},
+        },
+        http={"listen": "127.0.0.1:0", **http},
+        playbook=str(playbook),
+    )
+    daemon = Supervisor(load_config(config))
+    await daemon.start()
+    await eventually(lambda: daemon.workers["llm"].state is State.HEALTHY, what="llm healthy")
+    await eventually(lambda: daemon.workers["web"].incident_id is not None, what="web's incident")
+    return daemon
+
+
+@pytest.fixture
+async def open_daemon(tmp_path: Path, sim: VllmSim) -> AsyncIterator[Supervisor]:
+    daemon = await _daemon(tmp_path, sim, {"loopback_actions": True})
+    try:
+        yield daemon
+    finally:
+        await daemon.stop()
+
+
+def _client(daemon: Supervisor) -> httpx.AsyncClient:
+    assert daemon.ops.server is not None
+    url = daemon.ops.server.url
+    return httpx.AsyncClient(base_url=url, headers={"Origin": url})
+
+
+async def _sign_in(client: httpx.AsyncClient, who: str) -> str:
+    """Sign in (no token needed from loopback here); the session's CSRF token."""
+    response = await client.post("/login", data={"who": who, "token": ""})
+    assert response.status_code == 303
+    page = (await client.get("/endpoints/llm")).text
+    marker = 'name="csrf" value="'
+    return page.split(marker, 1)[1].split('"', 1)[0]
+
+
+def _answer(page: str) -> str:
+    return html.unescape(page.split('<p id="answer"', 1)[1].split(">", 1)[1].split("</p>", 1)[0])
+
+
+async def test_the_page_is_read_only_without_a_token_file(tmp_path: Path, sim: VllmSim) -> None:
+    daemon = await _daemon(tmp_path, sim, {})
+    try:
+        async with _client(daemon) as client:
+            board = await client.get("/")
+            assert board.status_code == 200
+            assert '<span class="muted">read-only</span>' in board.text
+            assert "form.act" not in board.text
+            login = await client.post("/login", data={"who": "eve", "token": "x"})
+            assert login.status_code == 403
+            assert "the page is read-only: set http.token_file to allow actions" in login.text
+            act = await client.post("/actions/pause", data={"csrf": "x"})
+            assert act.status_code == 403
+            assert _answer(act.text) == (
+                "refused: the page is read-only: set http.token_file to allow actions"
+            )
+        assert daemon.control is not None
+        assert daemon.control.pauses() == []
+    finally:
+        await daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("origin", "answer"),
+    [
+        (None, "refused: the request does not say where it comes from (no Origin): refused"),
+        ("null", "refused: the request does not say where it comes from (no Origin): refused"),
+        ("http://evil.example", "refused: the request comes from another site"),
+    ],
+)
+async def test_an_action_from_another_origin_is_refused(
+    open_daemon: Supervisor, origin: str | None, answer: str
+) -> None:
+    async with _client(open_daemon) as client:
+        csrf = await _sign_in(client, "ann")
+        headers = {"Origin": origin} if origin is not None else {}
+        client.headers.pop("Origin")
+        response = await client.post(
+            "/actions/pause", data={"csrf": csrf, "endpoint": "llm"}, headers=headers
+        )
+    assert response.status_code == 403
+    assert _answer(response.text).startswith(answer)
+    assert open_daemon.control is not None
+    assert open_daemon.control.pauses() == []
+
+
+async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
+    open_daemon: Supervisor,
+) -> None:
+    api = open_daemon.control
+    store = open_daemon.store
+    assert api is not None
+    assert store is not None
+    incident = open_daemon.workers["web"].incident_id
+    assert incident is not None
+    async with _client(open_daemon) as client:
+        csrf = await _sign_in(client, "ann")
+        cases = [
+            ("pause", {"endpoint": "llm", "why": "upgrade"}, 200, "automatic action on llm is"),
+            ("resume", {"endpoint": "llm"}, 200, "automatic action on llm"),
+            ("ack", {"incident": str(incident), "why": "on it"}, 200, ""),
+            ("ack", {"incident": "x"}, 400, "which incident: expected its number, got 'x'"),
+            ("silence", {"target": "llm", "for": "soon"}, 400, "for how long: "),
+            ("silence", {"target": "nope", "for": "1h"}, 404, "no endpoint 'nope'"),
+            ("silence", {"target": "llm", "for": "1h", "why": "disk"}, 200, "silenced llm for 1h"),
+            ("unsilence", {"target": "llm"}, 200, "unsilenced llm: it is judged afresh"),
+        ]
+        for name, form, status, start in cases:
+            response = await client.post(f"/actions/{name}", data={"csrf": csrf, **form})
+            assert response.status_code == status, (name, response.text)
+            assert _answer(response.text).startswith(start), (name, _answer(response.text))
+        ack = await client.post("/actions/ack", data={"csrf": csrf, "incident": str(incident)})
+        assert _answer(ack.text) == f"acknowledged incident #{incident}: no more reminders"
+        confirm = await client.post("/actions/restart", data={"csrf": csrf, "endpoint": "llm"})
+        assert confirm.status_code == 200
+        assert 'id="confirm">Yes, restart llm</button>' in confirm.text
+        assert [r.action for r in await api.journal("llm")][-1] == "unsilence"  # no restart yet
+        restart = await client.post(
+            "/actions/restart", data={"csrf": csrf, "endpoint": "llm", "confirm": "yes"}
+        )
+        board = (await client.get("/")).text
+        assert 'data-action="pause"' in board  # the fleet-wide pause, offered when signed in
+        fleet = await client.post("/actions/pause", data={"csrf": csrf, "why": "moving racks"})
+        assert _answer(fleet.text) == "automatic action is paused: /resume to resume"
+        board = (await client.get("/fragments/board")).text
+        assert "paused <b>everything</b> by ann (web): moving racks" in board
+        assert 'data-action="resume"' in board
+        assert 'data-action="pause"' not in board
+        assert " ago: pause * by ann (web): done</li>" in board  # the latest actions
+        assert (restart.status_code, _answer(restart.text)) == (
+            409,
+            "not restarting llm: it has no units to restart",
+        )  # refused by the runner, still journaled as the person's
+    rows = await api.journal()
+    assert [(r.action, r.target, r.who, r.via) for r in rows if r.code != "bad_request"] == [
+        ("pause", "llm", "ann", "web"),
+        ("resume", "llm", "ann", "web"),
+        ("ack", f"#{incident}", "ann", "web"),
+        ("silence", "nope", "ann", "web"),
+        ("silence", "llm", "ann", "web"),
+        ("unsilence", "llm", "ann", "web"),
+        ("ack", f"#{incident}", "ann", "web"),
+        ("restart", "llm", "ann", "web"),
+        ("pause", "*", "ann", "web"),
+    ]
+    acks = [r.record for r in await store.timeline(incident) if isinstance(r.record, Acked)]
+    assert acks[0] == Acked(who="ann", via="the fleet page", why="on it")
+
+
+async def test_the_live_feed_sends_each_timeline_entry_as_it_is_committed(
+    open_daemon: Supervisor,
+) -> None:
+    incident = open_daemon.workers["web"].incident_id
+    assert incident is not None
+    async with _client(open_daemon) as client, client.stream("GET", "/events") as events:
+        assert events.headers["content-type"] == "text/event-stream"
+        lines = events.aiter_lines()
+        assert await anext(lines) == "retry: 2000"
+        async with _client(open_daemon) as other:
+            csrf = await _sign_in(other, "ann")
+            await other.post("/actions/ack", data={"csrf": csrf, "incident": str(incident)})
+        frame = []
+        async for line in lines:
+            if line.startswith("event: timeline"):
+                frame = [line]
+            elif frame:
+                frame.append(line)
+                if line.startswith("data: ") and '"acked"' in line:
+                    break
+    assert frame[0] == "event: timeline"
+    assert frame[1].startswith("id: ")
+    assert '"subject": "web"' in frame[2]
+    assert (
+        f'"incident": {incident}, "type": "acked", "kind": "note", "summary": "acknowledged by'
+        ' ann on the fleet page: no more reminders"}' in frame[2]
+    )
+
+
+async def test_a_reconnecting_browser_gets_what_it_missed(open_daemon: Supervisor) -> None:
+    """`Last-Event-ID` (sent by EventSource when it reconnects) resumes after that entry."""
+    incident = open_daemon.workers["web"].incident_id
+    assert open_daemon.store is not None
+    assert incident is not None
+    first = (await open_daemon.store.timeline(incident))[0]
+    async with (
+        _client(open_daemon) as client,
+        client.stream("GET", "/events", headers={"Last-Event-ID": str(first.id - 1)}) as events,
+    ):
+        lines = events.aiter_lines()
+        assert [await anext(lines) for _ in range(5)] == [
+            "retry: 2000",
+            "",
+            "event: timeline",
+            f"id: {first.id}",
+            "data: {"
+            f'"id": {first.id}, "at": "{first.at.isoformat()}", "subject": "web",'
+            f' "incident": {incident}, "type": "transition", "kind": "transition",'
+            f' "summary": "{first.summary}"'
+            "}",
+        ]
+
+
+async def test_incident_filters_and_pages(open_daemon: Supervisor) -> None:
+    incident = open_daemon.workers["web"].incident_id
+    async with _client(open_daemon) as client:
+        listed = (await client.get("/incidents", params={"endpoint": "web", "open": "1"})).text
+        assert f'<a href="/incidents/{incident}">#{incident}</a>' in listed
+        none = (await client.get("/incidents", params={"endpoint": "llm"})).text
+        assert "no incidents" in none
+        bad = await client.get("/incidents", params={"since": "yesterday"})
+        assert bad.status_code == 400
+        assert '<p class="error">since: ' in bad.text
+        page = await client.get(f"/incidents/{incident}")
+        assert page.status_code == 200
+        assert 'data-type="transition"' in page.text
+        assert "unknown → down: connection refused" in page.text
+        missing = await client.get("/incidents/999")
+        assert (missing.status_code, missing.text) == (404, "no incident 999\n")
+        unknown = await client.get("/endpoints/nope")
+        assert (unknown.status_code, unknown.text) == (404, "no endpoint 'nope'\n")
+        script = await client.get("/static/page.js")
+        assert script.status_code == 200
+        assert "EventSource" in script.text
+
+
+REFUSED = """\
+id: refused
+title: nothing listens
+severity: critical
+applies_to: {states: [down]}
+when:
+  all:
+    - {fact: probe.reason, op: eq, value: connection refused}
+actions:
+  - action: shell
+    on: host
+    params: {argv: ["true"]}
+mode: manual
+"""
+
+
+async def test_the_rules_page_shows_each_rule_its_last_matches_and_the_disabled_files(
+    tmp_path: Path, sim: VllmSim
+) -> None:
+    playbook = tmp_path / "playbooks"
+    playbook.mkdir()
+    (playbook / "refused.yaml").write_text(REFUSED)
+    (playbook / "broken.yaml").write_text("id: broken\nwhen: [\n")
+    daemon = await _daemon(tmp_path, sim, {}, playbook)
+    try:
+        store = daemon.store
+        incident = daemon.workers["web"].incident_id
+        assert store is not None
+        assert incident is not None
+
+        async def diagnosed() -> bool:
+            assert incident is not None
+            return any(r.type == "diagnosis" for r in await store.timeline(incident))
+
+        await eventually(diagnosed, what="web diagnosed")
+        async with _client(daemon) as client:
+            page = (await client.get("/rules")).text
+    finally:
+        await daemon.stop()
+    row = page.split('<tr id="rule-refused"', 1)[1].split("</tr>", 1)[0]
+    assert "<td>manual</td><td>critical</td><td>states down</td><td>shell</td>" in row
+    assert f'<a href="/incidents/{incident}">web #{incident}</a>' in row
+    broken = page.split('<tr id="rule-broken.yaml"', 1)[1].split("</tr>", 1)[0]
+    assert '<td>disabled<div class="error">' in broken
