@@ -188,7 +188,11 @@ async def test_a_host_that_stops_answering_is_one_incident_and_its_endpoints_wai
         ssh = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", ssh_port)
         await _restart(vllm)
         await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy again")
-        assert await store.incidents(open_only=True) == []
+
+        async def host_incident_closed() -> bool:  # the watcher's own transition, not the worker's
+            return await store.incidents(open_only=True) == []
+
+        await eventually(host_incident_closed, what="the host incident closed")
         assert await store.incidents(subject="ds4") == []
     finally:
         await daemon.stop()

@@ -9,7 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from supervisor.clock import SystemClock
@@ -81,6 +81,8 @@ def _one_line(reason: str) -> None:
 
 @FUZZ
 @given(lines=sse_lines)
+@example(lines=['data: {"usage": {"completion_tokens": -1}}'])  # found by this spec, 2026-11-25
+@example(lines=['data: {"usage": {"completion_tokens": true}}'])
 async def test_the_sse_reader_finishes_or_says_why(lines: list[str]) -> None:
     transcript = Transcript()
     error = ""

@@ -69,8 +69,10 @@ class Transcript:
             text = _error_text(error).strip()
             raise ProbeError(f"{prefix}: {text}" if text else f"{prefix} (no message)")
         usage = record.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self.usage_tokens = usage["completion_tokens"]
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        # a count, not a bool (`True` is an int) and never negative: anything else is ignored
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+            self.usage_tokens = tokens
         choices = record.get("choices")
         if not isinstance(choices, list) or not choices:
             if key == "message":
