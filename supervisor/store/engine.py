@@ -20,6 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from supervisor.store import schema
 from supervisor.store.errors import StoreError
 from supervisor.store.migrate import migrate
+from supervisor.store.pgengine import open_pg_engine
+from supervisor.store.target import PgTarget, StoreTarget
 
 BUSY_TIMEOUT_MS = 5000
 _BEGIN = "fleet_supervisor_begin"
@@ -47,22 +49,33 @@ def make_engine(path: Path) -> AsyncEngine:
     return engine
 
 
-def reason(err: StatementError) -> str:
+def reason(err: BaseException) -> str:
     """The driver's own words for what went wrong (e.g. 'database is locked')."""
-    return str(err.orig) if err.orig is not None else str(err)
+    if isinstance(err, StatementError):
+        return str(err.orig) if err.orig is not None else str(err)
+    return str(err) or type(err).__name__
 
 
 @asynccontextmanager
 async def transaction(engine: AsyncEngine, *, write: bool) -> AsyncIterator[AsyncConnection]:
-    """One transaction on a pooled connection: committed on success, rolled back on error."""
+    """One transaction on a pooled connection: committed on success, rolled back on error
+    (PostgreSQL: READ COMMITTED, SQLAlchemy's own BEGIN)."""
     async with engine.connect() as conn:
-        await conn.execution_options(**{_BEGIN: "IMMEDIATE" if write else "DEFERRED"})
+        if engine.dialect.name == "sqlite":
+            await conn.execution_options(**{_BEGIN: "IMMEDIATE" if write else "DEFERRED"})
         async with conn.begin():
             yield conn
 
 
-async def open_engine(path: Path, *, create: bool) -> AsyncEngine:
-    """An engine on a checked store file; with `create`, makes the file and tables if missing."""
+async def open_engine(where: StoreTarget, *, create: bool) -> AsyncEngine:
+    """An engine on a checked store (a SQLite file, or PostgreSQL); with `create`, makes the
+    file and tables if missing."""
+    if isinstance(where, PgTarget):
+        return await open_pg_engine(where, create=create)
+    return await _open_sqlite(where, create=create)
+
+
+async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
     if not create and not await asyncio.to_thread(path.exists):
         raise StoreError(f"no store at {path} (has the daemon run yet?)")
     if create:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection
 
 from supervisor.store.coltypes import dump_json
-from supervisor.store.schema import NO_UPDATE
+from supervisor.store.schema import NO_UPDATE, leader_journal, leader_lease
 from supervisor.timeline import Diagnosis, encode
 from supervisor.timeline.migrate import type_v1
 
@@ -44,7 +44,14 @@ def _v1_to_v2(conn: Connection) -> None:
     conn.exec_driver_sql(NO_UPDATE)
 
 
-STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
+def _v2_to_v3(conn: Connection) -> None:
+    """Leadership: the lease and its journal; attempts (and outbox rows) carry an epoch."""
+    conn.exec_driver_sql("ALTER TABLE attempts ADD COLUMN epoch INTEGER")
+    leader_lease.create(conn)
+    leader_journal.create(conn)
+
+
+STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 """From version N: the step that makes it N + 1."""
 
 

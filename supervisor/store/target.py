@@ -1,0 +1,58 @@
+"""Where a store lives: a SQLite file (the embedded default) or a PostgreSQL database.
+
+A PostgreSQL URL names user, host, port and database; its password never comes from the fleet
+YAML: it is given here from a file or the environment (``PGPASSWORD``, which the driver reads
+itself), so `str()` of a target, used in every error, never shows one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from supervisor.store.errors import StoreError
+
+DRIVER = "postgresql+asyncpg"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PgTarget:
+    """A PostgreSQL store: `url` without a password, `password` from a file or None."""
+
+    url: str
+    password: str | None = None
+
+    def sqlalchemy_url(self) -> URL:
+        url = parse_pg_url(self.url)
+        return url if self.password is None else url.set(password=self.password)
+
+    def __str__(self) -> str:
+        return parse_pg_url(self.url).render_as_string(hide_password=True)
+
+
+StoreTarget = Path | PgTarget
+"""What `Store.open` takes."""
+
+
+def parse_pg_url(text: str) -> URL:
+    """The URL of a PostgreSQL store; a clear StoreError for anything else."""
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        raise StoreError(f"store url {text!r} is not a URL like {DRIVER}://USER@HOST/DB") from None
+    if url.drivername != DRIVER:
+        raise StoreError(f"store url must start with {DRIVER}://, got {url.drivername}://")
+    if url.password is not None:
+        raise StoreError(
+            "store url must not hold a password: give it in store.password_file or PGPASSWORD"
+        )
+    if not url.database:
+        raise StoreError(f"store url {text!r} names no database")
+    return url
+
+
+def is_pg(target: StoreTarget) -> bool:
+    return isinstance(target, PgTarget)
