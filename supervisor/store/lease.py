@@ -17,6 +17,10 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
   and each message (the notifier's sender) asks the fence right before it goes out. The row
   lock orders a fenced write against a takeover: it either committed before the new epoch
   (and the new leader sees it) or it is refused. A refusal is written to the journal.
+- **The same instance started again** (its name in the lease) takes its own lease over at
+  once with a new epoch, so a restart does not wait out the lease: instance names must be
+  unique (`store.instance`, the host name by default). Whatever the old process left running
+  is fenced by the new epoch like any deposed leader.
 - **Connection drops**: the leader cannot renew and steps down itself once its own lease
   (measured on its monotonic clock from before the last successful renewal) is over; a
   follower cannot take over before the lease ran out on the database's clock, which is later.
@@ -147,7 +151,8 @@ async def claim(
         return Lease(
             **{**current.__dict__, "renewed_ms": now, "expires_ms": now + lease_ms, "mine": True}
         )
-    if not current.expired:  # someone else leads
+    restarted = epoch is None and current.holder == holder  # this instance, started again
+    if not current.expired and not restarted:  # someone else leads
         return current
     new_epoch = current.epoch + 1
     await conn.execute(
@@ -183,7 +188,7 @@ async def claim(
 
 
 def _takeover_detail(previous: Lease) -> str:
-    how = "released" if previous.released else "expired"
+    how = "released" if previous.released else "expired" if previous.expired else "restarted"
     return f"from {previous.holder} on {previous.host} (epoch {previous.epoch}, {how})"
 
 

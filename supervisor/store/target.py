@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -54,5 +55,29 @@ def parse_pg_url(text: str) -> URL:
     return url
 
 
-def is_pg(target: StoreTarget) -> bool:
-    return isinstance(target, PgTarget)
+class StoreSettings(Protocol):
+    """The store part of the fleet config (`supervisor.config.StoreConfig`)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def password_file(self) -> Path | None: ...
+
+
+def store_target(settings: StoreSettings) -> StoreTarget:
+    """The configured store: PostgreSQL when `url` is set (password from `password_file`, else
+    the driver reads PGPASSWORD), else the SQLite file at `path`."""
+    if settings.url is None:
+        return settings.path
+    parse_pg_url(settings.url)
+    password = None
+    if settings.password_file is not None:
+        try:
+            password = settings.password_file.read_text(encoding="utf-8").strip()
+        except OSError as err:
+            raise StoreError(
+                f"cannot read store.password_file {settings.password_file}: {err.strerror or err}"
+            ) from None
+    return PgTarget(url=settings.url, password=password)
