@@ -21,6 +21,8 @@ from supervisor.store.lease import Lease, claim, release
 
 log = structlog.get_logger("supervisor.leader")
 
+FOLLOW_SLACK_S = 0.05
+
 
 @dataclass(frozen=True, kw_only=True)
 class Me:
@@ -86,6 +88,8 @@ class Elector:
             if leading and self._monotonic() >= self._valid_until:
                 self._lose(f"lease not renewed: {why}")
             return
+        if not seen.mine and (self.seen is None or self.seen.epoch != seen.epoch):
+            log.info("following", leader=seen.holder, host=seen.host, epoch=seen.epoch)
         self.seen = seen
         if not seen.mine:
             if leading:
@@ -100,10 +104,19 @@ class Elector:
     async def run(self) -> None:
         while not self.lost.is_set():
             await self.step()
-            wait = self.lease_s / 3
-            if self.is_leading:
-                wait = max(0.0, min(wait, self._valid_until - self._monotonic()))
-            await asyncio.sleep(wait)
+            await asyncio.sleep(self.next_wait())
+
+    def next_wait(self) -> float:
+        """A third of the lease; a leader never sleeps past its lease, a follower wakes just
+        after the lease it saw runs out (so a takeover comes within the lease of the leader's
+        last heartbeat, not a third of a lease later)."""
+        wait = self.lease_s / 3
+        if self.is_leading:
+            return max(0.0, min(wait, self._valid_until - self._monotonic()))
+        seen = self.seen
+        if seen is not None and not seen.mine and not seen.expired:
+            wait = min(wait, (seen.expires_ms - seen.now_ms) / 1000 + FOLLOW_SLACK_S)
+        return max(FOLLOW_SLACK_S, wait)
 
     async def release(self) -> None:
         """A clean stop: free the lease at once (best effort)."""

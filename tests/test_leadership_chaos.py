@@ -1,0 +1,194 @@
+"""Two real daemons on one real PostgreSQL store: the leader killed, frozen, the database
+restarted, a fault during a takeover. The store's leadership journal and attempts say who did
+what under which epoch; the marker file says which repair steps really ran."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from supervisor.store import AttemptRow, Store, StoreError
+from supervisor.store.lease import JournalEntry, db_now_ms, journal
+from supervisor.store.target import PgTarget
+from tests.conftest import free_port
+from tests.helpers import eventually, spawn_daemon, write_fleet
+from tests.pgserver import PgServer
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 15.0  # the default lease
+RULE = """\
+id: revive
+title: the server is not running
+severity: critical
+applies_to: {{states: [down]}}
+when:
+  all:
+    - {{fact: probe.reason, op: eq, value: connection refused}}
+actions:
+  - action: shell
+    on: host
+    params: {{argv: [sh, -c, "echo step1 >> {marker}; sleep {hold}"]}}
+  - action: shell
+    on: host
+    params:
+      argv: [sh, -c, "echo step2 >> {marker}; setsid {python} -m fleet_lab.vllm_sim --host 127.0.0.1 --port {port} --model m --tok-s 0 >/dev/null 2>&1 & echo $! > {pidfile}"]
+verify: {{within: 20s}}
+mode: auto
+budget: {{attempts: 10, window: 1h}}
+"""
+
+
+@dataclass
+class Fleet:
+    """The shared store, the playbook and each instance's config and log."""
+
+    root: Path
+    target: PgTarget
+    port: int
+    marker: Path
+    pidfile: Path
+    procs: dict[str, asyncio.subprocess.Process]
+
+    def config(self, instance: str) -> Path:
+        return self.root / instance / "fleet.yaml"
+
+    def log(self, instance: str) -> Path:
+        return self.root / instance / "daemon.log"
+
+    def steps(self, name: str) -> int:
+        text = self.marker.read_text() if self.marker.exists() else ""
+        return text.splitlines().count(name)
+
+    async def start(self, instance: str) -> None:
+        self.procs[instance] = await spawn_daemon(self.config(instance), self.log(instance))
+
+    def kill_server(self) -> None:
+        """The fault: the served model's process dies."""
+        os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
+
+    async def read(self) -> tuple[list[JournalEntry], list[AttemptRow]]:
+        try:
+            store = await Store.open(self.target, create=False)
+        except StoreError:  # no daemon made it yet
+            return [], []
+        async with store:
+            async with store.tx(write=False) as conn:
+                entries = await journal(conn)
+            return entries, await store.attempts("m")
+
+    async def now_ms(self) -> int:
+        async with await Store.open(self.target, create=False) as store:
+            async with store.tx(write=False) as conn:
+                return await db_now_ms(conn)
+
+    async def took_over(self, holder: str) -> JournalEntry | None:
+        entries, _ = await self.read()
+        found = [e for e in entries if e.event == "took_over" and e.holder == holder]
+        return found[-1] if found else None
+
+    async def healed(self, epoch: int, count: int = 1) -> bool:
+        _, attempts = await self.read()
+        return [a.outcome for a in attempts if a.epoch == epoch].count("healed") >= count
+
+    def events(self, instance: str, name: str) -> list[float]:
+        """When `instance` logged `name` (its own clock: both run on this host)."""
+        found = []
+        for line in self.log(instance).read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == name:
+                found.append(_stamp(event["timestamp"]))
+        return found
+
+
+def _stamp(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
+    target = pg_server.database()
+    playbook = tmp_path / "playbooks"
+    playbook.mkdir()
+    port = free_port()
+    marker, pidfile = tmp_path / "steps.txt", tmp_path / "server.pid"
+    (playbook / "revive.yaml").write_text(
+        RULE.format(marker=marker, hold=3, python=sys.executable, port=port, pidfile=pidfile)
+    )
+    for instance in ("a", "b"):
+        folder = tmp_path / instance
+        folder.mkdir()
+        path = write_fleet(
+            folder,
+            {
+                "m": {
+                    "kind": "openai",
+                    "url": f"http://127.0.0.1:{port}",
+                    "model": "m",
+                    "host": "forge",
+                }
+            },
+            remediation={"verify_every": "200ms"},
+            playbook=str(playbook),
+        )
+        document = yaml.safe_load(path.read_text())
+        document["store"] = {"url": target.url, "instance": instance}
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+    fleet = Fleet(tmp_path, target, port, marker, pidfile, {})
+    yield fleet
+    for proc in fleet.procs.values():
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            await proc.wait()
+    if pidfile.exists():
+        try:
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+async def _a_leads_and_heals_then_b_follows(fleet: Fleet) -> None:
+    await fleet.start("a")
+    await eventually(lambda: fleet.healed(1), within=60, what="a healing the first fault")
+    await fleet.start("b")
+    await eventually(
+        lambda: fleet.events("b", "started") == [] and fleet.log("b").exists(),
+        within=10,
+        what="b running",
+    )
+
+
+async def test_a_killed_leader_is_replaced_within_the_lease_and_the_next_fault_healed(
+    fleet: Fleet,
+) -> None:
+    await _a_leads_and_heals_then_b_follows(fleet)
+    killed = await fleet.now_ms()
+    fleet.procs["a"].kill()
+    await eventually(lambda: fleet.took_over("b"), within=LEASE_S + 10, what="b taking over")
+    taken = await fleet.took_over("b")
+    assert taken is not None
+    assert taken.epoch == 2
+    assert taken.detail == "from a on " + taken.host + " (epoch 1, expired)"
+    assert taken.at_ms - killed <= LEASE_S * 1000 + 500
+    await eventually(lambda: fleet.events("b", "started") != [], within=20, what="b started")
+    fleet.kill_server()  # the next fault
+    await eventually(lambda: fleet.healed(2), within=60, what="b healing the next fault")
+    _, attempts = await fleet.read()
+    assert [(a.epoch, a.outcome) for a in attempts] == [(1, "healed"), (2, "healed")]
+    assert (fleet.steps("step1"), fleet.steps("step2")) == (2, 2)
