@@ -81,7 +81,7 @@ class Gate:
                     await elector.release()
                 claims.cancel()
                 self.supervisor = None
-                await supervisor.stop()
+                await _stop(supervisor)
             if not stop.is_set():
                 log.warning("following again", why=elector.lost_why or "fenced")
         finally:
@@ -109,6 +109,15 @@ class Gate:
         except StaleEpochError:
             return
         notifier.sender.kick()
+
+
+async def _stop(supervisor: Supervisor) -> None:
+    """Stop what this term started. A deposed leader's teardown meets the fence at every write
+    (its snapshots, its attempts): what fails there is logged, and the instance follows on."""
+    try:
+        await supervisor.stop()
+    except Exception:
+        log.exception("stopping the deposed supervisor failed; following on")
 
 
 async def _first(*events: asyncio.Event) -> bool:
