@@ -11,7 +11,10 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -41,8 +44,7 @@ actions:
     params: {{argv: [sh, -c, "echo step1 >> {marker}; sleep {hold}"]}}
   - action: shell
     on: host
-    params:
-      argv: [sh, -c, "echo step2 >> {marker}; setsid {python} -m fleet_lab.vllm_sim --host 127.0.0.1 --port {port} --model m --tok-s 0 >/dev/null 2>&1 & echo $! > {pidfile}"]
+    params: {{argv: [sh, -c, "{start}"]}}
 verify: {{within: 20s}}
 mode: auto
 budget: {{attempts: 10, window: 1h}}
@@ -88,9 +90,14 @@ class Fleet:
             return entries, await store.attempts("m")
 
     async def now_ms(self) -> int:
-        async with await Store.open(self.target, create=False) as store:
-            async with store.tx(write=False) as conn:
-                return await db_now_ms(conn)
+        async with (
+            await Store.open(self.target, create=False) as store,
+            store.tx(write=False) as conn,
+        ):
+            return await db_now_ms(conn)
+
+    async def has_taken_over(self, holder: str) -> bool:
+        return await self.took_over(holder) is not None
 
     async def took_over(self, holder: str) -> JournalEntry | None:
         entries, _ = await self.read()
@@ -115,9 +122,16 @@ class Fleet:
 
 
 def _stamp(text: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _start(marker: Path, port: int, pidfile: Path) -> str:
+    """The repair's second step: start the served model (a vLLM-shaped server) for good."""
+    server = (
+        f"setsid {sys.executable} -m fleet_lab.vllm_sim --host 127.0.0.1 --port {port} "
+        "--model m --tok-s 0 >/dev/null 2>&1 &"
+    )
+    return f"echo step2 >> {marker}; {server} echo $! > {pidfile}"
 
 
 @pytest.fixture
@@ -128,7 +142,7 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
     port = free_port()
     marker, pidfile = tmp_path / "steps.txt", tmp_path / "server.pid"
     (playbook / "revive.yaml").write_text(
-        RULE.format(marker=marker, hold=3, python=sys.executable, port=port, pidfile=pidfile)
+        RULE.format(marker=marker, hold=3, start=_start(marker, port, pidfile))
     )
     for instance in ("a", "b"):
         folder = tmp_path / instance
@@ -157,10 +171,8 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
             proc.kill()
             await proc.wait()
     if pidfile.exists():
-        try:
+        with suppress(ProcessLookupError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 async def _a_leads_and_heals_then_b_follows(fleet: Fleet) -> None:
@@ -176,7 +188,7 @@ async def test_a_killed_leader_is_replaced_within_the_lease_and_the_next_fault_h
     await _a_leads_and_heals_then_b_follows(fleet)
     killed = await fleet.now_ms()
     fleet.procs["a"].kill()
-    await eventually(lambda: fleet.took_over("b"), within=LEASE_S + 10, what="b taking over")
+    await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
     taken = await fleet.took_over("b")
     assert taken is not None
     assert taken.epoch == 2
@@ -197,7 +209,7 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
     a = fleet.procs["a"]
     a.send_signal(signal.SIGSTOP)  # frozen in the middle of the repair, between two steps
     frozen = time.monotonic()
-    await eventually(lambda: fleet.took_over("b"), within=LEASE_S + 10, what="b taking over")
+    await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
     await eventually(lambda: fleet.healed(2), within=60, what="b repairing afresh")
     await asyncio.sleep(max(0.0, 60 - (time.monotonic() - frozen)))  # the freeze is the test
     a.send_signal(signal.SIGCONT)
@@ -257,7 +269,7 @@ async def test_postgresql_restarted_both_recover_and_never_two_lead(
     # never two leaders: the terms each logged do not overlap
     terms = sorted(_terms(fleet, "a") + _terms(fleet, "b"))
     assert len(terms) == 2  # a, then the new leader (a again, or b)
-    for (_, end), (start, _) in zip(terms, terms[1:], strict=False):
+    for (_, end), (start, _) in pairwise(terms):
         assert end <= start
 
 
@@ -270,7 +282,7 @@ async def test_a_fault_during_a_takeover_is_healed_exactly_once(fleet: Fleet) ->
     await _a_leads_and_heals_then_b_follows(fleet)
     fleet.procs["a"].kill()
     fleet.kill_server()  # the fault comes while nobody leads
-    await eventually(lambda: fleet.took_over("b"), within=LEASE_S + 10, what="b taking over")
+    await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
     await eventually(lambda: fleet.healed(2), within=60, what="b healing the fault")
     await eventually(lambda: _healthy(fleet), within=30, what="m healthy again")
     await asyncio.sleep(3)  # absence of a second repair: give one the time to show up
