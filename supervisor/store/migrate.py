@@ -1,4 +1,6 @@
-"""Bringing an older store up to `SCHEMA_VERSION`, in one write transaction on open.
+"""Typing the timeline of a store made before it (schema 1 -> 2), in the write transaction of
+the open that then stamps it for Alembic (`supervisor.store.revise`): the revisions take it from
+there.
 
 1 -> 2, the typed timeline: `timeline` gains `type` and `version`, and each old row's `data`
 becomes the payload of the typed record `supervisor.timeline.migrate.type_v1` reads from its
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection
 
 from supervisor.store.coltypes import dump_json
-from supervisor.store.schema import NO_UPDATE, leader_journal, leader_lease
+from supervisor.store.schema import NO_UPDATE
 from supervisor.timeline import Diagnosis, encode
 from supervisor.timeline.migrate import type_v1
 
@@ -44,14 +46,7 @@ def _v1_to_v2(conn: Connection) -> None:
     conn.exec_driver_sql(NO_UPDATE)
 
 
-def _v2_to_v3(conn: Connection) -> None:
-    """Leadership: the lease and its journal; attempts (and outbox rows) carry an epoch."""
-    conn.exec_driver_sql("ALTER TABLE attempts ADD COLUMN epoch INTEGER")
-    leader_lease.create(conn)
-    leader_journal.create(conn)
-
-
-STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
 """From version N: the step that makes it N + 1."""
 
 

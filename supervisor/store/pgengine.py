@@ -12,7 +12,7 @@ from sqlalchemy import Column, Connection, Integer, MetaData, Table, Text, inspe
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from supervisor.store import schema
+from supervisor.store import revise, schema
 from supervisor.store.dialect import schema_lock
 from supervisor.store.errors import StoreError
 from supervisor.store.target import PgTarget
@@ -70,7 +70,7 @@ async def _check_or_create(conn: AsyncConnection, target: PgTarget, *, create: b
         if not create:
             raise StoreError(f"no store at {target} (has the daemon run yet?)")
         await conn.run_sync(meta_metadata.create_all)
-        await conn.run_sync(schema.create)
+        await conn.run_sync(revise.upgrade)
         await conn.execute(
             store_meta.insert(),
             [
@@ -88,3 +88,4 @@ async def _check_or_create(conn: AsyncConnection, target: PgTarget, *, create: b
             f"store {target} has schema version {version}, newer than this fleet-supervisor "
             f"understands ({schema.SCHEMA_VERSION})"
         )
+    await conn.run_sync(revise.upgrade)  # the revisions it lacks (under the schema lock)
