@@ -19,6 +19,7 @@ import structlog
 
 from supervisor.control import routes as control_routes
 from supervisor.ops import metrics
+from supervisor.ops.leadership import leader_view, leadership_document, leadership_metrics
 from supervisor.ops.view import gather, status_document
 
 if TYPE_CHECKING:
@@ -175,10 +176,12 @@ class OpsServer:
 
     async def _metrics(self) -> Response:
         view = await gather(self._daemon, self._started_at)
-        return Response(200, metrics.render(view).encode(), metrics.CONTENT_TYPE)
+        leader = leadership_metrics(await leader_view(self._daemon.store))  # [leadership]
+        return Response(200, (metrics.render(view) + leader).encode(), metrics.CONTENT_TYPE)
 
     async def _status(self) -> Response:
         document = status_document(await gather(self._daemon, self._started_at))
+        document["leadership"] = leadership_document(await leader_view(self._daemon.store))
         body = json.dumps(document, indent=2).encode()
         return Response(200, body, "application/json")
 
