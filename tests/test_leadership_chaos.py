@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleet_lab.botapi import BotApiStub
 from supervisor.store import AttemptRow, Store, StoreError
 from supervisor.store.lease import JournalEntry, db_now_ms, journal
 from supervisor.store.target import PgTarget
@@ -30,6 +32,7 @@ from tests.pgserver import PgServer
 pytestmark = pytest.mark.slow
 
 LEASE_S = 15.0  # the default lease
+CHAT = 1001
 RULE = """\
 id: revive
 title: the server is not running
@@ -61,6 +64,7 @@ class Fleet:
     marker: Path
     pidfile: Path
     procs: dict[str, asyncio.subprocess.Process]
+    bots: dict[str, BotApiStub]  #: each instance talks to its own Bot API (to tell who spoke)
 
     def config(self, instance: str) -> Path:
         return self.root / instance / "fleet.yaml"
@@ -144,9 +148,13 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
     (playbook / "revive.yaml").write_text(
         RULE.format(marker=marker, hold=3, start=_start(marker, port, pidfile))
     )
+    bots = {}
     for instance in ("a", "b"):
         folder = tmp_path / instance
         folder.mkdir()
+        bots[instance] = bot = BotApiStub(token=f"{instance}-token")
+        await bot.start()
+        (folder / "bot.token").write_text(bot.token)
         path = write_fleet(
             folder,
             {
@@ -162,9 +170,14 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
         )
         document = yaml.safe_load(path.read_text())
         document["store"] = {"url": target.url, "instance": instance}
+        document["notify"] = {
+            "telegram": {"token_file": "bot.token", "chat_ids": [CHAT], "base_url": bot.base_url}
+        }
         path.write_text(yaml.safe_dump(document, sort_keys=False))
-    fleet = Fleet(tmp_path, target, port, marker, pidfile, {})
+    fleet = Fleet(tmp_path, target, port, marker, pidfile, {}, bots)
     yield fleet
+    for bot in bots.values():
+        await bot.stop()
     for proc in fleet.procs.values():
         if proc.returncode is None:
             proc.send_signal(signal.SIGCONT)
@@ -212,6 +225,7 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
     await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
     await eventually(lambda: fleet.healed(2), within=60, what="b repairing afresh")
     await asyncio.sleep(max(0.0, 60 - (time.monotonic() - frozen)))  # the freeze is the test
+    woke = time.time()
     a.send_signal(signal.SIGCONT)
     await eventually(
         lambda: _refused(fleet, "a"), within=30, what="a's stale writes refused and recorded"
@@ -228,6 +242,13 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
         (2, "b", "took_over"),
     ]
     assert a.returncode is None  # it lives on, as a follower
+    assert [m.text for m in fleet.bots["a"].sent if m.received_at >= woke] == []  # said nothing
+    said = fleet.bots["b"].texts(CHAT)
+    host = socket.gethostname()
+    takeover = [t for t in said if t.startswith(f"🔁 <b>b on {host} took over</b>")]
+    assert len(takeover) == 1
+    assert takeover[0].startswith(f"🔁 <b>b on {host} took over</b> from a on {host} after ")
+    assert takeover[0].endswith("s without a heartbeat (epoch 2)")
 
 
 async def _refused(fleet: Fleet, holder: str) -> bool:
