@@ -80,4 +80,4 @@ def store_target(settings: StoreSettings) -> StoreTarget:
             raise StoreError(
                 f"cannot read store.password_file {settings.password_file}: {err.strerror or err}"
             ) from None
-    return PgTarget(url=settings.url, password=password)
+    return PgTarget(url=settings.url, password=password or None)  # empty: PGPASSWORD
