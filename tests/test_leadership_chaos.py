@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow
 
 LEASE_S = 15.0  # the default lease
 CHAT = 1001
+USER = 7
 RULE = """\
 id: revive
 title: the server is not running
@@ -171,7 +172,12 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
         document = yaml.safe_load(path.read_text())
         document["store"] = {"url": target.url, "instance": instance}
         document["notify"] = {
-            "telegram": {"token_file": "bot.token", "chat_ids": [CHAT], "base_url": bot.base_url}
+            "telegram": {
+                "token_file": "bot.token",
+                "chat_ids": [CHAT],
+                "user_ids": [USER],
+                "base_url": bot.base_url,
+            }
         }
         path.write_text(yaml.safe_dump(document, sort_keys=False))
     fleet = Fleet(tmp_path, target, port, marker, pidfile, {}, bots)
@@ -208,6 +214,11 @@ async def test_a_killed_leader_is_replaced_within_the_lease_and_the_next_fault_h
     assert taken.detail == "from a on " + taken.host + " (epoch 1, expired)"
     assert taken.at_ms - killed <= LEASE_S * 1000 + 500
     await eventually(lambda: fleet.events("b", "started") != [], within=20, what="b started")
+    await eventually(
+        lambda: fleet.events("b", "telegram: bot up") != [], within=20, what="b's bot polling"
+    )
+    status = await _status(fleet.bots["b"])
+    assert status.splitlines()[-1].startswith(f"leader: b on {socket.gethostname()} (epoch 2, ")
     fleet.kill_server()  # the next fault
     await eventually(lambda: fleet.healed(2), within=60, what="b healing the next fault")
     _, attempts = await fleet.read()
@@ -249,6 +260,17 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
     assert len(takeover) == 1
     assert takeover[0].startswith(f"🔁 <b>b on {host} took over</b> from a on {host} after ")
     assert takeover[0].endswith("s without a heartbeat (epoch 2)")
+
+
+async def _status(bot: BotApiStub) -> str:
+    """A person's /status to the leader's bot; its answer."""
+    bot.message(chat_id=CHAT, user_id=USER, text="/status")
+
+    def answers() -> list[str]:
+        return [s.text for s in bot.sent if "\nautomatic action: " in s.text]
+
+    await eventually(lambda: bool(answers()), within=20, what="an answer to /status")
+    return answers()[0]
 
 
 async def _refused(fleet: Fleet, holder: str) -> bool:

@@ -10,8 +10,8 @@ from supervisor.cli.common import load, open_store
 from supervisor.cli.render import ago, dump, iso, num, table
 from supervisor.clock import utcnow
 from supervisor.config import FleetConfig
-from supervisor.ops.leadership import leader_view, leadership_document, leadership_line
 from supervisor.store import Snapshot, SubjectKind
+from supervisor.store.lease_view import leader_view, leadership_document, leadership_line
 
 
 def main(args: argparse.Namespace) -> int:

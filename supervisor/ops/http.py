@@ -19,8 +19,9 @@ import structlog
 
 from supervisor.control import routes as control_routes
 from supervisor.ops import metrics
-from supervisor.ops.leadership import leader_view, leadership_document, leadership_metrics
+from supervisor.ops.leadership import leadership_metrics
 from supervisor.ops.view import gather, status_document
+from supervisor.store.lease_view import leader_view, leadership_document
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
