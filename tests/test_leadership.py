@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -135,3 +136,31 @@ def test_what_the_new_leader_says(previous: Lease | None, text: str | None) -> N
         released=False, now_ms=T, mine=True, took_over=True, previous=previous,
     )  # fmt: skip
     assert takeover_text(won, Me(holder="b", host="b-box")) == text
+
+
+async def test_a_failed_start_is_tried_again_not_fatal(tmp_path: Path) -> None:
+    config = load_config(_config(tmp_path, "a", free_port()))
+    made: list[Supervisor] = []
+
+    class FailsFirst(Supervisor):
+        async def start(self) -> None:
+            if len(made) == 1:
+                raise RuntimeError("the store went away mid-start")
+            await super().start()
+
+    def make() -> Supervisor:
+        made.append(FailsFirst(config))
+        return made[-1]
+
+    gate = Gate(config.model_copy(update={"store": config.store.model_copy(
+        update={"lease": timedelta(seconds=0.6)})}), make)  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(gate.run(stop))
+    try:
+        await eventually(lambda: gate.terms == 2 and gate.supervisor is not None, within=20,
+                         what="a second term after the failed start")  # fmt: skip
+        assert made[1].daemon is not None
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert task.exception() is None

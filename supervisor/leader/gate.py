@@ -72,10 +72,13 @@ class Gate:
             supervisor.on_deposed = lambda _err: deposed.set()
             self.supervisor = supervisor
             self.terms += 1
-            await supervisor.start()
             try:
+                await supervisor.start()
                 await self._announce(supervisor, elector)
                 await _first(elector.lost, stop, deposed)
+            except Exception:  # the store dropped mid-start, say: stop, follow, try again
+                log.exception("leading failed; following again")
+                await _first(stop, _later(elector.lease_s / 3))
             finally:
                 if stop.is_set() and not elector.lost.is_set():
                     await elector.release()
@@ -118,6 +121,13 @@ async def _stop(supervisor: Supervisor) -> None:
         await supervisor.stop()
     except Exception:
         log.exception("stopping the deposed supervisor failed; following on")
+
+
+def _later(seconds: float) -> asyncio.Event:
+    """An event set after `seconds` (a pause that a stop cuts short, with `_first`)."""
+    event = asyncio.Event()
+    asyncio.get_running_loop().call_later(seconds, event.set)
+    return event
 
 
 async def _first(*events: asyncio.Event) -> bool:
