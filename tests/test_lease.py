@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -116,3 +117,32 @@ async def test_many_claimants_at_once_give_one_holder(store_target: StoreTarget)
     finally:
         for s in stores:
             await s.close()
+
+
+async def _pid_of_a_finished_process() -> int:
+    proc = await asyncio.create_subprocess_exec("true")
+    await proc.wait()
+    return proc.pid
+
+
+async def test_the_same_instance_restarted_takes_its_lease_at_once(store: Store) -> None:
+    dead = await _pid_of_a_finished_process()
+    async with store.tx(write=True) as conn:
+        await claim(conn, holder="a", host="forge", epoch=None, lease_ms=LONG, pid=dead)
+    async with store.tx(write=True) as conn:  # a second a, on another host: waits
+        other_host = await claim(conn, holder="a", host="mac", epoch=None, lease_ms=LONG, pid=5)
+    assert (other_host.mine, other_host.epoch) == (False, 1)
+    async with store.tx(write=True) as conn:  # a, again on forge, its old process gone
+        again = await claim(
+            conn, holder="a", host="forge", epoch=None, lease_ms=LONG, pid=os.getpid()
+        )
+    assert (again.mine, again.epoch, again.took_over) == (True, 2, True)
+    async with store.tx(write=True) as conn:  # another a on forge while that one runs: waits
+        twin = await claim(conn, holder="a", host="forge", epoch=None, lease_ms=LONG, pid=dead)
+    assert (twin.mine, twin.epoch) == (False, 2)
+    assert (await _events(store))[1] == (
+        2,
+        "a",
+        "took_over",
+        "from a on forge (epoch 1, restarted)",
+    )

@@ -9,6 +9,7 @@ protects (it is cut off at the lease's end).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ class Elector:
                         host=self.me.host,
                         epoch=self.epoch if leading else None,
                         lease_ms=int(self.lease_s * 1000),
+                        pid=os.getpid(),
                     )
         except (StoreError, TimeoutError) as err:
             self.errors += 1

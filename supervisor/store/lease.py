@@ -17,10 +17,11 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
   and each message (the notifier's sender) asks the fence right before it goes out. The row
   lock orders a fenced write against a takeover: it either committed before the new epoch
   (and the new leader sees it) or it is refused. A refusal is written to the journal.
-- **The same instance started again** (its name in the lease) takes its own lease over at
-  once with a new epoch, so a restart does not wait out the lease: instance names must be
-  unique (`store.instance`, the host name by default). Whatever the old process left running
-  is fenced by the new epoch like any deposed leader.
+- **The same instance started again** (its name and host in the lease, and the process that
+  held it gone from this host) takes its own lease over at once with a new epoch, so a restart
+  does not wait out the lease. A second process of the same name while the first still runs,
+  or the same name on another host, waits the lease out like anyone else (instance names
+  should be unique: `store.instance`, the host name by default).
 - **Connection drops**: the leader cannot renew and steps down itself once its own lease
   (measured on its monotonic clock from before the last successful renewal) is over; a
   follower cannot take over before the lease ran out on the database's clock, which is later.
@@ -30,6 +31,7 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +121,13 @@ async def _locked_row(conn: AsyncConnection, *, share: bool = False) -> Any:
 
 
 async def claim(
-    conn: AsyncConnection, *, holder: str, host: str, epoch: int | None, lease_ms: int
+    conn: AsyncConnection,
+    *,
+    holder: str,
+    host: str,
+    epoch: int | None,
+    lease_ms: int,
+    pid: int = 0,
 ) -> Lease:
     """Renew the lease when `epoch` is ours, take it over when it ran out, else follow. One
     call is one decision; the caller's write transaction makes it atomic."""
@@ -151,7 +159,12 @@ async def claim(
         return Lease(
             **{**current.__dict__, "renewed_ms": now, "expires_ms": now + lease_ms, "mine": True}
         )
-    restarted = epoch is None and current.holder == holder  # this instance, started again
+    restarted = (  # this instance started again on its host, its old process gone
+        epoch is None
+        and (current.holder, current.host) == (holder, host)
+        and row.pid not in (0, pid)
+        and not _alive(row.pid)
+    )
     if not current.expired and not restarted:  # someone else leads
         return current
     new_epoch = current.epoch + 1
@@ -162,6 +175,7 @@ async def claim(
             epoch=new_epoch,
             holder=holder,
             host=host,
+            pid=pid,
             acquired_ms=now,
             renewed_ms=now,
             expires_ms=now + lease_ms,
@@ -185,6 +199,17 @@ async def claim(
         took_over=True,
         previous=current if current.epoch else None,
     )
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (the lease's holder was on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _takeover_detail(previous: Lease) -> str:

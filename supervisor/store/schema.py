@@ -141,6 +141,7 @@ leader_lease = Table(
     Column("epoch", Integer, nullable=False),  # +1 at every new holder
     Column("holder", Text, nullable=False),  # the instance's name
     Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False, server_default="0"),  # the holder's process
     Column("acquired_ms", BigInteger, nullable=False),
     Column("renewed_ms", BigInteger, nullable=False),
     Column("expires_ms", BigInteger, nullable=False),

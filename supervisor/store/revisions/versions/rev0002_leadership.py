@@ -24,6 +24,7 @@ def upgrade() -> None:
         sa.Column("epoch", sa.Integer, nullable=False),
         sa.Column("holder", sa.Text, nullable=False),
         sa.Column("host", sa.Text, nullable=False),
+        sa.Column("pid", sa.Integer, nullable=False, server_default="0"),
         sa.Column("acquired_ms", sa.BigInteger, nullable=False),
         sa.Column("renewed_ms", sa.BigInteger, nullable=False),
         sa.Column("expires_ms", sa.BigInteger, nullable=False),
