@@ -4,6 +4,8 @@ upserts on both engines."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -176,3 +178,24 @@ async def test_outbox_and_control_tables_on_both_engines(store_target: StoreTarg
         await control.pause(pause)
         await control.pause(PauseRow(scope="*", who="@op2", via="http", why="b", at=T0))
         assert [(p.scope, p.who, p.why) for p in await control.pauses()] == [("*", "@op2", "b")]
+
+
+def test_run_with_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        _config(f"{{url: 'postgresql+asyncpg://fleet@127.0.0.1:{port}/fleet'}}")
+        + "http: {enabled: false}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor", "--config", str(config), "run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"fleet-supervisor: cannot open store postgresql+asyncpg://fleet@127.0.0.1:{port}/fleet: "
+        f"[Errno 111] Connect call failed ('127.0.0.1', {port})\n",
+    )
