@@ -338,3 +338,18 @@ async def _healthy(fleet: Fleet) -> bool:
     async with await Store.open(fleet.target, create=False) as store:
         snapshots = await store.snapshots()
     return [(s.name, s.state) for s in snapshots] == [("m", "healthy")]
+
+
+async def test_a_short_postgresql_restart_keeps_the_leader(
+    fleet: Fleet, pg_server: PgServer
+) -> None:
+    await _a_leads_and_heals_then_b_follows(fleet)
+    pg_server.restart()  # seconds, well inside the lease: a renews on its next try
+    fleet.kill_server()
+    await eventually(lambda: fleet.healed(1, count=2), within=60, what="a healing after it")
+    entries, attempts = await fleet.read()
+    assert [(e.epoch, e.holder) for e in entries if e.event == "took_over"] == [(1, "a")]
+    assert [(a.epoch, a.outcome) for a in attempts] == [(1, "healed"), (1, "healed")]
+    assert fleet.events("a", "leadership lost") == []
+    assert fleet.events("b", "leading") == []
+    assert all(proc.returncode is None for proc in fleet.procs.values())
