@@ -157,9 +157,12 @@ async def test_a_failed_start_is_tried_again_not_fatal(tmp_path: Path) -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(gate.run(stop))
     try:
-        await eventually(lambda: gate.terms == 2 and gate.supervisor is not None, within=20,
-                         what="a second term after the failed start")  # fmt: skip
-        assert made[1].daemon is not None
+        await eventually(
+            lambda: len(made) == 2 and made[1].daemon is not None,
+            within=20,
+            what="a second term after the failed start",
+        )
+        assert gate.terms == 2
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)

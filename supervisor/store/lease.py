@@ -18,7 +18,8 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
   lock orders a fenced write against a takeover: it either committed before the new epoch
   (and the new leader sees it) or it is refused. A refusal is written to the journal.
 - **The same instance started again** (its name and host in the lease, and the process that
-  held it gone from this host) takes its own lease over at once with a new epoch, so a restart
+  held it gone from this host, or the same process beginning a new term after it stopped its
+  supervisor) takes its own lease over at once with a new epoch, so a restart
   does not wait out the lease. A second process of the same name while the first still runs,
   or the same name on another host, waits the lease out like anyone else (instance names
   should be unique: `store.instance`, the host name by default).
@@ -159,11 +160,11 @@ async def claim(
         return Lease(
             **{**current.__dict__, "renewed_ms": now, "expires_ms": now + lease_ms, "mine": True}
         )
-    restarted = (  # this instance started again on its host, its old process gone
+    restarted = (  # this instance again: a new term of this process, or its old process gone
         epoch is None
+        and pid != 0
         and (current.holder, current.host) == (holder, host)
-        and row.pid not in (0, pid)
-        and not _alive(row.pid)
+        and (row.pid == pid or (row.pid != 0 and not _alive(row.pid)))
     )
     if not current.expired and not restarted:  # someone else leads
         return current
