@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, median, percentile, write_section
 from supervisor.store import Store
+from supervisor.store.target import PgTarget, StoreTarget
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -54,7 +55,7 @@ async def start_pools(
     return procs, urls
 
 
-def fleet(folder: Path, urls: list[str], interval: str) -> Path:
+def fleet(folder: Path, urls: list[str], interval: str, store_url: str | None = None) -> Path:
     (folder / "playbooks").mkdir(exist_ok=True)
     probe = {
         "liveness_interval": interval,
@@ -63,7 +64,7 @@ def fleet(folder: Path, urls: list[str], interval: str) -> Path:
         "jitter": "0s",
     }
     document = {
-        "store": {"path": "state/supervisor.db"},
+        "store": {"url": store_url} if store_url else {"path": "state/supervisor.db"},
         "playbook": {"path": "playbooks"},
         "http": {"enabled": False},  # the default 127.0.0.1:9464 may be another daemon's
         "remediation": {"dry_run": True},
@@ -98,7 +99,7 @@ class Lateness:
     failed: int  #: probes in the window that did not pass
 
 
-async def lateness(db: Path, interval_s: float, window: tuple[float, float]) -> Lateness:
+async def lateness(db: StoreTarget, interval_s: float, window: tuple[float, float]) -> Lateness:
     """How late each probe started against its slot, for the slots inside `window` (epoch s).
 
     Every job is on one grid: the schedule starts liveness at its start time T and the deep
@@ -149,12 +150,18 @@ def alive(daemon: asyncio.subprocess.Process, log: Path) -> None:
         raise RuntimeError(f"the daemon exited ({daemon.returncode}) during the run:\n{tail}")
 
 
-async def one(endpoints: int, pools: int, interval_s: float, duration_s: float) -> dict[str, float]:
+async def one(
+    endpoints: int,
+    pools: int,
+    interval_s: float,
+    duration_s: float,
+    store: PgTarget | None = None,  # PostgreSQL (bench/leadership.py) instead of the file
+) -> dict[str, float]:
     procs, urls = await start_pools(endpoints, pools)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            config = fleet(folder, urls, f"{interval_s:g}s")
+            config = fleet(folder, urls, f"{interval_s:g}s", store.url if store else None)
             log = folder / "daemon.log"
             with log.open("wb") as err:
                 daemon = await asyncio.create_subprocess_exec(
@@ -180,7 +187,8 @@ async def one(endpoints: int, pools: int, interval_s: float, duration_s: float) 
                 if daemon.returncode is None:
                     daemon.terminate()
                 await asyncio.wait_for(daemon.wait(), timeout=60)
-            found = await lateness(folder / "state" / "supervisor.db", interval_s, (w0, w1))
+            db = store or folder / "state" / "supervisor.db"
+            found = await lateness(db, interval_s, (w0, w1))
     finally:
         for proc in procs:
             proc.terminate()

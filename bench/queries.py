@@ -23,8 +23,9 @@ from sqlalchemy import insert
 
 from bench.common import RESULTS, median, ms, percentile, write_section
 from supervisor.store import Store
-from supervisor.store.engine import make_engine, transaction
+from supervisor.store.engine import open_engine, transaction
 from supervisor.store.schema import incidents, timeline
+from supervisor.store.target import StoreTarget
 from supervisor.timeline import Probe, ProbeSample, encode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -42,10 +43,10 @@ PROBE = Probe(
 PAYLOAD = encode(PROBE)
 
 
-async def fill(path: Path, events: int, per_incident: int, subjects: int) -> int:
+async def fill(path: StoreTarget, events: int, per_incident: int, subjects: int) -> int:
     """A store with `events` timeline rows over events/per_incident incidents; returns that."""
     await (await Store.open(path)).close()  # creates the schema
-    engine = make_engine(path)
+    engine = await open_engine(path, create=False)
     count = max(1, events // per_incident)
     try:
         async with transaction(engine, write=True) as conn:

@@ -6,6 +6,13 @@
 #                                          # (when ROOT/etc/passwd exists), enable (symlink only)
 #   --no-venv                              # skip the venv (/opt/fleet-supervisor/venv)
 #   PYTHON=/usr/bin/python3                # the interpreter the venv is made from
+#   --postgresql postgresql+asyncpg://fleet@db/fleet
+#                                          # the store on PostgreSQL (shared by a second
+#                                          # instance): the new fleet.yaml gets store.url and
+#                                          # store.password_file /etc/fleet-supervisor/pg.pass
+#                                          # (0640, made empty: write the password there, or
+#                                          # PGPASSWORD= in env). The role and the database are
+#                                          # made by the database's admin (README: PostgreSQL).
 #
 # It makes: the system user fleet-supervisor; the venv under /opt/fleet-supervisor; the shipped
 # rules and runbooks in /opt/fleet-supervisor/{playbooks,runbooks} (kept equal to this checkout);
@@ -16,11 +23,14 @@ set -eu
 
 ROOT=""
 VENV=1
+PG_URL=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --root|--prefix) ROOT="${2:?--root needs a directory}"; shift 2 ;;
         --root=*|--prefix=*) ROOT="${1#*=}"; shift ;;
         --no-venv) VENV=0; shift ;;
+        --postgresql) PG_URL="${2:?--postgresql needs a URL like postgresql+asyncpg://fleet@db/fleet}"; shift 2 ;;
+        --postgresql=*) PG_URL="${1#*=}"; shift ;;
         -h|--help) sed -n '/^set -eu/q; 2,$p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
@@ -51,6 +61,18 @@ trap 'rm -f "$EXAMPLE" "$ENV_TEMPLATE"; [ -z "$BUILD_DIR" ] || rm -rf "$BUILD_DI
 sed "s|^  path: \.\./playbooks\$|  path: $OPT/playbooks|" "$SRC/deploy/fleet.example.yaml" >"$EXAMPLE"
 grep -q "^  path: $OPT/playbooks\$" "$EXAMPLE" \
     || fail "deploy/fleet.example.yaml has no playbook line '  path: ../playbooks' to point at $OPT/playbooks"
+if [ -n "$PG_URL" ]; then
+    case "$PG_URL" in
+        postgresql+asyncpg://*:*@*) fail "--postgresql $PG_URL holds a password: put it in /etc/fleet-supervisor/pg.pass instead" ;;
+        postgresql+asyncpg://*/?*) ;;
+        *) fail "--postgresql expects postgresql+asyncpg://USER@HOST[:PORT]/DB, got $PG_URL" ;;
+    esac
+    awk -v url="$PG_URL" '
+        /^  path: \/var\/lib\/fleet-supervisor\/supervisor.db$/ {
+            print "  url: " url; print "  password_file: /etc/fleet-supervisor/pg.pass"; next }
+        { print }' "$EXAMPLE" >"$EXAMPLE.pg" && mv "$EXAMPLE.pg" "$EXAMPLE"
+    grep -q "^  url: " "$EXAMPLE" || fail "deploy/fleet.example.yaml has no store path line to replace"
+fi
 if [ -z "$ROOT" ] && [ "$VENV" = 1 ]; then
     # the unit's ProtectHome=yes hides /home, /root and /run/user from the service: a venv made
     # from an interpreter there (pyenv, a user's build) cannot start
@@ -109,9 +131,13 @@ ensure_dir "$ROOT/opt/fleet-supervisor" 755 0 0
 ensure_file "$EXAMPLE" "$ROOT/etc/fleet-supervisor/fleet.yaml" 640 0 "$OWNER_GID" 0
 printf '# secrets for fleet-supervisor (read by systemd: EnvironmentFile=)\n# FLEET_SUPERVISOR_TELEGRAM_TOKEN=\n' >"$ENV_TEMPLATE"
 ensure_file "$ENV_TEMPLATE" "$ROOT/etc/fleet-supervisor/env" 640 0 "$OWNER_GID" 0
+if [ -n "$PG_URL" ]; then
+    ensure_file /dev/null "$ROOT/etc/fleet-supervisor/pg.pass" 640 0 "$OWNER_GID" 0
+fi
 ensure_dir "$ROOT/opt/fleet-supervisor/docs" 755 0 0
 ensure_file "$SRC/README.md" "$ROOT/opt/fleet-supervisor/docs/README.md" 644 0 0 1
 ensure_file "$EXAMPLE" "$ROOT/opt/fleet-supervisor/docs/fleet.example.yaml" 644 0 0 1
+ensure_file "$SRC/deploy/fleet.second.example.yaml" "$ROOT/opt/fleet-supervisor/docs/fleet.second.example.yaml" 644 0 0 1
 
 # --- the shipped rules and runbooks: equal to the checkout's (a rule deleted there goes) -------
 sync_dir() {  # SOURCE_DIR DEST_DIR SUFFIX

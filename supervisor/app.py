@@ -9,7 +9,7 @@ is handed to them here; the root closes what it opened, the daemon stops what ru
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import httpx
@@ -22,6 +22,7 @@ from supervisor.control import ControlApi
 from supervisor.control.wiring import start_control
 from supervisor.daemon import Daemon
 from supervisor.executor import Executor
+from supervisor.executor.fenced import FencedExecutor
 from supervisor.executor.fleet import FleetExecutor
 from supervisor.hosts import HostWatcher
 from supervisor.machine import FleetMachine
@@ -34,7 +35,9 @@ from supervisor.probes import make_client, make_tls
 from supervisor.probes.clients import ProbeClients
 from supervisor.remediation.runner import Remediator
 from supervisor.store import Store
+from supervisor.store.lease import StaleEpochError
 from supervisor.store.resilient import ResilientStore
+from supervisor.store.target import store_target
 from supervisor.worker import EndpointWorker, Prober
 
 if TYPE_CHECKING:
@@ -71,6 +74,10 @@ class Supervisor:
         self._http: httpx.AsyncClient | None = None  #: the repair runner's
         self._probes: ProbeClients | None = None  #: the daemon's, one client per endpoint
         self._reloader = ConfigReloader(self)
+        # [leadership] set by `supervisor.leader.gate` before `start`: the epoch (holder,
+        # host) every write, command and message is fenced by, and who to tell when refused
+        self.fence: tuple[int, str, str] | None = None
+        self.on_deposed: Callable[[StaleEpochError], None] | None = None
 
     @property
     def config(self) -> FleetConfig:
@@ -96,7 +103,8 @@ class Supervisor:
 
     async def start(self) -> None:
         config = self._config
-        self.store = store = await ResilientStore.open(config.store.path)
+        self.store = store = await ResilientStore.open(store_target(config.store))
+        executor = self._fenced(store)  # [leadership]
         tls = make_tls()  # one CA bundle for the runner's client and every probe client
         self._http = make_client(tls)
         self._probes = ProbeClients(tls, self.clock)
@@ -105,7 +113,7 @@ class Supervisor:
         self.remediator = remediator = Remediator(
             config=config,
             store=store,
-            executor=self.executor,
+            executor=executor,
             http=self._http,
             clock=self.clock,
             playbook=self.playbook,
@@ -139,6 +147,16 @@ class Supervisor:
             remediator.approver = self.notifier.approve  # confirm-mode rules ask in chat
             await self.notifier.start()
         log.info("started", endpoints=len(daemon.workers), hosts=len(daemon.hosts))
+
+    def _fenced(self, store: Store) -> Executor:
+        """[leadership] Under an epoch, the store refuses stale writes and every command asks
+        the fence first (`supervisor.store.lease`)."""
+        if self.fence is None:
+            return self.executor
+        store.fence_epoch, store.fence_holder, store.fence_host = self.fence
+        if self.on_deposed is not None:
+            store.on_deposed.append(self.on_deposed)
+        return FencedExecutor(self.executor, store)
 
     def _make_notifier(
         self, daemon: Daemon, remediator: Remediator, control: ControlApi

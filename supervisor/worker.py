@@ -158,7 +158,7 @@ class EndpointWorker:
                 try:
                     await self._handle(item)
                 except Exception as exc:  # one bad event (the store locked, say) never ends it
-                    self._log.exception("event failed", event=type(item).__name__)
+                    self._log.exception("event failed", item=type(item).__name__)
                     if isinstance(item, _COMMANDS) and not item.reply.done():
                         item.reply.set_exception(exc)
             finally:

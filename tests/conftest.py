@@ -12,6 +12,9 @@ from typing import Protocol
 import pytest
 
 from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
+from supervisor.store.target import StoreTarget
+from tests.pgserver import PgServer
+from tests.pgserver import unavailable as pg_unavailable
 from tests.skips import reason, skip_line
 from tests.sshd import SSHD, Sshd
 
@@ -84,3 +87,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     line = skip_line((reason(report) for report in skipped), os.geteuid())
     if line is not None:
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One real PostgreSQL server for the session (a temporary cluster, see `tests.pgserver`)."""
+    why = pg_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    server = PgServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> StoreTarget:
+    """Where a store spec's store lives: a real SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "state" / "supervisor.db"
+    server: PgServer = request.getfixturevalue("pg_server")
+    return server.database()

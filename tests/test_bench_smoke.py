@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import bench_smoke
+from tests.pgserver import unavailable as pg_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -28,3 +29,18 @@ def test_smoke(tmp_path: Path, script: str, title: str, header: str) -> None:
     rows = [line for line in text.split(header, 1)[1].splitlines()[2:] if line.startswith("|")]
     assert rows, text
     assert all("nan" not in row for row in rows), rows
+
+
+def test_leadership_smoke(tmp_path: Path) -> None:
+    """Two kills of the leader (lease 3 s) on a real PostgreSQL, and both engines' figures."""
+    why = pg_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    text = bench_smoke(ROOT, ["bench/leadership.py"], tmp_path / "RESULTS.md")
+    assert "## Leadership takeover\n\n- command: `.venv/bin/python bench/leadership.py" in text
+    takeover = text.split("| kills | median | p95 | max | min |\n|---|---|---|---|---|\n", 1)[1]
+    kills, median = takeover.split(" | ")[:2]
+    assert kills == "| 2"
+    assert 0 < float(median.removesuffix(" s")) <= 3.5  # within the lease (3 s) and its claim
+    assert "## Store engines: PostgreSQL beside SQLite\n" in text
+    assert "| 5 | PostgreSQL |" in text

@@ -14,6 +14,7 @@ from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.cli import main
 from supervisor.events import Outcome, ProbeResult, Tier
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.store.lease import claim
 from supervisor.timeline import Transition
 from tests.helpers import write_fleet
 
@@ -154,7 +155,19 @@ def test_status_json_lists_every_configured_endpoint_and_host(
     asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
     assert main(["--config", str(path), "status", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert set(document) == {"generated_at", "endpoints", "hosts"}
+    assert set(document) == {"generated_at", "endpoints", "hosts", "leadership"}
+    assert document["leadership"] == {
+        "leader": None,
+        "host": None,
+        "epoch": 0,
+        "current": False,
+        "since": None,
+        "renewed_at": None,
+        "expires_at": None,
+        "this_instance": None,
+        "leading": False,
+        "line": "leader: none (no instance holds the lease)",
+    }
     assert document["endpoints"] == [
         {
             "name": "ds4",
@@ -220,6 +233,28 @@ def test_status_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     ]
     assert lines[1].split()[:2] == ["ds4", "healthy"]
     assert lines[1].split()[-3:] == ["0.41s", "38.2", "-"]
+    assert lines[-1] == "leader: none (no instance holds the lease)"
+
+
+async def _lead(db: Path) -> None:
+    async with await Store.open(db) as store, store.tx(write=True) as conn:
+        await claim(conn, holder="spark-b", host="spark2", epoch=None, lease_ms=60_000)
+
+
+def test_status_says_who_leads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _fleet(tmp_path)
+    asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
+    asyncio.run(_lead(tmp_path / "state" / "supervisor.db"))
+    assert main(["--config", str(path), "status"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "leader: spark-b on spark2 (epoch 1, renewed 0s ago)"
+    assert main(["--config", str(path), "status", "--json"]) == 0
+    leadership = json.loads(capsys.readouterr().out)["leadership"]
+    assert (leadership["leader"], leadership["epoch"], leadership["current"]) == (
+        "spark-b",
+        1,
+        True,
+    )
 
 
 def test_incidents_and_timeline_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

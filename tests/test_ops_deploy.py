@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 SUDOERS = DEPLOY / "sudoers.d" / "fleet-supervisor"
@@ -209,3 +210,49 @@ def test_sudo_refuses_anything_else(sudo_user: str, command: str) -> None:
     result = _run("sudo", "-n", "-l", "-U", sudo_user, *command.split())
     assert result.returncode == 1
     assert result.stdout == ""
+
+
+@needs_root
+def test_install_the_postgresql_variant(staging_root: Path) -> None:
+    url = "postgresql+asyncpg://fleet@db.lan:5432/fleet"
+    first = _run(DEPLOY / "install.sh", "--root", staging_root, "--no-venv", "--postgresql", url)
+    assert first.returncode == 0, first.stderr
+    etc = staging_root / "etc/fleet-supervisor"
+    assert f"install.sh: wrote {etc / 'pg.pass'}" in first.stdout
+    before = _tree(staging_root)
+    second = _run(DEPLOY / "install.sh", "--root", staging_root, "--no-venv", "--postgresql", url)
+    assert second.stdout.splitlines()[-1] == "install.sh: no change"
+    assert _tree(staging_root) == before
+    store = yaml.safe_load((etc / "fleet.yaml").read_text())["store"]
+    assert store == {
+        "url": url,
+        "password_file": "/etc/fleet-supervisor/pg.pass",
+        "sample_retention": "7d",
+    }
+    assert (etc / "pg.pass").read_bytes() == b""
+    assert oct((etc / "pg.pass").stat().st_mode & 0o777) == "0o640"
+    docs = staging_root / "opt/fleet-supervisor/docs"
+    assert (docs / "fleet.second.example.yaml").read_text() == (
+        DEPLOY / "fleet.second.example.yaml"
+    ).read_text()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "postgresql+asyncpg://fleet:pw@db/fleet",
+            "install.sh: --postgresql postgresql+asyncpg://fleet:pw@db/fleet holds a password: "
+            "put it in /etc/fleet-supervisor/pg.pass instead\n",
+        ),
+        (
+            "postgres://db/fleet",
+            "install.sh: --postgresql expects postgresql+asyncpg://USER@HOST[:PORT]/DB, "
+            "got postgres://db/fleet\n",
+        ),
+    ],
+)
+def test_install_refuses_a_bad_postgresql_url(tmp_path: Path, url: str, message: str) -> None:
+    result = _run(DEPLOY / "install.sh", "--root", tmp_path, "--no-venv", "--postgresql", url)
+    assert (result.returncode, result.stderr) == (1, message)
+    assert list(tmp_path.iterdir()) == []

@@ -28,6 +28,7 @@ from supervisor.store import (
     SubjectKind,
     TimelineEntry,
 )
+from supervisor.store.target import StoreTarget
 from supervisor.timeline import Legacy
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -77,7 +78,15 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def store(db: Path) -> AsyncIterator[Store]:
+async def store(store_target: StoreTarget) -> AsyncIterator[Store]:
+    """The store of an engine-neutral spec: a SQLite file, then a PostgreSQL database."""
+    async with await Store.open(store_target) as s:
+        yield s
+
+
+@pytest.fixture
+async def file_store(db: Path) -> AsyncIterator[Store]:
+    """The store of a spec about the SQLite file itself (read beside it with sqlite3)."""
     async with await Store.open(db) as s:
         yield s
 
@@ -128,9 +137,19 @@ async def test_open_creates_parent_dirs_schema_and_wal(db: Path) -> None:
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert raw.execute("PRAGMA user_version").fetchone() == (2,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert tables == {"snapshots", "incidents", "timeline", "samples", "attempts"}
+        assert tables == {
+            "snapshots",
+            "incidents",
+            "timeline",
+            "samples",
+            "attempts",
+            "leader_lease",
+            "leader_journal",
+            "alembic_version",
+        }
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert {
             "ix_timeline_incident",
@@ -141,8 +160,8 @@ async def test_open_creates_parent_dirs_schema_and_wal(db: Path) -> None:
         raw.close()
 
 
-async def test_connections_have_busy_timeout_and_foreign_keys(store: Store) -> None:
-    async with store._engine.connect() as conn:
+async def test_connections_have_busy_timeout_and_foreign_keys(file_store: Store) -> None:
+    async with file_store._engine.connect() as conn:
         assert (await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar_one() == 5000
         assert (await conn.exec_driver_sql("PRAGMA foreign_keys")).scalar_one() == 1
         assert (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar_one() == "wal"
@@ -167,7 +186,7 @@ def _newer_store(path: Path) -> None:
     raw = sqlite3.connect(path)
     raw.execute("CREATE TABLE future (x TEXT)")
     raw.execute(f"PRAGMA application_id = {0x46535550}")
-    raw.execute("PRAGMA user_version = 3")
+    raw.execute("PRAGMA user_version = 4")
     raw.commit()
     raw.close()
 
@@ -205,7 +224,7 @@ def _newer_store(path: Path) -> None:
             _newer_store,
             "newer.db",
             True,
-            "store {p} has schema version 3, newer than this fleet-supervisor understands (2)",
+            "store {p} has schema version 4, newer than this fleet-supervisor understands (3)",
         ),
         (
             lambda p: p.write_text("hello, not a database at all\n" * 100),
@@ -416,8 +435,8 @@ async def test_reopening_after_restart_yields_one_incident(db: Path) -> None:
         assert incidents[0].entries == 2
 
 
-async def test_database_refuses_a_second_open_incident(db: Path, store: Store) -> None:
-    await open_incident_at(store, "qwen", 0)
+async def test_database_refuses_a_second_open_incident(db: Path, file_store: Store) -> None:
+    await open_incident_at(file_store, "qwen", 0)
     raw = sqlite3.connect(db)
     try:
         with pytest.raises(sqlite3.IntegrityError) as caught:
@@ -524,8 +543,8 @@ async def test_timeline_of_unknown_incident_is_empty(store: Store) -> None:
         "DELETE FROM timeline WHERE id = 1",
     ],
 )
-async def test_timeline_is_append_only(db: Path, store: Store, statement: str) -> None:
-    incident_id = await open_incident_at(store, "qwen", 0)
+async def test_timeline_is_append_only(db: Path, file_store: Store, statement: str) -> None:
+    incident_id = await open_incident_at(file_store, "qwen", 0)
     raw = sqlite3.connect(db)
     try:
         with pytest.raises(sqlite3.IntegrityError) as caught:
@@ -533,7 +552,9 @@ async def test_timeline_is_append_only(db: Path, store: Store, statement: str) -
         assert str(caught.value) == "timeline is append-only"
     finally:
         raw.close()
-    assert [r.summary for r in await store.timeline(incident_id)] == ["healthy -> down: refused"]
+    assert [r.summary for r in await file_store.timeline(incident_id)] == [
+        "healthy -> down: refused"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -567,16 +588,16 @@ async def test_json_data_round_trip(store: Store, data: Mapping[str, JSONValue])
     ],
 )
 async def test_json_data_refused(
-    db: Path, store: Store, data: dict[str, Any], message: str
+    store_target: StoreTarget, store: Store, data: dict[str, Any], message: str
 ) -> None:
     incident_id = await open_incident_at(store, "qwen", 0)
     with pytest.raises(StoreError) as caught:
         await store.append(incident_id, entry("qwen", "bad", 1, data=data))
-    assert str(caught.value) == f"cannot write to store {db}: {message}"
+    assert str(caught.value) == f"cannot write to store {store_target}: {message}"
     assert len(await store.timeline(incident_id)) == 1
 
 
-async def test_naive_datetime_is_refused(db: Path, store: Store) -> None:
+async def test_naive_datetime_is_refused(db: Path, file_store: Store) -> None:
     naive = Snapshot(
         kind=SubjectKind.ENDPOINT,
         name="qwen",
@@ -585,7 +606,7 @@ async def test_naive_datetime_is_refused(db: Path, store: Store) -> None:
         updated_at=at(0),
     )
     with pytest.raises(StoreError) as caught:
-        await store.save_snapshot(naive)
+        await file_store.save_snapshot(naive)
     assert str(caught.value) == (
         f"cannot write to store {db}: naive datetime 2025-03-01T12:00:00: "
         "the store takes aware datetimes"
@@ -723,16 +744,16 @@ async def test_prune_samples(store: Store) -> None:
 # --- several stores on one file --------------------------------------------------------------
 
 
-async def test_second_store_reads_while_first_writes(db: Path, store: Store) -> None:
-    incident_id = await open_incident_at(store, "qwen", 0)
+async def test_second_store_reads_while_first_writes(db: Path, file_store: Store) -> None:
+    incident_id = await open_incident_at(file_store, "qwen", 0)
     total = 60
     seen: list[int] = []
     done = asyncio.Event()
 
     async def write() -> None:
         for n in range(total):
-            await store.append(incident_id, entry("qwen", f"step {n}", n, EntryKind.NOTE))
-            await store.add_sample(sample("qwen", n))
+            await file_store.append(incident_id, entry("qwen", f"step {n}", n, EntryKind.NOTE))
+            await file_store.add_sample(sample("qwen", n))
         done.set()
 
     async def read(reader: Store) -> None:
@@ -754,13 +775,15 @@ async def test_second_store_reads_while_first_writes(db: Path, store: Store) -> 
     assert seen == sorted(seen)  # and never saw the count go back
 
 
-async def test_two_writers_on_one_file_do_not_lock_each_other_out(db: Path, store: Store) -> None:
+async def test_two_writers_on_one_file_do_not_lock_each_other_out(
+    db: Path, file_store: Store
+) -> None:
     async with await Store.open(db) as other:
         ids = await asyncio.gather(
-            *(open_incident_at(s, f"ep{n}", n) for n in range(8) for s in (store, other))
+            *(open_incident_at(s, f"ep{n}", n) for n in range(8) for s in (file_store, other))
         )
         assert len(set(ids)) == 8  # each pair of writers shared one incident
-        assert len(await store.incidents(open_only=True)) == 8
+        assert len(await file_store.incidents(open_only=True)) == 8
 
 
 _READER = """
@@ -787,17 +810,17 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
-async def test_reader_in_another_process(db: Path, store: Store) -> None:
-    await store.save_snapshot(snap("qwen", "healthy", 0))
+async def test_reader_in_another_process(db: Path, file_store: Store) -> None:
+    await file_store.save_snapshot(snap("qwen", "healthy", 0))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _READER, str(db), cwd=REPO, stdout=asyncio.subprocess.PIPE
     )
     assert proc.stdout is not None
     assert await asyncio.wait_for(proc.stdout.readline(), timeout=30) == b"ready\n"
-    incident_id = await open_incident_at(store, "qwen", 0)
+    incident_id = await open_incident_at(file_store, "qwen", 0)
     for n in range(100):
-        await store.append(incident_id, entry("qwen", f"step {n}", n, EntryKind.NOTE))
-    await close_incident_at(store, "qwen", 200)
+        await file_store.append(incident_id, entry("qwen", f"step {n}", n, EntryKind.NOTE))
+    await close_incident_at(file_store, "qwen", 200)
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
     assert proc.returncode == 0
     report = json.loads(out)

@@ -14,6 +14,7 @@ import pytest
 import supervisor
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.store.coltypes import dump_json
+from supervisor.store.target import StoreTarget
 from supervisor.timeline import (
     REGISTRY,
     Acked,
@@ -398,8 +399,10 @@ def test_no_timeline_reader_uses_regular_expressions() -> None:
     ] == []
 
 
-async def test_the_cause_is_the_symptom_until_a_rule_diagnoses_it(tmp_path: Path) -> None:
-    async with await Store.open(tmp_path / "s.db") as store:
+async def test_the_cause_is_the_symptom_until_a_rule_diagnoses_it(
+    store_target: StoreTarget,
+) -> None:
+    async with await Store.open(store_target) as store:
         down = Snapshot(kind=SubjectKind.ENDPOINT, name="m", state="down", since=T0, updated_at=T0)
         opened = TimelineEntry(
             at=T0,

@@ -62,7 +62,7 @@ async def test_an_old_store_reads_as_typed_records(old_store: Path) -> None:
     async with await Store.open(old_store, create=False) as store:
         endpoint, host = sorted(await store.incidents(), key=lambda i: i.subject_kind)
         rows = await store.timeline(endpoint.id) + await store.timeline(host.id)
-    assert _user_version(old_store) == 2
+    assert _user_version(old_store) == 3  # 1 -> 2 (typed timeline) -> 3 (leadership)
     # every row typed, none left as an old sentence, each rendering what was stored
     after = [(r.id, r.kind.value, r.summary) for r in sorted(rows, key=lambda r: r.id)]
     # the one kind that changed: an interrupted attempt was a decision, it is an attempt now

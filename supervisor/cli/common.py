@@ -7,6 +7,7 @@ import os
 
 from supervisor.config import FleetConfig, load_config, resolve_config_path
 from supervisor.store import Store
+from supervisor.store.target import store_target
 
 
 class CliError(Exception):
@@ -31,4 +32,4 @@ def load(args: argparse.Namespace) -> FleetConfig:
 
 async def open_store(config: FleetConfig) -> Store:
     """The daemon's store, for reading beside it; a missing store is a plain error."""
-    return await Store.open(config.store.path, create=False)
+    return await Store.open(store_target(config.store), create=False)

@@ -9,20 +9,23 @@ import signal
 from supervisor import logs
 from supervisor.app import Supervisor
 from supervisor.cli.common import load
+from supervisor.leader.gate import Gate
 
 
 def main(args: argparse.Namespace) -> int:
     config = load(args)
     fmt = args.log_format
     logs.configure(json=None if fmt == "auto" else fmt == "json")
-    asyncio.run(_run(Supervisor(config, dry_run=args.dry_run)))
+    gate = Gate(config, lambda: Supervisor(config, dry_run=args.dry_run))
+    asyncio.run(_run(gate))
     return 0
 
 
-async def _run(supervisor: Supervisor) -> None:
+async def _run(gate: Gate) -> None:
+    """Follow until this instance leads, then run the supervisor (see `supervisor.leader`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, supervisor.request_reload)
-    await supervisor.run_until(stop)
+    loop.add_signal_handler(signal.SIGHUP, gate.request_reload)
+    await gate.run(stop)

@@ -11,6 +11,7 @@ from supervisor.cli.render import ago, dump, iso, num, table
 from supervisor.clock import utcnow
 from supervisor.config import FleetConfig
 from supervisor.store import Snapshot, SubjectKind
+from supervisor.store.lease_view import leader_view, leadership_document, leadership_line
 
 
 def main(args: argparse.Namespace) -> int:
@@ -25,6 +26,7 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
     store = await open_store(config)
     try:
         snapshots = {(s.kind, s.name): s for s in await store.snapshots()}
+        leader = await leader_view(store)
     finally:
         await store.close()
     endpoints = []
@@ -43,7 +45,12 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         {"name": name, "local": host.local, **_fields(snapshots.get((SubjectKind.HOST, name)))}
         for name, host in config.hosts.items()
     ]
-    return {"generated_at": iso(utcnow()), "endpoints": endpoints, "hosts": hosts}
+    return {
+        "generated_at": iso(utcnow()),
+        "endpoints": endpoints,
+        "hosts": hosts,
+        "leadership": leadership_document(leader) | {"line": leadership_line(leader)},
+    }
 
 
 def _fields(snap: Snapshot | None) -> dict[str, Any]:
@@ -83,4 +90,5 @@ def render(document: dict[str, Any]) -> str:
             for h in remote
         ]
         out += "\n\n" + table(["HOST", "STATE", "SINCE", "LAST PROBLEM"], host_rows)
-    return out
+    line: str = document["leadership"]["line"]
+    return f"{out}\n\n{line}"

@@ -138,7 +138,12 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
         raise ConfigError(issues.found)
     return FleetConfig(
         source=source,
-        store=store.model_copy(update={"path": _absolute(store.path, base_dir)}),
+        store=store.model_copy(
+            update={
+                "path": _absolute(store.path, base_dir),
+                "password_file": store.password_file and _absolute(store.password_file, base_dir),
+            }
+        ),
         defaults=defaults,
         playbook=playbook.model_copy(update={"path": _absolute(playbook.path, base_dir)}),
         remediation=remediation,

@@ -104,6 +104,41 @@ class StoreConfig(_Frozen):
     sample_retention: PositiveDuration = Field(
         default=timedelta(days=7), description="probe samples older than this are pruned"
     )
+    url: str | None = Field(
+        default=None,
+        description="PostgreSQL instead of the SQLite file, shared by every instance: "
+        "postgresql+asyncpg://USER@HOST[:PORT]/DB (no password here: password_file or "
+        "PGPASSWORD)",
+    )
+    password_file: FilePath | None = Field(
+        default=None, description="file holding the PostgreSQL password (one line)"
+    )
+    lease: PositiveDuration = Field(
+        default=timedelta(seconds=15),
+        description="leadership lease: a follower takes over when the leader has not renewed "
+        "it for this long (renewed every third of it)",
+    )
+    instance: str = Field(
+        default="",
+        description="this instance's name in the leadership journal and in Telegram "
+        "(default: the host name)",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _pg_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme != "postgresql+asyncpg":
+            raise _fail("url", "expected postgresql+asyncpg://USER@HOST[:PORT]/DB")
+        if parts.password is not None:
+            raise _fail(
+                "url", "must not hold a password: give it in store.password_file or PGPASSWORD"
+            )
+        if not parts.path.strip("/"):
+            raise _fail("url", "names no database: postgresql+asyncpg://USER@HOST/DB")
+        return value
 
 
 class PlaybookConfig(_Frozen):

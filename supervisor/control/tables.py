@@ -22,10 +22,10 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from supervisor.control.model import JournalRow, PauseRow, SilenceRow
 from supervisor.store.coltypes import UTCDateTime
+from supervisor.store.dialect import schema_lock, upsert
 from supervisor.store.store import Store
 
 control_metadata = MetaData()
@@ -87,6 +87,7 @@ class ControlStore:
     async def ensure(self) -> None:
         """Create the control tables if this store predates them."""
         async with self.store.tx(write=True) as conn:
+            await schema_lock(conn)
             await conn.run_sync(_create)
 
     # silences
@@ -123,8 +124,8 @@ class ControlStore:
 
     async def pause(self, row: PauseRow) -> None:
         values = {"scope": row.scope, "who": row.who, "via": row.via, "why": row.why, "at": row.at}
-        statement = sqlite_insert(pauses).values(values)
         async with self.store.tx(write=True) as conn:
+            statement = upsert(conn, pauses).values(values)
             await conn.execute(
                 statement.on_conflict_do_update(
                     index_elements=[pauses.c.scope],

@@ -38,6 +38,7 @@ from supervisor.notify.texts import h
 from supervisor.playbook.model import Rule
 from supervisor.remediation.runner import Remediator
 from supervisor.store import Store
+from supervisor.store.lease_view import leader_view, leadership_line
 from supervisor.store.outbox import OutboxStore
 from supervisor.worker import EndpointWorker
 
@@ -196,6 +197,8 @@ class Commands:
             lines.append(f"host {h(name)}: {host.state} for {texts.ago(now - host.since)}")
         paused = self.control is not None and self.control.fleet_paused
         lines.append("automatic action: " + ("paused (/resume)" if paused else "on"))
+        if self.store.fence_epoch is not None:  # [leadership] several instances: who leads
+            lines.append(h(leadership_line(await leader_view(self.store))))
         return "\n".join(lines)
 
     async def cmd_incidents(self, args: list[str], _who: str) -> str:

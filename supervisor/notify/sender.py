@@ -103,6 +103,8 @@ class Sender:
         reply_to = None
         if row.incident_id is not None:
             reply_to = await self._outbox.thread(row.incident_id, row.chat_id)
+        # a deposed leader sends nothing: StaleEpochError (recorded) ends the sender
+        await self._outbox.store.check_fence(f"message {row.kind} #{row.id} to {row.chat_id}")
         message = await self._bot.send_message(
             row.chat_id,
             text,

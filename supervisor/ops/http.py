@@ -26,7 +26,9 @@ from supervisor.ops import metrics
 from supervisor.ops.listen import ListenError, parse_listen
 from supervisor.ops.page.app import mount_page
 from supervisor.ops.page.peers import is_loopback
+from supervisor.ops.leadership import LeadershipCollector
 from supervisor.ops.view import gather, status_document
+from supervisor.store.lease_view import leader_view, leadership_document
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
@@ -129,12 +131,14 @@ class OpsServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         view = await gather(self._daemon, self._started_at)
-        response = web.Response(body=metrics.render(view))
+        leader = LeadershipCollector(await leader_view(self._daemon.store))  # [leadership]
+        response = web.Response(body=metrics.render(view, leader))
         response.headers["Content-Type"] = metrics.CONTENT_TYPE
         return response
 
     async def _status(self, request: web.Request) -> web.Response:
         document = status_document(await gather(self._daemon, self._started_at))
+        document["leadership"] = leadership_document(await leader_view(self._daemon.store))
         return web.Response(text=json.dumps(document, indent=2), content_type="application/json")
 
     async def _healthz(self, request: web.Request) -> web.Response:

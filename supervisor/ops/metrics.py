@@ -109,8 +109,9 @@ class FleetCollector(Collector):
         yield from (state, latency, ttft, toks, streak, last_ok, incident)
 
 
-def render(view: FleetView) -> bytes:
-    """The /metrics body."""
+def render(view: FleetView, *more: Collector) -> bytes:
+    """The /metrics body: the fleet's families, then those of `more` collectors (leadership)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(view))
+    for collector in (FleetCollector(view), *more):
+        registry.register(collector)
     return generate_latest(registry)

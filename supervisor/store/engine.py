@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ from sqlalchemy import URL, Connection, event
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from supervisor.store import schema
+from supervisor.store import revise, schema
 from supervisor.store.errors import StoreError
 from supervisor.store.migrate import migrate
+from supervisor.store.pgengine import open_pg_engine
+from supervisor.store.target import PgTarget, StoreTarget
 
 BUSY_TIMEOUT_MS = 5000
 _BEGIN = "fleet_supervisor_begin"
@@ -47,22 +50,33 @@ def make_engine(path: Path) -> AsyncEngine:
     return engine
 
 
-def reason(err: StatementError) -> str:
+def reason(err: BaseException) -> str:
     """The driver's own words for what went wrong (e.g. 'database is locked')."""
-    return str(err.orig) if err.orig is not None else str(err)
+    if isinstance(err, StatementError):
+        return str(err.orig) if err.orig is not None else str(err)
+    return str(err) or type(err).__name__
 
 
 @asynccontextmanager
 async def transaction(engine: AsyncEngine, *, write: bool) -> AsyncIterator[AsyncConnection]:
-    """One transaction on a pooled connection: committed on success, rolled back on error."""
+    """One transaction on a pooled connection: committed on success, rolled back on error
+    (PostgreSQL: READ COMMITTED, SQLAlchemy's own BEGIN)."""
     async with engine.connect() as conn:
-        await conn.execution_options(**{_BEGIN: "IMMEDIATE" if write else "DEFERRED"})
+        if engine.dialect.name == "sqlite":
+            await conn.execution_options(**{_BEGIN: "IMMEDIATE" if write else "DEFERRED"})
         async with conn.begin():
             yield conn
 
 
-async def open_engine(path: Path, *, create: bool) -> AsyncEngine:
-    """An engine on a checked store file; with `create`, makes the file and tables if missing."""
+async def open_engine(where: StoreTarget, *, create: bool) -> AsyncEngine:
+    """An engine on a checked store (a SQLite file, or PostgreSQL); with `create`, makes the
+    file and tables if missing."""
+    if isinstance(where, PgTarget):
+        return await open_pg_engine(where, create=create)
+    return await _open_sqlite(where, create=create)
+
+
+async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
     if not create and not await asyncio.to_thread(path.exists):
         raise StoreError(f"no store at {path} (has the daemon run yet?)")
     if create:
@@ -74,10 +88,10 @@ async def open_engine(path: Path, *, create: bool) -> AsyncEngine:
     try:
         async with transaction(engine, write=create) as conn:
             older = await _check_or_create(conn, path, create=create)
-        if older is not None:
+            behind = older is None and await conn.run_sync(revise.current) != revise.head()
+        if older is not None or behind:
             async with transaction(engine, write=True) as conn:
-                if await _pragma(conn, "user_version") == older:  # nobody migrated it meanwhile
-                    await conn.run_sync(migrate, older, schema.SCHEMA_VERSION)
+                await _bring_up(conn, older)
     except StoreError:
         await engine.dispose()
         raise
@@ -85,6 +99,19 @@ async def open_engine(path: Path, *, create: bool) -> AsyncEngine:
         await engine.dispose()
         raise StoreError(f"cannot open store {path}: {reason(err)}") from None
     return engine
+
+
+async def _bring_up(conn: AsyncConnection, older: int | None) -> None:
+    """Inside one write transaction: a store made before Alembic is typed (1 -> 2) and stamped;
+    then every revision it lacks runs. Nothing happens twice if another process did it first."""
+    version = await _pragma(conn, "user_version")
+    if older is not None and version == older:
+        if version < 2:
+            await conn.run_sync(migrate, version, 2)
+        await conn.run_sync(partial(revise.upgrade, stamp=revise.SCHEMA_2))
+        await conn.exec_driver_sql(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
+    elif version == schema.SCHEMA_VERSION:
+        await conn.run_sync(revise.upgrade)
 
 
 async def _pragma(conn: AsyncConnection, name: str) -> int:
@@ -111,7 +138,7 @@ async def _check_or_create(conn: AsyncConnection, path: Path, *, create: bool) -
     if tables == 0 and version == 0 and app_id == 0:
         if not create:
             raise StoreError(f"no store at {path} (has the daemon run yet?)")
-        await conn.run_sync(schema.create)
+        await conn.run_sync(revise.upgrade)
         await conn.exec_driver_sql(f"PRAGMA application_id = {schema.APPLICATION_ID}")
         await conn.exec_driver_sql(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
         return None

@@ -1,4 +1,6 @@
-"""Bringing an older store up to `SCHEMA_VERSION`, in one write transaction on open.
+"""Typing the timeline of a store made before it (schema 1 -> 2), in the write transaction of
+the open that then stamps it for Alembic (`supervisor.store.revise`): the revisions take it from
+there.
 
 1 -> 2, the typed timeline: `timeline` gains `type` and `version`, and each old row's `data`
 becomes the payload of the typed record `supervisor.timeline.migrate.type_v1` reads from its

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, func, insert, select, update
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, func, insert, inspect, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.store import queries
+from supervisor.store.dialect import schema_lock, upsert
 from supervisor.store.records import IncidentRow, JSONValue, TimelineRow
 from supervisor.store.schema import (
     NOTIFY_TABLES,
@@ -60,6 +60,7 @@ class OutboxRow:
     sent_at: datetime | None
     message_id: int | None  #: Telegram's id of the first part
     given_up: bool  #: Telegram refused it for good (e.g. chat not found)
+    epoch: int | None = None  #: the leader's epoch it was composed under (None: unfenced)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,8 @@ class Batch:
 
 def _create(conn: Connection) -> None:
     notify_metadata.create_all(conn, tables=list(NOTIFY_TABLES), checkfirst=True)
+    if "epoch" not in {c["name"] for c in inspect(conn).get_columns("outbox")}:
+        conn.exec_driver_sql("ALTER TABLE outbox ADD COLUMN epoch INTEGER")  # before leadership
 
 
 class OutboxStore:
@@ -92,6 +95,7 @@ class OutboxStore:
     async def ensure(self) -> None:
         """Create the notifier's tables if this store predates them."""
         async with self.store.tx(write=True) as conn:
+            await schema_lock(conn)
             await conn.run_sync(_create)
 
     # -- the composer ----------------------------------------------------------------------
@@ -155,6 +159,7 @@ class OutboxStore:
                             incident_id=draft.incident_id,
                             kind=draft.kind,
                             text=draft.text,
+                            epoch=self.store.fence_epoch,
                         )
                     )
             for incident_id, (state, active) in states.items():
@@ -226,7 +231,7 @@ class OutboxStore:
     async def start_thread(self, incident_id: int, chat_id: int, message_id: int) -> None:
         async with self.store.tx(write=True) as conn:
             await conn.execute(
-                sqlite_insert(notify_threads)
+                upsert(conn, notify_threads)
                 .values(incident_id=incident_id, chat_id=chat_id, message_id=message_id)
                 .on_conflict_do_nothing()
             )
@@ -258,7 +263,7 @@ async def _cursor(conn: AsyncConnection) -> int | None:
 
 
 async def _set_cursor(conn: AsyncConnection, last_id: int) -> None:
-    statement = sqlite_insert(notify_cursor).values(name=_CURSOR, last_id=last_id)
+    statement = upsert(conn, notify_cursor).values(name=_CURSOR, last_id=last_id)
     await conn.execute(
         statement.on_conflict_do_update(
             index_elements=[notify_cursor.c.name], set_={"last_id": last_id}
@@ -274,7 +279,7 @@ async def _states(conn: AsyncConnection, ids: Iterable[int]) -> dict[int, State]
 
 
 async def _put_state(conn: AsyncConnection, incident_id: int, state: State, active: bool) -> None:
-    statement = sqlite_insert(notify_incidents).values(
+    statement = upsert(conn, notify_incidents).values(
         incident_id=incident_id, state=dict(state), active=int(active)
     )
     await conn.execute(

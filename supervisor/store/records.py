@@ -168,3 +168,4 @@ class AttemptRow:
     started_at: datetime
     finished_at: datetime | None
     outcome: str | None
+    epoch: int | None = None  #: the leader's epoch it ran under (None: unfenced)

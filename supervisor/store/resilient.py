@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -28,6 +27,7 @@ from supervisor.store.engine import open_engine
 from supervisor.store.errors import StoreError, StoreRefusedError
 from supervisor.store.records import Snapshot, TimelineEntry
 from supervisor.store.store import Store
+from supervisor.store.target import StoreTarget
 
 log = structlog.get_logger("supervisor.store")
 
@@ -49,7 +49,7 @@ class ResilientStore(Store):
     """`Store` with writes that queue while the file refuses them. Open with
     ``await ResilientStore.open(path)``. `outage` says why writes are queued ('' when not)."""
 
-    def __init__(self, engine: AsyncEngine, path: Path, *, retry_every: float = 1.0) -> None:
+    def __init__(self, engine: AsyncEngine, path: StoreTarget, *, retry_every: float = 1.0) -> None:
         super().__init__(engine, path)
         self.retry_every = retry_every
         self.outage = ""  #: the error that made writes queue, '' while they go through
@@ -61,7 +61,7 @@ class ResilientStore(Store):
         self._retry: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, path: Path, *, create: bool = True) -> ResilientStore:
+    async def open(cls, path: StoreTarget, *, create: bool = True) -> ResilientStore:
         return cls(await open_engine(path, create=create), path)
 
     @property

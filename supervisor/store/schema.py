@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Connection,
     Float,
@@ -28,7 +29,7 @@ from sqlalchemy import (
 
 from supervisor.store.coltypes import JSONData, UTCDateTime
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """`PRAGMA user_version` of a store this code reads and writes."""
 
 APPLICATION_ID = 0x46535550  # "FSUP"
@@ -58,6 +59,7 @@ Index(
     incidents.c.subject,
     unique=True,
     sqlite_where=incidents.c.closed_at.is_(None),
+    postgresql_where=incidents.c.closed_at.is_(None),
 )
 Index("ix_incidents_opened_at", incidents.c.opened_at)
 Index("ix_incidents_subject", incidents.c.subject, incidents.c.opened_at)
@@ -124,8 +126,39 @@ attempts = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("outcome", Text, nullable=True),
+    Column("epoch", Integer, nullable=True),  # the leader's epoch it ran under (None: unfenced)
 )
 Index("ix_attempts_endpoint", attempts.c.endpoint, attempts.c.started_at)
+
+# leadership (`supervisor.store.lease`): the one lease row, and the journal of who led when.
+# Times in milliseconds of the database's clock (PostgreSQL's; the host's for a SQLite file), so
+# two hosts with skewed clocks still agree on when a lease ran out.
+
+leader_lease = Table(
+    "leader_lease",
+    metadata,
+    Column("id", Integer, primary_key=True),  # always 1
+    Column("epoch", Integer, nullable=False),  # +1 at every new holder
+    Column("holder", Text, nullable=False),  # the instance's name
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False, server_default="0"),  # the holder's process
+    Column("acquired_ms", BigInteger, nullable=False),
+    Column("renewed_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("released", Integer, nullable=False, server_default="0"),  # 1: stepped down cleanly
+)
+
+leader_journal = Table(
+    "leader_journal",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("holder", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("event", Text, nullable=False),  # took_over, released, lost, refused
+    Column("detail", Text, nullable=False, server_default=""),
+)
 
 # notify (Telegram): the composer's cursor, the outbox, one thread per incident and chat, what
 # the composer knows about each incident, and refused chat users. Created on open when missing
@@ -146,7 +179,7 @@ outbox = Table(
     notify_metadata,
     Column("id", Integer, primary_key=True),
     Column("created_at", UTCDateTime, nullable=False),
-    Column("chat_id", Integer, nullable=False),
+    Column("chat_id", BigInteger, nullable=False),
     Column("incident_id", Integer, nullable=True),
     Column("kind", Text, nullable=False),
     Column("text", Text, nullable=False),
@@ -154,8 +187,9 @@ outbox = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text, nullable=False, server_default=""),
     Column("sent_at", UTCDateTime, nullable=True),
-    Column("message_id", Integer, nullable=True),
+    Column("message_id", BigInteger, nullable=True),
     Column("given_up", Integer, nullable=False, server_default="0"),
+    Column("epoch", Integer, nullable=True),  # the leader's epoch it was composed under
 )
 Index("ix_outbox_pending", outbox.c.sent_at, outbox.c.id)
 
@@ -163,8 +197,8 @@ notify_threads = Table(
     "notify_threads",
     notify_metadata,
     Column("incident_id", Integer, primary_key=True),
-    Column("chat_id", Integer, primary_key=True),
-    Column("message_id", Integer, nullable=False),
+    Column("chat_id", BigInteger, primary_key=True),
+    Column("message_id", BigInteger, nullable=False),
 )
 
 notify_incidents = Table(
@@ -180,8 +214,8 @@ notify_refusals = Table(
     notify_metadata,
     Column("id", Integer, primary_key=True),
     Column("at", UTCDateTime, nullable=False),
-    Column("user_id", Integer, nullable=True),
-    Column("chat_id", Integer, nullable=True),
+    Column("user_id", BigInteger, nullable=True),
+    Column("chat_id", BigInteger, nullable=True),
     Column("username", Text, nullable=False),
     Column("text", Text, nullable=False),
 )
@@ -201,8 +235,22 @@ TRIGGERS = (
 """Append-only guards on the timeline, and the trigger that keeps `incidents.entries`."""
 
 
+PG_TRIGGERS = (
+    f"""CREATE FUNCTION timeline_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION '{APPEND_ONLY_MESSAGE}'; END $$""",
+    """CREATE TRIGGER timeline_no_update BEFORE UPDATE OR DELETE ON timeline
+    FOR EACH ROW EXECUTE FUNCTION timeline_append_only()""",
+    """CREATE FUNCTION timeline_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN UPDATE incidents SET entries = entries + 1 WHERE id = NEW.incident_id;
+    RETURN NEW; END $$""",
+    """CREATE TRIGGER timeline_count AFTER INSERT ON timeline
+    FOR EACH ROW EXECUTE FUNCTION timeline_count()""",
+)
+"""The same guards and counter in PostgreSQL's words (a trigger runs a function there)."""
+
+
 def create(conn: Connection) -> None:
     """Create every table, index and trigger (inside the caller's transaction)."""
     metadata.create_all(conn)
-    for sql in TRIGGERS:
+    for sql in PG_TRIGGERS if conn.dialect.name == "postgresql" else TRIGGERS:
         conn.exec_driver_sql(sql)

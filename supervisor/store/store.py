@@ -7,22 +7,22 @@ consistent. Several processes may read the file while one writes (WAL).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 from sqlalchemy import delete, insert, select, update
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from supervisor.events import ProbeResult
-from supervisor.store import queries
+from supervisor.store import lease, queries
+from supervisor.store.dialect import upsert
 from supervisor.store.engine import open_engine, reason, transaction
 from supervisor.store.errors import StoreError, StoreRefusedError
+from supervisor.store.lease import StaleEpochError
 from supervisor.store.records import (
     AttemptRow,
     IncidentRow,
@@ -33,24 +33,31 @@ from supervisor.store.records import (
     TimelineRow,
 )
 from supervisor.store.schema import attempts, incidents, samples, snapshots, timeline
+from supervisor.store.target import StoreTarget
 from supervisor.timeline import Diagnosis, encode
 
 
 class Store:
     """Open with ``await Store.open(path)``; use as ``async with await Store.open(p) as s``."""
 
-    def __init__(self, engine: AsyncEngine, path: Path) -> None:
+    def __init__(self, engine: AsyncEngine, path: StoreTarget) -> None:
         self._engine = engine
         self.path = path
         #: called after each committed timeline entry (the notifier's composer wakes on it)
         self.on_timeline: list[Callable[[], None]] = []
+        #: the leader's epoch: set, every write is fenced by it (`supervisor.store.lease`)
+        self.fence_epoch: int | None = None
+        self.fence_holder = ""  #: who we are, for the journal of refusals
+        self.fence_host = ""
+        #: called once with the error when the fence refused us (we are deposed)
+        self.on_deposed: list[Callable[[StaleEpochError], None]] = []
 
     def _appended(self) -> None:
         for listener in list(self.on_timeline):
             listener()
 
     @classmethod
-    async def open(cls, path: Path, *, create: bool = True) -> Store:
+    async def open(cls, path: StoreTarget, *, create: bool = True) -> Store:
         """create=True makes parent dirs and tables; create=False needs an existing store."""
         return cls(await open_engine(path, create=create), path)
 
@@ -73,10 +80,39 @@ class Store:
         """One transaction; driver errors become a StoreError naming the file."""
         try:
             async with transaction(self._engine, write=write) as conn:
+                if write and self.fence_epoch is not None:
+                    await lease.check(conn, epoch=self.fence_epoch, what="a store write")
                 yield conn
-        except StatementError as err:
+        except StaleEpochError as err:
+            await self._refused(err)
+            raise
+        except (StatementError, OSError, TimeoutError) as err:  # OSError: a server gone
             verb = "write to" if write else "read"
             raise StoreRefusedError(f"cannot {verb} store {self.path}: {reason(err)}") from None
+
+    async def check_fence(self, what: str) -> None:
+        """Before an outside effect (a command, a message): raise `StaleEpochError` (recorded
+        in the leadership journal) unless we still hold the lease's epoch. Unfenced: no-op."""
+        if self.fence_epoch is None:
+            return
+        async with self._tx(write=False) as conn:
+            await lease.check(conn, epoch=self.fence_epoch, what=what)
+
+    async def _refused(self, err: StaleEpochError) -> None:
+        """Write the refusal to the journal (its own transaction: the refused one rolled back;
+        if the store cannot take it either, the refusal still stands), then tell listeners."""
+        with suppress(StatementError, OSError, TimeoutError):
+            async with transaction(self._engine, write=True) as conn:
+                await lease.write_journal(
+                    conn,
+                    epoch=err.mine,
+                    holder=self.fence_holder,
+                    host=self.fence_host,
+                    event="refused",
+                    detail=f"{err.what}: {err.holder} leads with epoch {err.current}",
+                )
+        for listener in list(self.on_deposed):
+            listener(err)
 
     def tx(self, *, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
         """One transaction for store add-ons (`supervisor.store.outbox`): same errors as ours."""
@@ -174,7 +210,11 @@ class Store:
         async with self._tx(write=True) as conn:
             created = await conn.execute(
                 insert(attempts).values(
-                    endpoint=endpoint, rule_id=rule_id, incident_id=incident_id, started_at=at
+                    endpoint=endpoint,
+                    rule_id=rule_id,
+                    incident_id=incident_id,
+                    started_at=at,
+                    epoch=self.fence_epoch,
                 )
             )
             return _new_id(created.inserted_primary_key)
@@ -300,7 +340,7 @@ async def _upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
         "last_reason": snapshot.last_reason,
         "updated_at": snapshot.updated_at,
     }
-    statement = sqlite_insert(snapshots).values(values)
+    statement = upsert(conn, snapshots).values(values)
     keys = ("kind", "name")
     await conn.execute(
         statement.on_conflict_do_update(

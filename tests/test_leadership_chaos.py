@@ -1,0 +1,355 @@
+"""Two real daemons on one real PostgreSQL store: the leader killed, frozen, the database
+restarted, a fault during a takeover. The store's leadership journal and attempts say who did
+what under which epoch; the marker file says which repair steps really ran."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet_lab.botapi import BotApiStub
+from supervisor.store import AttemptRow, Store, StoreError
+from supervisor.store.lease import JournalEntry, db_now_ms, journal
+from supervisor.store.target import PgTarget
+from tests.conftest import free_port
+from tests.helpers import eventually, spawn_daemon, write_fleet
+from tests.pgserver import PgServer
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 15.0  # the default lease
+CHAT = 1001
+USER = 7
+RULE = """\
+id: revive
+title: the server is not running
+severity: critical
+applies_to: {{states: [down]}}
+when:
+  all:
+    - {{fact: probe.reason, op: eq, value: connection refused}}
+actions:
+  - action: shell
+    on: host
+    params: {{argv: [sh, -c, "echo step1 >> {marker}; sleep {hold}"]}}
+  - action: shell
+    on: host
+    params: {{argv: [sh, -c, "{start}"]}}
+verify: {{within: 20s}}
+mode: auto
+budget: {{attempts: 10, window: 1h}}
+"""
+
+
+@dataclass
+class Fleet:
+    """The shared store, the playbook and each instance's config and log."""
+
+    root: Path
+    target: PgTarget
+    port: int
+    marker: Path
+    pidfile: Path
+    procs: dict[str, asyncio.subprocess.Process]
+    bots: dict[str, BotApiStub]  #: each instance talks to its own Bot API (to tell who spoke)
+
+    def config(self, instance: str) -> Path:
+        return self.root / instance / "fleet.yaml"
+
+    def log(self, instance: str) -> Path:
+        return self.root / instance / "daemon.log"
+
+    def steps(self, name: str) -> int:
+        text = self.marker.read_text() if self.marker.exists() else ""
+        return text.splitlines().count(name)
+
+    async def start(self, instance: str) -> None:
+        self.procs[instance] = await spawn_daemon(self.config(instance), self.log(instance))
+
+    def kill_server(self) -> None:
+        """The fault: the served model's process dies."""
+        os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
+
+    async def read(self) -> tuple[list[JournalEntry], list[AttemptRow]]:
+        try:
+            store = await Store.open(self.target, create=False)
+        except StoreError:  # no daemon made it yet
+            return [], []
+        async with store:
+            async with store.tx(write=False) as conn:
+                entries = await journal(conn)
+            return entries, await store.attempts("m")
+
+    async def now_ms(self) -> int:
+        async with (
+            await Store.open(self.target, create=False) as store,
+            store.tx(write=False) as conn,
+        ):
+            return await db_now_ms(conn)
+
+    async def has_taken_over(self, holder: str) -> bool:
+        return await self.took_over(holder) is not None
+
+    async def took_over(self, holder: str) -> JournalEntry | None:
+        entries, _ = await self.read()
+        found = [e for e in entries if e.event == "took_over" and e.holder == holder]
+        return found[-1] if found else None
+
+    async def healed(self, epoch: int, count: int = 1) -> bool:
+        _, attempts = await self.read()
+        return [a.outcome for a in attempts if a.epoch == epoch].count("healed") >= count
+
+    def events(self, instance: str, name: str) -> list[float]:
+        """When `instance` logged `name` (its own clock: both run on this host)."""
+        found = []
+        for line in self.log(instance).read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == name:
+                found.append(_stamp(event["timestamp"]))
+        return found
+
+
+def _stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _start(marker: Path, port: int, pidfile: Path) -> str:
+    """The repair's second step: start the served model (a vLLM-shaped server) for good."""
+    server = (
+        f"setsid {sys.executable} -m fleet_lab.vllm_sim --host 127.0.0.1 --port {port} "
+        "--model m --tok-s 0 >/dev/null 2>&1 &"
+    )
+    return f"echo step2 >> {marker}; {server} echo $! > {pidfile}"
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
+    target = pg_server.database()
+    playbook = tmp_path / "playbooks"
+    playbook.mkdir()
+    port = free_port()
+    marker, pidfile = tmp_path / "steps.txt", tmp_path / "server.pid"
+    (playbook / "revive.yaml").write_text(
+        RULE.format(marker=marker, hold=3, start=_start(marker, port, pidfile))
+    )
+    bots = {}
+    for instance in ("a", "b"):
+        folder = tmp_path / instance
+        folder.mkdir()
+        bots[instance] = bot = BotApiStub(token=f"{instance}-token")
+        await bot.start()
+        (folder / "bot.token").write_text(bot.token)
+        path = write_fleet(
+            folder,
+            {
+                "m": {
+                    "kind": "openai",
+                    "url": f"http://127.0.0.1:{port}",
+                    "model": "m",
+                    "host": "forge",
+                }
+            },
+            remediation={"verify_every": "200ms"},
+            playbook=str(playbook),
+        )
+        document = yaml.safe_load(path.read_text())
+        document["store"] = {"url": target.url, "instance": instance}
+        document["notify"] = {
+            "telegram": {
+                "token_file": "bot.token",
+                "chat_ids": [CHAT],
+                "user_ids": [USER],
+                "base_url": bot.base_url,
+            }
+        }
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+    fleet = Fleet(tmp_path, target, port, marker, pidfile, {}, bots)
+    yield fleet
+    for bot in bots.values():
+        await bot.stop()
+    for proc in fleet.procs.values():
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            await proc.wait()
+    if pidfile.exists():
+        with suppress(ProcessLookupError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+async def _a_leads_and_heals_then_b_follows(fleet: Fleet) -> None:
+    await fleet.start("a")
+    await eventually(lambda: fleet.healed(1), within=60, what="a healing the first fault")
+    await fleet.start("b")
+    await eventually(lambda: fleet.events("b", "following") != [], within=20, what="b following")
+
+
+async def test_a_killed_leader_is_replaced_within_the_lease_and_the_next_fault_healed(
+    fleet: Fleet,
+) -> None:
+    await _a_leads_and_heals_then_b_follows(fleet)
+    killed = await fleet.now_ms()
+    fleet.procs["a"].kill()
+    await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
+    taken = await fleet.took_over("b")
+    assert taken is not None
+    assert taken.epoch == 2
+    assert taken.detail == "from a on " + taken.host + " (epoch 1, expired)"
+    assert taken.at_ms - killed <= LEASE_S * 1000 + 500
+    await eventually(lambda: fleet.events("b", "started") != [], within=20, what="b started")
+    await eventually(
+        lambda: fleet.events("b", "telegram: bot up") != [], within=20, what="b's bot polling"
+    )
+    status = await _status(fleet.bots["b"])
+    assert status.splitlines()[-1].startswith(f"leader: b on {socket.gethostname()} (epoch 2, ")
+    fleet.kill_server()  # the next fault
+    await eventually(lambda: fleet.healed(2), within=60, what="b healing the next fault")
+    _, attempts = await fleet.read()
+    assert [(a.epoch, a.outcome) for a in attempts] == [(1, "healed"), (2, "healed")]
+    assert (fleet.steps("step1"), fleet.steps("step2")) == (2, 2)
+
+
+async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fleet) -> None:
+    await fleet.start("a")
+    await eventually(lambda: fleet.steps("step1") == 1, within=60, what="a in its first step")
+    await fleet.start("b")
+    a = fleet.procs["a"]
+    a.send_signal(signal.SIGSTOP)  # frozen in the middle of the repair, between two steps
+    frozen = time.monotonic()
+    await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
+    await eventually(lambda: fleet.healed(2), within=60, what="b repairing afresh")
+    await asyncio.sleep(max(0.0, 60 - (time.monotonic() - frozen)))  # the freeze is the test
+    woke = time.time()
+    a.send_signal(signal.SIGCONT)
+    await eventually(
+        lambda: _refused(fleet, "a"), within=30, what="a's stale writes refused and recorded"
+    )
+    await eventually(lambda: fleet.events("a", "following") != [], within=30, what="a follows")
+    entries, attempts = await fleet.read()
+    assert [(a.epoch, a.outcome) for a in attempts] == [(1, "interrupted"), (2, "healed")]
+    assert (fleet.steps("step1"), fleet.steps("step2")) == (2, 1)  # a never ran step 2
+    refused = [e for e in entries if e.event == "refused"]
+    assert {(e.epoch, e.holder) for e in refused} == {(1, "a")}
+    assert refused[0].detail.endswith(": b leads with epoch 2")
+    assert [(e.epoch, e.holder, e.event) for e in entries if e.event == "took_over"] == [
+        (1, "a", "took_over"),
+        (2, "b", "took_over"),
+    ]
+    assert a.returncode is None  # it lives on, as a follower
+    assert [m.text for m in fleet.bots["a"].sent if m.received_at >= woke] == []  # said nothing
+    said = fleet.bots["b"].texts(CHAT)
+    host = socket.gethostname()
+    takeover = [t for t in said if t.startswith(f"🔁 <b>b on {host} took over</b>")]
+    assert len(takeover) == 1
+    assert takeover[0].startswith(f"🔁 <b>b on {host} took over</b> from a on {host} after ")
+    assert takeover[0].endswith("s without a heartbeat (epoch 2)")
+
+
+async def _status(bot: BotApiStub) -> str:
+    """A person's /status to the leader's bot; its answer."""
+    bot.message(chat_id=CHAT, user_id=USER, text="/status")
+
+    def answers() -> list[str]:
+        return [s.text for s in bot.sent if "\nautomatic action: " in s.text]
+
+    await eventually(lambda: bool(answers()), within=20, what="an answer to /status")
+    return answers()[0]
+
+
+async def _refused(fleet: Fleet, holder: str) -> bool:
+    entries, _ = await fleet.read()
+    return any(e.event == "refused" and e.holder == holder for e in entries)
+
+
+def _terms(fleet: Fleet, instance: str) -> list[tuple[float, float]]:
+    """When `instance` led, by its own log: from `leading` to `leadership lost` (or now)."""
+    starts = fleet.events(instance, "leading")
+    ends = fleet.events(instance, "leadership lost") + fleet.events(instance, "stopped")
+    terms = []
+    for start in starts:
+        later = [e for e in ends if e >= start]
+        terms.append((start, min(later) if later else time.time()))
+    return terms
+
+
+async def test_postgresql_restarted_both_recover_and_never_two_lead(
+    fleet: Fleet, pg_server: PgServer
+) -> None:
+    await _a_leads_and_heals_then_b_follows(fleet)
+    pg_server.stop()  # longer than the lease: a cannot renew and steps down by itself
+    await eventually(
+        lambda: fleet.events("a", "leadership lost") != [],
+        within=LEASE_S + 10,
+        what="a stepping down",
+    )
+    pg_server.start()
+    await eventually(lambda: _leader_at(fleet, 2), within=LEASE_S + 20, what="a new leader")
+    entries, _ = await fleet.read()
+    took = [(e.epoch, e.holder) for e in entries if e.event == "took_over"]
+    assert [epoch for epoch, _ in took] == [1, 2]
+    new = took[-1][1]
+    await eventually(lambda: fleet.events(new, "started") != [], within=30, what="it started")
+    fleet.kill_server()
+    await eventually(lambda: fleet.healed(2), within=60, what="the new leader healing")
+    assert all(proc.returncode is None for proc in fleet.procs.values())
+    # never two leaders: the terms each logged do not overlap
+    terms = sorted(_terms(fleet, "a") + _terms(fleet, "b"))
+    assert len(terms) == 2  # a, then the new leader (a again, or b)
+    for (_, end), (start, _) in pairwise(terms):
+        assert end <= start
+
+
+async def _leader_at(fleet: Fleet, epoch: int) -> bool:
+    entries, _ = await fleet.read()
+    return any(e.event == "took_over" and e.epoch == epoch for e in entries)
+
+
+async def test_a_fault_during_a_takeover_is_healed_exactly_once(fleet: Fleet) -> None:
+    await _a_leads_and_heals_then_b_follows(fleet)
+    fleet.procs["a"].kill()
+    fleet.kill_server()  # the fault comes while nobody leads
+    await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
+    await eventually(lambda: fleet.healed(2), within=60, what="b healing the fault")
+    await eventually(lambda: _healthy(fleet), within=30, what="m healthy again")
+    await asyncio.sleep(3)  # absence of a second repair: give one the time to show up
+    _, attempts = await fleet.read()
+    assert [(a.epoch, a.outcome) for a in attempts] == [(1, "healed"), (2, "healed")]
+    assert (fleet.steps("step1"), fleet.steps("step2")) == (2, 2)
+
+
+async def _healthy(fleet: Fleet) -> bool:
+    async with await Store.open(fleet.target, create=False) as store:
+        snapshots = await store.snapshots()
+    return [(s.name, s.state) for s in snapshots] == [("m", "healthy")]
+
+
+async def test_a_short_postgresql_restart_keeps_the_leader(
+    fleet: Fleet, pg_server: PgServer
+) -> None:
+    await _a_leads_and_heals_then_b_follows(fleet)
+    pg_server.restart()  # seconds, well inside the lease: a renews on its next try
+    fleet.kill_server()
+    await eventually(lambda: fleet.healed(1, count=2), within=60, what="a healing after it")
+    entries, attempts = await fleet.read()
+    assert [(e.epoch, e.holder) for e in entries if e.event == "took_over"] == [(1, "a")]
+    assert [(a.epoch, a.outcome) for a in attempts] == [(1, "healed"), (1, "healed")]
+    assert fleet.events("a", "leadership lost") == []
+    assert fleet.events("b", "leading") == []
+    assert all(proc.returncode is None for proc in fleet.procs.values())

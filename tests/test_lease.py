@@ -1,0 +1,148 @@
+"""The lease, its epoch and the fence, on both engines (a SQLite file, a real PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+
+from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.store.lease import Lease, StaleEpochError, claim, current, journal, release
+from supervisor.store.target import StoreTarget
+
+LONG = 60_000
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def store(store_target: StoreTarget) -> AsyncIterator[Store]:
+    async with await Store.open(store_target) as s:
+        yield s
+
+
+async def _claim(store: Store, holder: str, epoch: int | None, lease_ms: int = LONG) -> Lease:
+    async with store.tx(write=True) as conn:
+        return await claim(
+            conn, holder=holder, host=f"{holder}-host", epoch=epoch, lease_ms=lease_ms
+        )
+
+
+def _snap(name: str) -> Snapshot:
+    return Snapshot(kind=SubjectKind.ENDPOINT, name=name, state="healthy", since=T0, updated_at=T0)
+
+
+async def _events(store: Store) -> list[tuple[int, str, str, str]]:
+    async with store.tx(write=False) as conn:
+        return [(e.epoch, e.holder, e.event, e.detail) for e in await journal(conn)]
+
+
+async def test_one_holder_renews_and_the_other_follows(store: Store) -> None:
+    first = await _claim(store, "a", None)
+    assert (first.epoch, first.holder, first.mine, first.took_over) == (1, "a", True, True)
+    other = await _claim(store, "b", None)
+    assert (other.epoch, other.holder, other.mine) == (1, "a", False)
+    renewed = await _claim(store, "a", 1)
+    assert (renewed.epoch, renewed.mine, renewed.took_over) == (1, True, False)
+    assert renewed.expires_ms >= first.expires_ms
+    assert await _events(store) == [(1, "a", "took_over", "first lease")]
+
+
+async def test_an_expired_lease_is_taken_with_the_next_epoch(store: Store) -> None:
+    await _claim(store, "a", None, lease_ms=0)  # runs out at once
+    taken = await _claim(store, "b", None)
+    assert (taken.epoch, taken.holder, taken.took_over) == (2, "b", True)
+    assert taken.previous is not None
+    assert (taken.previous.holder, taken.previous.epoch) == ("a", 1)
+    late = await _claim(store, "a", 1)  # the old holder wakes up: it follows b
+    assert (late.epoch, late.holder, late.mine) == (2, "b", False)
+    assert await _events(store) == [
+        (1, "a", "took_over", "first lease"),
+        (2, "b", "took_over", "from a on a-host (epoch 1, expired)"),
+    ]
+
+
+async def test_a_stale_epoch_cannot_write_or_act_and_is_recorded(store_target: StoreTarget) -> None:
+    async with await Store.open(store_target) as old, await Store.open(store_target) as new:
+        await _claim(old, "a", None, lease_ms=0)
+        old.fence_epoch, old.fence_holder, old.fence_host = 1, "a", "a-host"
+        await old.save_snapshot(_snap("before"))  # epoch 1 is still the lease's
+        await _claim(new, "b", None)
+        new.fence_epoch = 2
+        deposed: list[StaleEpochError] = []
+        old.on_deposed.append(deposed.append)
+        with pytest.raises(StaleEpochError) as caught:
+            await old.save_snapshot(_snap("after"))
+        assert str(caught.value) == (
+            "refused under stale epoch 1: b leads with epoch 2 (a store write)"
+        )
+        with pytest.raises(StaleEpochError) as step:
+            await old.check_fence("step restart_unit vllm on spark1")
+        assert step.value.what == "step restart_unit vllm on spark1"
+        await new.save_snapshot(_snap("by-b"))
+        assert [s.name for s in await new.snapshots()] == ["before", "by-b"]
+        assert len(deposed) == 2
+        assert (await _events(new))[2:] == [
+            (1, "a", "refused", "a store write: b leads with epoch 2"),
+            (1, "a", "refused", "step restart_unit vllm on spark1: b leads with epoch 2"),
+        ]
+
+
+async def test_release_frees_the_lease_at_once(store: Store) -> None:
+    await _claim(store, "a", None)
+    async with store.tx(write=True) as conn:
+        assert await release(conn, holder="a", epoch=1)
+    async with store.tx(write=True) as conn:
+        assert not await release(conn, holder="a", epoch=1)  # once
+    taken = await _claim(store, "b", None)
+    assert (taken.epoch, taken.holder) == (2, "b")
+    assert taken.previous is not None
+    assert taken.previous.released
+
+
+async def test_no_lease_before_anyone_claimed(store: Store) -> None:
+    async with store.tx(write=False) as conn:
+        assert await current(conn) is None
+
+
+async def test_many_claimants_at_once_give_one_holder(store_target: StoreTarget) -> None:
+    stores = [await Store.open(store_target) for _ in range(6)]
+    try:
+        leases = await asyncio.gather(*(_claim(s, f"n{i}", None) for i, s in enumerate(stores)))
+        assert sum(lease.mine for lease in leases) == 1
+        assert {lease.epoch for lease in leases} == {1}
+        assert len({lease.holder for lease in leases}) == 1
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def _pid_of_a_finished_process() -> int:
+    proc = await asyncio.create_subprocess_exec("true")
+    await proc.wait()
+    return proc.pid
+
+
+async def test_the_same_instance_restarted_takes_its_lease_at_once(store: Store) -> None:
+    dead = await _pid_of_a_finished_process()
+    async with store.tx(write=True) as conn:
+        await claim(conn, holder="a", host="forge", epoch=None, lease_ms=LONG, pid=dead)
+    async with store.tx(write=True) as conn:  # a second a, on another host: waits
+        other_host = await claim(conn, holder="a", host="mac", epoch=None, lease_ms=LONG, pid=5)
+    assert (other_host.mine, other_host.epoch) == (False, 1)
+    async with store.tx(write=True) as conn:  # a, again on forge, its old process gone
+        again = await claim(
+            conn, holder="a", host="forge", epoch=None, lease_ms=LONG, pid=os.getpid()
+        )
+    assert (again.mine, again.epoch, again.took_over) == (True, 2, True)
+    async with store.tx(write=True) as conn:  # another a on forge while that one runs: waits
+        twin = await claim(conn, holder="a", host="forge", epoch=None, lease_ms=LONG, pid=dead)
+    assert (twin.mine, twin.epoch) == (False, 2)
+    assert (await _events(store))[1] == (
+        2,
+        "a",
+        "took_over",
+        "from a on forge (epoch 1, restarted)",
+    )
