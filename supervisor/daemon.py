@@ -31,7 +31,7 @@ from supervisor.remediation.runner import Remediator
 from supervisor.restore import close_interrupted, stored_snapshot
 from supervisor.schedule import ProbeSchedule
 from supervisor.store import Snapshot, Store, SubjectKind
-from supervisor.worker import EndpointWorker, Prober
+from supervisor.worker import EndpointWorker, Prober, ProgressReader
 from supervisor.worker_state import restored_from
 
 log = structlog.get_logger("supervisor.daemon")
@@ -58,8 +58,10 @@ class Daemon:
         prober: Prober,
         forget: Forget | None = None,
         reconfigured: Reconfigured | None = None,
+        progress: ProgressReader | None = None,
     ) -> None:
         self.config = config
+        self._progress = progress
         self.store = store
         self.playbook = playbook
         self.remediator = remediator
@@ -136,6 +138,7 @@ class Daemon:
             unreachable_hosts=down_hosts & set(endpoint.hosts()),
             host_check=self._hosts_answer,
             reopen_within=reopen_within,
+            progress=self._progress,
         )
         worker.on_problem = self.remediator.schedule
         self.workers[endpoint.name] = worker

@@ -18,7 +18,7 @@ from supervisor.timeline.control import (
     Unsilenced,
 )
 from supervisor.timeline.decision import Decision, Outcome
-from supervisor.timeline.parts import CommandRun, ProbeSample
+from supervisor.timeline.parts import CommandRun, ProbeSample, ProgressSample
 from supervisor.timeline.repair import (
     INTERRUPTED,
     AttemptFinished,
@@ -52,6 +52,7 @@ __all__ = [
     "PayloadError",
     "Probe",
     "ProbeSample",
+    "ProgressSample",
     "Record",
     "Resumed",
     "Silenced",
