@@ -15,6 +15,10 @@ tests. The rules:
 - An endpoint that is not healthy and passes a liveness check gets a real check at once, so a
   recovery is confirmed in seconds, not at the next completion interval (the worker lets a
   liveness pass do that once per state, see `supervisor.worker`).
+- A unit's death that systemd reported (`supervisor.hostevents`) plus one failed probe is down at
+  once, whatever `failures_to_down` and the startup grace say: a dead process is not loading
+  (`judge_unit_death`). Events are not judged in maintenance, remediating or verifying: the
+  daemon's own stops and restarts look the same.
 - Progress, not just answers: before a failed or degraded real check counts, the worker reads
   what the server is doing (`supervisor.progress`, two reads of `/metrics`) and hands it here.
   **busy** (tokens flowing, requests queued) is load: `busy`, streaks cleared, no re-probe,
@@ -208,4 +212,31 @@ def _on_fail(
         streaks=counted,
         reprobe=None,
         note=f"{result.reason} ({counted.fail - 1} failures and a failed re-probe)",
+    )
+
+
+#: where a unit event is not judged: the daemon's own stops and restarts look the same
+EVENT_IGNORED = frozenset({State.MAINTENANCE, State.REMEDIATING, State.VERIFYING})
+#: where a unit's death and one failed probe are down at once
+_EVENT_DOWN_FROM = frozenset(
+    {State.UNKNOWN, State.STARTING, State.HEALTHY, State.DEGRADED, State.BUSY}
+)
+
+
+def judge_unit_death(*, state: State, streaks: Streaks, result: ProbeResult, line: str) -> Verdict:
+    """systemd said a unit died (`line`) and one probe ran at once (`result`)."""
+    if result.ok:
+        return Verdict(
+            trigger=None, streaks=streaks, reprobe=None, note=f"systemd: {line}; probe passes"
+        )
+    counted = Streaks(
+        fail=streaks.fail + 1,
+        deep_fail=streaks.deep_fail or result.tier is Tier.DEEP,
+        degraded=streaks.degraded,
+    )
+    if state in _EVENT_DOWN_FROM:
+        note = f"systemd: {line}; probe confirms: {result.reason}"
+        return Verdict(trigger=Trigger.DOWN, streaks=counted, reprobe=None, note=note)
+    return Verdict(
+        trigger=None, streaks=counted, reprobe=None, note=f"systemd: {line}; failed; {state}"
     )

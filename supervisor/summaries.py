@@ -5,11 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from supervisor.events import ProbeResult
+from supervisor.events import ProbeResult, UnitSignal
 from supervisor.machine import Change
 from supervisor.progress import Progress
 from supervisor.store import TimelineEntry
-from supervisor.timeline import JSONValue, Probe, ProbeSample, ProgressSample, Transition, encode
+from supervisor.timeline import (
+    JSONValue,
+    Probe,
+    ProbeSample,
+    ProgressSample,
+    Transition,
+    UnitHeard,
+    encode,
+)
 
 
 def probe_sample(result: ProbeResult) -> ProbeSample:
@@ -131,3 +139,22 @@ def transition_entry(
         extra={k: v for k, v in extra.items() if k not in _FIELDS},
     )
     return TimelineEntry(at=at, subject=subject, record=record)
+
+
+def unit_entry(signal: UnitSignal, verdict: str) -> TimelineEntry:
+    """The timeline entry of a unit event: what systemd said, the unit's lines, the verdict."""
+    record = UnitHeard(
+        host=signal.host,
+        unit=signal.unit,
+        event=signal.kind,
+        line=signal.line,
+        message=signal.message,
+        verdict=verdict,
+        lines=signal.lines,
+        result=signal.result or None,
+        exit_status=signal.exit_status,
+        n_restarts=signal.n_restarts,
+        source=signal.source,
+        cursor=signal.cursor or None,
+    )
+    return TimelineEntry(at=signal.at, subject=signal.endpoint, record=record)

@@ -43,12 +43,20 @@ from supervisor.events import (
     ProbeTick,
     Stop,
     Tier,
+    UnitSignal,
 )
 from supervisor.machine import Change, FleetMachine, State, Trigger
-from supervisor.policy import Limits, Streaks, judge, wants_progress
+from supervisor.policy import (
+    EVENT_IGNORED,
+    Limits,
+    Streaks,
+    judge,
+    judge_unit_death,
+    wants_progress,
+)
 from supervisor.progress import Progress
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.summaries import probe_entry, resolution_text, transition_entry
+from supervisor.summaries import probe_entry, resolution_text, transition_entry, unit_entry
 from supervisor.worker_commands import Command, Fire, ProbeOnce, Record, WorkerStopped
 from supervisor.worker_state import Restored, WallDeadline
 
@@ -120,6 +128,8 @@ class EndpointWorker:
         self._streak_results: deque[ProbeResult] = deque(maxlen=endpoint.probe.failures_to_down + 2)
         #: what the server was doing when a real check last failed or was slow
         self.last_progress: Progress | None = None
+        #: the latest unit death systemd reported (its `event.*` facts for a diagnosis)
+        self.last_unit_signal: UnitSignal | None = None
         self.idle = asyncio.Event()
         self.idle.set()
         self._task: asyncio.Task[None] | None = None
@@ -163,8 +173,10 @@ class EndpointWorker:
             if event.tier in self._pending:
                 return
             self._pending.add(event.tier)
-        elif isinstance(event, HostReachability) and not event.reachable:
-            priority = _URGENT
+        elif (isinstance(event, HostReachability) and not event.reachable) or (
+            isinstance(event, UnitSignal) and event.down
+        ):
+            priority = _URGENT  # a unit's death is judged now, not after the queued probes
             if self._inflight is not None:
                 self._inflight.cancel()
         self.idle.clear()
@@ -273,6 +285,8 @@ class EndpointWorker:
             await self._on_host(event)
         elif isinstance(event, EndpointRestarted):
             await self._on_restarted(event)
+        elif isinstance(event, UnitSignal):
+            await self._on_unit(event)
 
     def _deep_not_due(self) -> bool:
         """A scheduled real check while down, escalated, unreachable or busy comes too soon after
@@ -395,6 +409,42 @@ class EndpointWorker:
             note = f"host {event.host} answers again: startup grace until {self._hhmm()}"
             await self._fire(Trigger.HOST_BACK, note, data={"host": event.host})
 
+    async def _on_unit(self, signal: UnitSignal) -> None:
+        """systemd said something about a unit: a death plus one failed probe is down at once;
+        `started` is evidence only (it never starts a grace: a crash loop starts every few
+        seconds); in maintenance, remediating or verifying it is our own doing."""
+        self._log.info("unit event", unit=signal.unit, kind=signal.kind, line=signal.line)
+        if self.state in EVENT_IGNORED:
+            await self._record_unit(signal, f"not judged: {self.state}")
+            return
+        if not signal.down:
+            await self._record_unit(signal, "evidence only")
+            return
+        self.last_unit_signal = signal
+        tier = Tier.DEEP if self.endpoint.kind == "health" else Tier.LIVENESS
+        done, result = await self._abortable(self._prober(self.endpoint, tier))
+        if not done or result is None:
+            return
+        verdict = judge_unit_death(
+            state=self.state, streaks=self.streaks, result=result, line=signal.line
+        )
+        self.streaks = verdict.streaks
+        self.last_reason = result.reason
+        if not result.ok:
+            self.last_problem = result
+            self._streak_results.append(result)
+        change = await self._machine.fire(self.name, verdict.trigger) if verdict.trigger else None
+        if change is not None:
+            await self._record_change(change, verdict.note, result)
+        else:
+            await self._record_probe(result, verdict.note)
+        await self._record_unit(signal, verdict.note.split("; ", 1)[1])
+
+    async def _record_unit(self, signal: UnitSignal, verdict: str) -> None:
+        """The event and its journal lines in the open incident (none open: the log only)."""
+        if self.incident_id is not None:
+            await self._store.append(self.incident_id, unit_entry(signal, verdict))
+
     async def _on_restarted(self, event: EndpointRestarted) -> None:
         self._begin_grace()
         note = f"restarted ({event.reason}): startup grace until {self._hhmm()}"
@@ -485,6 +535,7 @@ class EndpointWorker:
         )
         if close is not None:
             self.incident_id = None
+            self.last_unit_signal = None  # what systemd said belonged to that incident
         if change.dest is State.UNREACHABLE or self.incident_id is None:
             # the host's incident tells the story of the endpoints it took down with it
             for incident in sorted(set(self._host_incidents.values())):

@@ -30,6 +30,7 @@ from supervisor.timeline.repair import (
     Verification,
 )
 from supervisor.timeline.state import Probe, Transition
+from supervisor.timeline.unit import UnitHeard
 
 __all__ = [
     "INTERRUPTED",
@@ -58,6 +59,7 @@ __all__ = [
     "Silenced",
     "StepRan",
     "Transition",
+    "UnitHeard",
     "Unknown",
     "Unsilenced",
     "Verification",
