@@ -223,20 +223,24 @@ _EVENT_DOWN_FROM = frozenset(
 )
 
 
+def unit_death_verdict(state: State, result: ProbeResult) -> str:
+    """What one probe right after a unit's death makes of it, in words."""
+    if result.ok:
+        return "probe passes"
+    if state in _EVENT_DOWN_FROM:
+        return f"probe confirms: {result.reason}"
+    return f"failed; {state}"
+
+
 def judge_unit_death(*, state: State, streaks: Streaks, result: ProbeResult, line: str) -> Verdict:
     """systemd said a unit died (`line`) and one probe ran at once (`result`)."""
+    note = f"systemd: {line}; {unit_death_verdict(state, result)}"
     if result.ok:
-        return Verdict(
-            trigger=None, streaks=streaks, reprobe=None, note=f"systemd: {line}; probe passes"
-        )
+        return Verdict(trigger=None, streaks=streaks, reprobe=None, note=note)
     counted = Streaks(
         fail=streaks.fail + 1,
         deep_fail=streaks.deep_fail or result.tier is Tier.DEEP,
         degraded=streaks.degraded,
     )
-    if state in _EVENT_DOWN_FROM:
-        note = f"systemd: {line}; probe confirms: {result.reason}"
-        return Verdict(trigger=Trigger.DOWN, streaks=counted, reprobe=None, note=note)
-    return Verdict(
-        trigger=None, streaks=counted, reprobe=None, note=f"systemd: {line}; failed; {state}"
-    )
+    trigger = Trigger.DOWN if state in _EVENT_DOWN_FROM else None
+    return Verdict(trigger=trigger, streaks=counted, reprobe=None, note=note)

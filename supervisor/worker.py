@@ -52,6 +52,7 @@ from supervisor.policy import (
     Streaks,
     judge,
     judge_unit_death,
+    unit_death_verdict,
     wants_progress,
 )
 from supervisor.progress import Progress
@@ -425,6 +426,7 @@ class EndpointWorker:
         done, result = await self._abortable(self._prober(self.endpoint, tier))
         if not done or result is None:
             return
+        words = unit_death_verdict(self.state, result)
         verdict = judge_unit_death(
             state=self.state, streaks=self.streaks, result=result, line=signal.line
         )
@@ -438,7 +440,7 @@ class EndpointWorker:
             await self._record_change(change, verdict.note, result)
         else:
             await self._record_probe(result, verdict.note)
-        await self._record_unit(signal, verdict.note.split("; ", 1)[1])
+        await self._record_unit(signal, words)
 
     async def _record_unit(self, signal: UnitSignal, verdict: str) -> None:
         """The event and its journal lines in the open incident (none open: the log only)."""

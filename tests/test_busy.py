@@ -122,7 +122,7 @@ async def test_a_hung_engine_is_down_at_once_and_the_timeline_says_why(
     assert down.progress.tok_s == 0
     assert down.progress.running is not None
     assert down.progress.running >= 3
-    frozen = r"hung: \d+ running, 0 waiting, generation_tokens_total frozen at \d+ for 0\.3s"
+    frozen = r"hung: \d+ running, 0 waiting, generation_tokens_total frozen at \d+ for 0\.\ds"
     assert re.fullmatch(frozen, down.progress.reason)
     assert re.fullmatch(frozen + "; real check: timed out after 1s", down.note)
     assert down.probes is not None
