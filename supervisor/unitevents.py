@@ -2,7 +2,10 @@
 (`supervisor.hostevents`: one journal stream per host), routed to the endpoints' workers at once.
 
 - **Route.** An event about `(host, unit)` goes to every endpoint whose `units` hold that pair,
-  as a `UnitSignal` (the worker judges it: a death plus one failed probe is down).
+  as a `UnitSignal` (the worker judges it: a death plus one failed probe is down). A death is a
+  unit that failed, exited on its own or crash-loops; a `stopped` (a stop job: someone ran
+  `systemctl stop`, a deploy) is evidence only: the probes find a unit left stopped, and a
+  relaunch that fails is a death of its own.
 - **Resume.** Each host's journal cursor is kept in `journal-cursors.json` beside the store
   (written every few seconds when it moved, and at stop), so a restarted daemon resumes each
   stream where the last one stopped: nothing is missed across a restart either.
@@ -34,6 +37,8 @@ log = structlog.get_logger("supervisor.unitevents")
 
 CURSORS_FILE = "journal-cursors.json"
 SAVE_EVERY_S = 5.0
+#: the kinds that are a death (see the module's doc)
+DEATHS = frozenset({"failed", "exited", "crash_loop"})
 
 Submit = Callable[[str, UnitSignal], None]
 """Hands a signal to the named endpoint's worker."""
@@ -82,7 +87,7 @@ def signal_of(endpoint: str, event: UnitEvent) -> UnitSignal:
         host=event.host,
         unit=event.unit,
         kind=event.kind.value,
-        down=event.kind.down,
+        down=event.kind.value in DEATHS,
         line=event.summary(),
         message=event.message,
         at=event.at,

@@ -259,7 +259,7 @@ async def test_our_own_stops_are_not_judged(tmp_path: Path, vllm: VllmSim) -> No
         await worker.silence(until, "silenced for 1h by @op: upgrade")
         before = sum(vllm.requests.values())
         assert daemon.daemon is not None
-        daemon.daemon.submit(_signal("ds4", kind="stopped"))
+        daemon.daemon.submit(_signal("ds4"))
         await eventually(lambda: worker.idle.is_set(), what="judged")
         assert worker.state is State.MAINTENANCE
         assert sum(vllm.requests.values()) == before  # not even a confirming probe
