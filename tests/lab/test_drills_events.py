@@ -61,7 +61,8 @@ async def test_hung_engine_is_restarted_and_the_timeline_says_why(lab: Lab) -> N
     assert down.progress.running is not None
     assert down.progress.running >= 3
     assert down.progress.tok_s == 0
-    assert re.match(r"hung: \d+ running, \d+ waiting, generation_tokens_total frozen at ", down.note)
+    frozen = r"hung: \d+ running, \d+ waiting, generation_tokens_total frozen at "
+    assert re.match(frozen, down.note)
     diagnosis = next(r.record for r in report.timeline if isinstance(r.record, Diagnosis))
     assert diagnosis.rule == "hung-engine"
 
