@@ -375,12 +375,15 @@ class EndpointWorker:
             note=verdict.note,
             incident=self.incident_id,
         )
+        reprobe = verdict.reprobe is not None and not is_reprobe and self._may_reprobe(result)
+        if verdict.reprobe is not None and not is_reprobe and not reprobe:
+            verdict = replace(verdict, note=f"liveness passed while {self.state}")
         change = await self._machine.fire(self.name, verdict.trigger) if verdict.trigger else None
         if change is not None:
             await self._record_change(change, verdict.note, result, progress=progress)
         else:
             await self._record_probe(result, verdict.note, progress)
-        if verdict.reprobe is not None and not is_reprobe and self._may_reprobe(result):
+        if reprobe and verdict.reprobe is not None:
             await self._probe(verdict.reprobe, is_reprobe=True)
 
     def _may_reprobe(self, result: ProbeResult) -> bool:
