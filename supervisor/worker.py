@@ -218,7 +218,10 @@ class EndpointWorker:
         if self._stopped:
             raise WorkerStopped(f"the worker of {self.name} has stopped")
         self.idle.clear()
-        self._queue.put_nowait((_NORMAL, next(self._order), command))
+        # an entry to record waits for no probe: a repair's evidence is not held up by real
+        # checks that each run into their timeout (a hung engine)
+        priority = _RECORD if isinstance(command, Record) else _NORMAL
+        self._queue.put_nowait((priority, next(self._order), command))
         return await reply
 
     async def apply(
@@ -641,8 +644,9 @@ class _Run:
 
 
 _URGENT = 0
+_RECORD = 1
+_NORMAL = 2
 _COMMANDS = (Fire, Record, ProbeOnce)
-_NORMAL = 1
 
 
 def _answer(reply: asyncio.Future[_T], value: _T) -> None:
