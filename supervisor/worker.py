@@ -100,8 +100,8 @@ class EndpointWorker:
         self._prober = prober
         self._host_check = host_check
         self._clock = clock
-        #: (priority, order, item): a lost host's news goes ahead of waiting probe ticks; the
-        #: commands wait their turn with the other events
+        #: (priority, order, item): a lost host's news and a unit's death go first, then the
+        #: commands (in their order), then probe ticks and results
         self._queue: asyncio.PriorityQueue[tuple[int, int, Event | Command]] = (
             asyncio.PriorityQueue()
         )
@@ -218,10 +218,10 @@ class EndpointWorker:
         if self._stopped:
             raise WorkerStopped(f"the worker of {self.name} has stopped")
         self.idle.clear()
-        # an entry to record waits for no probe: a repair's evidence is not held up by real
-        # checks that each run into their timeout (a hung engine)
-        priority = _RECORD if isinstance(command, Record) else _NORMAL
-        self._queue.put_nowait((priority, next(self._order), command))
+        # a command waits for no queued probe tick: a repair's evidence and its state changes are
+        # not held up by real checks that each run into their timeout (a hung engine, a frozen
+        # host); commands keep their order among themselves
+        self._queue.put_nowait((_COMMAND, next(self._order), command))
         return await reply
 
     async def apply(
@@ -644,7 +644,7 @@ class _Run:
 
 
 _URGENT = 0
-_RECORD = 1
+_COMMAND = 1
 _NORMAL = 2
 _COMMANDS = (Fire, Record, ProbeOnce)
 
