@@ -33,6 +33,7 @@ from supervisor.ops.runtime import OpsRuntime
 from supervisor.playbook.live import LivePlaybook
 from supervisor.probes import make_client, make_tls
 from supervisor.probes.clients import ProbeClients
+from supervisor.progress.read import ProgressReads
 from supervisor.remediation.runner import Remediator
 from supervisor.store import Store
 from supervisor.store.lease import StaleEpochError
@@ -130,6 +131,7 @@ class Supervisor:
             prober=prober,
             forget=self._probes.drop,
             reconfigured=self._reconfigured,
+            progress=ProgressReads(self._http, self.clock),
         )
         await daemon.restore()  # workers from their snapshots; nothing probed yet
         # stored pauses and silences are in force before the first probe

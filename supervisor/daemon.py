@@ -23,7 +23,7 @@ import structlog
 
 from supervisor.clock import Clock
 from supervisor.config import Endpoint, FleetConfig
-from supervisor.events import Event, HostReachability, Stop, Tier
+from supervisor.events import Event, HostReachability, Stop, Tier, UnitSignal
 from supervisor.hosts import UNREACHABLE, HostWatcher
 from supervisor.machine import FleetMachine, State
 from supervisor.playbook.live import LivePlaybook
@@ -31,7 +31,8 @@ from supervisor.remediation.runner import Remediator
 from supervisor.restore import close_interrupted, stored_snapshot
 from supervisor.schedule import ProbeSchedule
 from supervisor.store import Snapshot, Store, SubjectKind
-from supervisor.worker import EndpointWorker, Prober
+from supervisor.unitevents import UnitEvents
+from supervisor.worker import EndpointWorker, Prober, ProgressReader
 from supervisor.worker_state import restored_from
 
 log = structlog.get_logger("supervisor.daemon")
@@ -58,8 +59,10 @@ class Daemon:
         prober: Prober,
         forget: Forget | None = None,
         reconfigured: Reconfigured | None = None,
+        progress: ProgressReader | None = None,
     ) -> None:
         self.config = config
+        self._progress = progress
         self.store = store
         self.playbook = playbook
         self.remediator = remediator
@@ -73,6 +76,8 @@ class Daemon:
         self._tasks: list[asyncio.Task[None]] = []
         self._schedule: ProbeSchedule | None = None
         self._reconciling = asyncio.Lock()
+        #: systemd's unit events from every host, routed to the workers (started with probing)
+        self.unit_events = UnitEvents(config, self._unit_signal)
 
     async def restore(self) -> None:
         """Close the repairs the last run left unfinished, watch the hosts and start the
@@ -89,6 +94,7 @@ class Daemon:
     def start_probing(self) -> None:
         """Start the probe schedule, and judge afresh the problems the last run left open."""
         self._start_schedule()
+        self.unit_events.start()
         for worker in self.workers.values():
             if worker.state in (State.DOWN, State.DEGRADED, State.UNREACHABLE):
                 self._tasks.append(asyncio.create_task(self._resume(worker)))
@@ -136,6 +142,7 @@ class Daemon:
             unreachable_hosts=down_hosts & set(endpoint.hosts()),
             host_check=self._hosts_answer,
             reopen_within=reopen_within,
+            progress=self._progress,
         )
         worker.on_problem = self.remediator.schedule
         self.workers[endpoint.name] = worker
@@ -166,6 +173,11 @@ class Daemon:
             if event.host in worker.endpoint.hosts():
                 worker.submit(event)
 
+    def _unit_signal(self, name: str, signal: UnitSignal) -> None:
+        worker = self.workers.get(name)
+        if worker is not None:
+            worker.submit(signal)
+
     def submit(self, event: Event) -> None:
         name = getattr(event, "endpoint", None)
         if not isinstance(name, str) or name not in self.workers:
@@ -173,9 +185,11 @@ class Daemon:
         self.workers[name].submit(event)
 
     async def stop(self) -> None:
-        """Stop the schedule and the repairs, then let every worker drain its queue."""
+        """Stop the schedule, the unit events and the repairs, then let every worker drain its
+        queue."""
         if self._schedule is not None:
             await self._schedule.stop()
+        await self.unit_events.stop()
         await self.remediator.stop()
         for worker in self.workers.values():
             worker.submit(Stop(endpoint=worker.name, at=self.clock.now()))
@@ -204,6 +218,7 @@ class Daemon:
             notes += await self._reconcile_hosts(effective)
             notes += await self._reconcile_endpoints(effective, removed)
             self.config = effective
+            await self.unit_events.reconfigure(effective)
             if self._reconfigured is not None:
                 self._reconfigured(effective)
         finally:

@@ -78,6 +78,27 @@ class EndpointRestarted:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UnitSignal:
+    """systemd said something about one of the endpoint's units (`supervisor.hostevents`): a
+    down kind (failed, exited, crash_loop, stopped) is judged with one confirming probe."""
+
+    endpoint: str
+    host: str
+    unit: str
+    kind: str  #: `failed`, `exited`, `crash_loop`, `started`, `stopped`
+    down: bool  #: the unit is not serving any more
+    line: str  #: `vllm.service failed: status=127, 2 restarts (exit-code)`
+    message: str  #: systemd's message that made it
+    at: datetime
+    lines: tuple[str, ...] = ()  #: the unit's own last lines and systemd's (the evidence)
+    result: str = ""
+    exit_status: int | None = None
+    n_restarts: int | None = None
+    source: str = "journal"  #: `journal`, or `poll`
+    cursor: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stop:
     """Ends an endpoint's worker after the events queued before it."""
 
@@ -85,4 +106,4 @@ class Stop:
     at: datetime = field(compare=False)
 
 
-Event = ProbeTick | ProbeResult | HostReachability | EndpointRestarted | Stop
+Event = ProbeTick | ProbeResult | HostReachability | EndpointRestarted | UnitSignal | Stop

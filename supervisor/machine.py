@@ -22,6 +22,7 @@ class State(StrEnum):
     STARTING = "starting"  #: inside its startup grace: failures are recorded, never acted on
     HEALTHY = "healthy"  #: the real check (completion, embedding, health URL) passes
     DEGRADED = "degraded"  #: answers, but without reasoning text or far under its tok/s baseline
+    BUSY = "busy"  #: a real check failed or was slow while tokens flow with requests queued: load
     DOWN = "down"  #: confirmed failing (consecutive failures plus an immediate re-probe)
     UNREACHABLE = "unreachable"  #: a host that serves it stopped answering; the host is the cause
     REMEDIATING = "remediating"  #: a repair is running
@@ -36,6 +37,7 @@ class Trigger(StrEnum):
     PASS = "pass_check"  # noqa: S105 - a trigger name  #: the real check passed
     DOWN = "confirm_down"  #: failures confirmed
     DEGRADE = "confirm_degraded"  #: degradation confirmed
+    BUSY = "confirm_busy"  #: a failed or slow real check, the server making progress under load
     GRACE = "begin_grace"  #: first failure of an endpoint whose state is unknown
     RESTARTED = "restarted"  #: its serving process (re)started: a new startup grace
     HOST_LOST = "host_lost"  #: a host serving it stopped answering
@@ -55,15 +57,29 @@ _ALL = tuple(State)
 TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
     (
         Trigger.PASS,
-        (S.UNKNOWN, S.STARTING, S.DEGRADED, S.DOWN, S.VERIFYING, S.ESCALATED, S.UNREACHABLE),
+        (
+            S.UNKNOWN,
+            S.STARTING,
+            S.DEGRADED,
+            S.BUSY,
+            S.DOWN,
+            S.VERIFYING,
+            S.ESCALATED,
+            S.UNREACHABLE,
+        ),
         S.HEALTHY,
     ),
-    (Trigger.DOWN, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED), S.DOWN),
-    (Trigger.DEGRADE, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DOWN, S.VERIFYING), S.DEGRADED),
+    (Trigger.DOWN, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED, S.BUSY), S.DOWN),
+    (
+        Trigger.DEGRADE,
+        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.BUSY, S.DOWN, S.VERIFYING),
+        S.DEGRADED,
+    ),
+    (Trigger.BUSY, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED), S.BUSY),
     (Trigger.GRACE, (S.UNKNOWN,), S.STARTING),
     (
         Trigger.RESTARTED,
-        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED, S.DOWN, S.ESCALATED, S.VERIFYING),
+        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED, S.BUSY, S.DOWN, S.ESCALATED, S.VERIFYING),
         S.STARTING,
     ),
     (
@@ -85,9 +101,10 @@ TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
 )
 
 #: States in which an incident is open because of the endpoint itself.
-INCIDENT_STATES = frozenset({S.DOWN, S.DEGRADED, S.REMEDIATING, S.VERIFYING, S.ESCALATED})
-#: States in which nothing automatic may act on the endpoint.
-HANDS_OFF_STATES = frozenset({S.STARTING, S.UNREACHABLE, S.ESCALATED, S.MAINTENANCE})
+INCIDENT_STATES = frozenset({S.DOWN, S.DEGRADED, S.BUSY, S.REMEDIATING, S.VERIFYING, S.ESCALATED})
+#: States in which nothing automatic may act on the endpoint (busy: restarting a saturated
+#: server kills every request in flight, so load is reported, never repaired).
+HANDS_OFF_STATES = frozenset({S.STARTING, S.BUSY, S.UNREACHABLE, S.ESCALATED, S.MAINTENANCE})
 
 
 def destination(state: State, trigger: Trigger) -> State | None:

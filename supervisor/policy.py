@@ -13,7 +13,19 @@ tests. The rules:
 - In `remediating` and `maintenance` results are recorded and change nothing; `escalated`,
   `verifying` and `unreachable` are left only by a passing real check.
 - An endpoint that is not healthy and passes a liveness check gets a real check at once, so a
-  recovery is confirmed in seconds, not at the next completion interval.
+  recovery is confirmed in seconds, not at the next completion interval (the worker lets a
+  liveness pass do that once per state, see `supervisor.worker`).
+- A unit's death that systemd reported (`supervisor.hostevents`) plus one failed probe is down at
+  once, whatever `failures_to_down` and the startup grace say: a dead process is not loading
+  (`judge_unit_death`). Events are not judged in maintenance, remediating or verifying: the
+  daemon's own stops and restarts look the same.
+- Progress, not just answers: before a failed or degraded real check counts, the worker reads
+  what the server is doing (`supervisor.progress`, two reads of `/metrics`) and hands it here.
+  **busy** (tokens flowing, requests queued) is load: `busy`, streaks cleared, no re-probe,
+  never down. **hung** (requests running, the token counter frozen) is down at once, startup
+  grace or not. idle and unknown change nothing: the result counts as above, so a server with
+  no signal (mlx_lm, Ollama, a health URL) is down only after `failures_to_down` failed checks
+  in a row and a failed re-probe: a single timeout never counts.
 """
 
 from __future__ import annotations
@@ -24,9 +36,28 @@ from datetime import datetime
 from supervisor.durations import format_duration
 from supervisor.events import Outcome, ProbeResult, Tier
 from supervisor.machine import State, Trigger
+from supervisor.probes.completion import NO_REASONING
+from supervisor.progress import Progress
+from supervisor.progress.judge import Verdict as Seen
 
 _FROZEN = frozenset({State.REMEDIATING, State.MAINTENANCE})
 _ONLY_A_PASS_LEAVES = frozenset({State.ESCALATED, State.VERIFYING, State.UNREACHABLE})
+#: where a failed or slow real check first asks what the server is doing
+_ASKS_PROGRESS = frozenset(
+    {State.UNKNOWN, State.STARTING, State.HEALTHY, State.DEGRADED, State.BUSY}
+)
+#: where a liveness pass does not bring a real check forward (nothing to confirm; busy: no
+#: extra load beyond the schedule)
+_SETTLED = frozenset({State.HEALTHY, State.DEGRADED, State.BUSY})
+
+
+def wants_progress(state: State, result: ProbeResult) -> bool:
+    """Read the server's progress before judging `result`: a real check that failed or was slow,
+    in a state where load may explain it."""
+    if result.tier is not Tier.DEEP or state not in _ASKS_PROGRESS:
+        return False
+    slow = result.outcome is Outcome.DEGRADED and result.reason != NO_REASONING
+    return result.outcome is Outcome.FAIL or slow
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,12 +90,38 @@ def judge(
     limits: Limits,
     grace_until: datetime | None,
     now: datetime,
+    progress: Progress | None = None,
 ) -> Verdict:
+    """`progress`: what the server was doing, read when `wants_progress` said so."""
+    if progress is not None and wants_progress(state, result):
+        seen = _on_progress(state, streaks, result, progress)
+        if seen is not None:
+            return seen
     if result.outcome is Outcome.OK:
         return _on_pass(state, streaks, result)
     if result.outcome is Outcome.DEGRADED:
         return _on_degraded(state, streaks, result, is_reprobe, limits)
     return _on_fail(state, streaks, result, is_reprobe, limits, grace_until, now)
+
+
+def _on_progress(
+    state: State, streaks: Streaks, result: ProbeResult, progress: Progress
+) -> Verdict | None:
+    """busy: load, not counted; hung: down at once; anything else: None (judged as usual)."""
+    if progress.verdict is Seen.BUSY:
+        if state is State.BUSY:
+            return Verdict(
+                trigger=None,
+                streaks=Streaks(),
+                reprobe=None,
+                note=f"not counted: {progress.reason}",
+            )
+        return Verdict(trigger=Trigger.BUSY, streaks=Streaks(), reprobe=None, note=progress.reason)
+    if progress.verdict is Seen.HUNG:
+        counted = Streaks(fail=streaks.fail + 1, deep_fail=True, degraded=streaks.degraded)
+        note = f"{progress.reason}; real check: {result.reason}"
+        return Verdict(trigger=Trigger.DOWN, streaks=counted, reprobe=None, note=note)
+    return None
 
 
 def _on_pass(state: State, streaks: Streaks, result: ProbeResult) -> Verdict:
@@ -78,7 +135,7 @@ def _on_pass(state: State, streaks: Streaks, result: ProbeResult) -> Verdict:
             trigger=Trigger.PASS, streaks=cleared, reprobe=None, note="real check passed"
         )
     kept = streaks if streaks.deep_fail else replace(streaks, fail=0)
-    if state in _FROZEN or state in (State.HEALTHY, State.DEGRADED):
+    if state in _FROZEN or state in _SETTLED:
         return Verdict(trigger=None, streaks=kept, reprobe=None, note="liveness passed")
     return Verdict(
         trigger=None,
@@ -156,3 +213,34 @@ def _on_fail(
         reprobe=None,
         note=f"{result.reason} ({counted.fail - 1} failures and a failed re-probe)",
     )
+
+
+#: where a unit event is not judged: the daemon's own stops and restarts look the same
+EVENT_IGNORED = frozenset({State.MAINTENANCE, State.REMEDIATING, State.VERIFYING})
+#: where a unit's death and one failed probe are down at once
+_EVENT_DOWN_FROM = frozenset(
+    {State.UNKNOWN, State.STARTING, State.HEALTHY, State.DEGRADED, State.BUSY}
+)
+
+
+def unit_death_verdict(state: State, result: ProbeResult) -> str:
+    """What one probe right after a unit's death makes of it, in words."""
+    if result.ok:
+        return "probe passes"
+    if state in _EVENT_DOWN_FROM:
+        return f"probe confirms: {result.reason}"
+    return f"failed; {state}"
+
+
+def judge_unit_death(*, state: State, streaks: Streaks, result: ProbeResult, line: str) -> Verdict:
+    """systemd said a unit died (`line`) and one probe ran at once (`result`)."""
+    note = f"systemd: {line}; {unit_death_verdict(state, result)}"
+    if result.ok:
+        return Verdict(trigger=None, streaks=streaks, reprobe=None, note=note)
+    counted = Streaks(
+        fail=streaks.fail + 1,
+        deep_fail=streaks.deep_fail or result.tier is Tier.DEEP,
+        degraded=streaks.degraded,
+    )
+    trigger = Trigger.DOWN if state in _EVENT_DOWN_FROM else None
+    return Verdict(trigger=trigger, streaks=counted, reprobe=None, note=note)

@@ -5,10 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from supervisor.events import ProbeResult
+from supervisor.events import ProbeResult, UnitSignal
 from supervisor.machine import Change
+from supervisor.progress import Progress
 from supervisor.store import TimelineEntry
-from supervisor.timeline import JSONValue, Probe, ProbeSample, Transition, encode
+from supervisor.timeline import (
+    JSONValue,
+    Probe,
+    ProbeSample,
+    ProgressSample,
+    Transition,
+    UnitHeard,
+    encode,
+)
 
 
 def probe_sample(result: ProbeResult) -> ProbeSample:
@@ -57,9 +66,40 @@ def resolution_text(result: ProbeResult) -> str:
     return f"{what} passed ({figures})"
 
 
-def probe_entry(result: ProbeResult, note: str, *, subject: str) -> TimelineEntry:
-    """The timeline entry of a probe inside an incident: `deep completion fail: ... (note)`."""
-    record = Probe(sample=probe_sample(result), note=note)
+def progress_sample(progress: Progress | None) -> ProgressSample | None:
+    """What the server was doing, as the timeline keeps it."""
+    if progress is None:
+        return None
+    return ProgressSample(
+        verdict=progress.verdict.value,
+        reason=progress.reason,
+        running=progress.running,
+        waiting=progress.waiting,
+        tok_s=progress.tok_s,
+        generation_tokens=progress.generation_tokens,
+        kv_cache_usage=progress.kv_cache_usage,
+        window_s=progress.window_s,
+    )
+
+
+def probe_entry(
+    result: ProbeResult,
+    note: str,
+    *,
+    subject: str,
+    count: int = 1,
+    last_at: datetime | None = None,
+    progress: Progress | None = None,
+) -> TimelineEntry:
+    """The timeline entry of a probe inside an incident: `deep completion fail: ... (note)`; a
+    run of `count` identical results, the last seen at `last_at`."""
+    record = Probe(
+        sample=probe_sample(result),
+        note=note,
+        count=count,
+        last_at=last_at if count > 1 else None,
+        progress=progress_sample(progress),
+    )
     return TimelineEntry(at=result.at, subject=subject, record=record)
 
 
@@ -76,6 +116,7 @@ def transition_entry(
     at: datetime,
     extra: Mapping[str, str],
     streak: Sequence[ProbeResult] | None,
+    progress: Progress | None = None,
 ) -> TimelineEntry:
     """The timeline entry of a state change: `down -> remediating: note`, with the probe that
     caused it and, when it opens an incident, the whole streak of failed probes."""
@@ -94,6 +135,26 @@ def transition_entry(
         runbook=extra.get("runbook"),
         until=None if until is None else datetime.fromisoformat(until),
         reason=extra.get("reason"),
+        progress=progress_sample(progress),
         extra={k: v for k, v in extra.items() if k not in _FIELDS},
     )
     return TimelineEntry(at=at, subject=subject, record=record)
+
+
+def unit_entry(signal: UnitSignal, verdict: str) -> TimelineEntry:
+    """The timeline entry of a unit event: what systemd said, the unit's lines, the verdict."""
+    record = UnitHeard(
+        host=signal.host,
+        unit=signal.unit,
+        event=signal.kind,
+        line=signal.line,
+        message=signal.message,
+        verdict=verdict,
+        lines=signal.lines,
+        result=signal.result or None,
+        exit_status=signal.exit_status,
+        n_restarts=signal.n_restarts,
+        source=signal.source,
+        cursor=signal.cursor or None,
+    )
+    return TimelineEntry(at=signal.at, subject=signal.endpoint, record=record)

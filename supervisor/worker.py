@@ -4,14 +4,27 @@ Two things never act on one endpoint at once: everything about it goes through t
 probe events and the commands from outside (`supervisor.worker_commands`: fire a trigger, record
 an entry, probe once) alike. The worker is the only writer of its endpoint's state; callers await
 a command's reply, never its internals.
+
+Progress and probe discipline:
+
+- A real check that failed or was slow asks what the server is doing first (`progress`, two
+  reads of `/metrics`); `supervisor.policy` makes busy a state of its own (never repaired) and
+  hung down at once. The transition and the probe entries carry what was read.
+- While down, escalated, unreachable or busy, a scheduled real check runs at most once per
+  `completion_interval`; a liveness pass may bring one forward once per state (a recovery is
+  still confirmed in seconds), not at every pass. Verification's own checks are the repair's.
+- Identical consecutive probe results of a tier inside an incident are one `Probe` entry with a
+  count and the time of the last (a liveness pass between two identical failed real checks does
+  not break their run, nor does an entry from outside), written when the run ends (another
+  result of that tier, a transition, the worker stopping) with the time of its first.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -29,17 +42,32 @@ from supervisor.events import (
     ProbeTick,
     Stop,
     Tier,
+    UnitSignal,
 )
 from supervisor.machine import Change, FleetMachine, State, Trigger
-from supervisor.policy import Limits, Streaks, judge
+from supervisor.policy import (
+    EVENT_IGNORED,
+    Limits,
+    Streaks,
+    judge,
+    judge_unit_death,
+    unit_death_verdict,
+    wants_progress,
+)
+from supervisor.progress import Progress
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.summaries import probe_entry, resolution_text, transition_entry
+from supervisor.summaries import probe_entry, resolution_text, transition_entry, unit_entry
 from supervisor.worker_commands import Command, Fire, ProbeOnce, Record, WorkerStopped
 from supervisor.worker_state import Restored, WallDeadline
 
 
 class Prober(Protocol):
     async def __call__(self, endpoint: Endpoint, tier: Tier) -> ProbeResult: ...
+
+
+class ProgressReader(Protocol):
+    async def __call__(self, endpoint: Endpoint) -> Progress:
+        """What the endpoint's server is doing (busy, hung, idle, unknown)."""
 
 
 class HostCheck(Protocol):
@@ -60,8 +88,10 @@ class EndpointWorker:
         unreachable_hosts: set[str],
         host_check: HostCheck | None = None,
         reopen_within: timedelta | None = None,
+        progress: ProgressReader | None = None,
     ) -> None:
         self.reopen_within = reopen_within
+        self._progress = progress
         self.endpoint = endpoint
         self.name = endpoint.name
         self._machine = machine
@@ -78,7 +108,10 @@ class EndpointWorker:
         self._events: deque[Event] = deque()
         self._wake = asyncio.Event()
         self._pending: set[Tier] = set()
-        self._inflight: asyncio.Future[ProbeResult] | None = None
+        self._inflight: asyncio.Future[Any] | None = None
+        self._last_deep: float | None = None  #: monotonic start of the latest real check
+        self._forward_armed = True  #: a liveness pass may still bring a real check forward
+        self._runs: dict[Tier, _Run] = {}  #: per tier, identical results not yet written
         self._limits = Limits(
             failures_to_down=endpoint.probe.failures_to_down,
             degraded_after=endpoint.probe.degraded_after,
@@ -95,7 +128,10 @@ class EndpointWorker:
         self._unreachable = set(unreachable_hosts)
         self._host_incidents: dict[str, int] = {}
         self._streak_results: deque[ProbeResult] = deque(maxlen=endpoint.probe.failures_to_down + 2)
-        self._last_recorded: tuple[Outcome, str] | None = None
+        #: what the server was doing when a real check last failed or was slow
+        self.last_progress: Progress | None = None
+        #: the latest unit death systemd reported (its `event.*` facts for a diagnosis)
+        self.last_unit_signal: UnitSignal | None = None
         self.idle = asyncio.Event()
         self.idle.set()
         self._task: asyncio.Task[None] | None = None
@@ -139,8 +175,10 @@ class EndpointWorker:
             if event.tier in self._pending:
                 return
             self._pending.add(event.tier)
-        elif isinstance(event, HostReachability) and not event.reachable:
-            waiting = self._urgent
+        elif (isinstance(event, HostReachability) and not event.reachable) or (
+            isinstance(event, UnitSignal) and event.down
+        ):
+            waiting = self._urgent  # a unit's death is judged now, not after the queued probes
             if self._inflight is not None:
                 self._inflight.cancel()
         self.idle.clear()
@@ -153,6 +191,7 @@ class EndpointWorker:
             item = await self._next()
             try:
                 if isinstance(item, Stop):
+                    await self._flush_run()
                     self._stop()
                     return
                 try:
@@ -194,7 +233,7 @@ class EndpointWorker:
             self._wake.clear()
             await self._wake.wait()
 
-    async def _while_probing(self, probe: asyncio.Future[ProbeResult]) -> ProbeResult:
+    async def _while_probing(self, probe: asyncio.Future[_T]) -> _T:
         """The probe's result; the commands that arrive meanwhile are served in the meantime
         (one at a time, in order, by this task: still the only writer)."""
         while True:
@@ -255,6 +294,8 @@ class EndpointWorker:
             await self._on_record(command.entry, command.incident_id)
             _answer(command.reply, None)
         else:
+            if command.tier is Tier.DEEP:
+                self._last_deep = self._clock.monotonic()
             result = await self._prober(self.endpoint, command.tier)
             if command.keep_problem and not result.ok:
                 self.last_problem = result
@@ -269,6 +310,11 @@ class EndpointWorker:
             self._pending.discard(event.tier)
             if self.state is State.MAINTENANCE and not await self._silence_over():
                 return
+            if event.tier is Tier.DEEP and self._deep_not_due():
+                self._log.info(
+                    "real check skipped", why="one per completion interval", state=self.state.value
+                )
+                return
             await self._probe(event.tier, is_reprobe=False)
         elif isinstance(event, ProbeResult):
             await self._on_result(event, is_reprobe=False)
@@ -276,24 +322,57 @@ class EndpointWorker:
             await self._on_host(event)
         elif isinstance(event, EndpointRestarted):
             await self._on_restarted(event)
+        elif isinstance(event, UnitSignal):
+            await self._on_unit(event)
 
-    async def _probe(self, tier: Tier, *, is_reprobe: bool) -> None:
-        probe = asyncio.ensure_future(self._prober(self.endpoint, tier))
-        self._inflight = probe
+    def _deep_not_due(self) -> bool:
+        """A scheduled real check while down, escalated, unreachable or busy comes too soon after
+        the last one (a liveness pass brought that one forward)."""
+        if self.state not in _SPACED or self._last_deep is None or self.endpoint.kind == "health":
+            return False
+        settings = self.endpoint.probe
+        spacing = (settings.completion_interval - settings.jitter).total_seconds() - _SLACK_S
+        return self._clock.monotonic() - self._last_deep < spacing
+
+    async def _abortable(self, work: Awaitable[_T]) -> tuple[bool, _T | None]:
+        """(True, its value), or (False, None) when `submit` abandoned it: against a frozen host
+        it would only run into its timeout before the host's news, next in the queue."""
+        task = asyncio.ensure_future(work)
+        self._inflight = task
         try:
-            result = await self._while_probing(probe)
+            return True, await self._while_probing(task)
         except asyncio.CancelledError:
             me = asyncio.current_task()
-            if probe.cancelled() and me is not None and me.cancelling() == 0:
-                self._log.info("probe abandoned", tier=tier.value, why="a host was lost")
-                return  # abandoned by `submit`: the host's news is next in the queue
-            probe.cancel()
+            if task.cancelled() and me is not None and me.cancelling() == 0:
+                return False, None
+            task.cancel()
             raise
         finally:
             self._inflight = None
+
+    async def _probe(self, tier: Tier, *, is_reprobe: bool) -> None:
+        if tier is Tier.DEEP:
+            self._last_deep = self._clock.monotonic()
+        done, result = await self._abortable(self._prober(self.endpoint, tier))
+        if not done or result is None:
+            self._log.info("probe abandoned", tier=tier.value, why="a host was lost")
+            return
         await self._on_result(result, is_reprobe=is_reprobe)
 
+    async def _read_progress(self, result: ProbeResult) -> tuple[bool, Progress | None]:
+        """What the server is doing, when the policy wants it for `result`."""
+        if self._progress is None or not wants_progress(self.state, result):
+            return True, None
+        done, progress = await self._abortable(self._progress(self.endpoint))
+        if progress is not None:
+            self.last_progress = progress
+        return done, progress
+
     async def _on_result(self, result: ProbeResult, *, is_reprobe: bool) -> None:
+        done, progress = await self._read_progress(result)
+        if not done:
+            self._log.info("progress read abandoned", why="a host was lost")
+            return
         # the sample is stored with the snapshot it leads to (_record_change, _record_probe)
         self.last_reason = result.reason
         if not result.ok:
@@ -310,6 +389,7 @@ class EndpointWorker:
             limits=self._limits,
             grace_until=self.grace_until,
             now=self._clock.now(),
+            progress=progress,
         )
         self.streaks = verdict.streaks
         if verdict.trigger is Trigger.DOWN and self._host_check is not None:
@@ -331,13 +411,27 @@ class EndpointWorker:
             note=verdict.note,
             incident=self.incident_id,
         )
+        reprobe = verdict.reprobe is not None and not is_reprobe and self._may_reprobe(result)
+        if verdict.reprobe is not None and not is_reprobe and not reprobe:
+            verdict = replace(verdict, note=f"liveness passed while {self.state}")
         change = await self._machine.fire(self.name, verdict.trigger) if verdict.trigger else None
         if change is not None:
-            await self._record_change(change, verdict.note, result)
+            await self._record_change(change, verdict.note, result, progress=progress)
         else:
-            await self._record_probe(result, verdict.note)
-        if verdict.reprobe is not None and not is_reprobe:
+            await self._record_probe(result, verdict.note, progress)
+        if reprobe and verdict.reprobe is not None:
             await self._probe(verdict.reprobe, is_reprobe=True)
+
+    def _may_reprobe(self, result: ProbeResult) -> bool:
+        """A re-probe to confirm a failure always; a real check brought forward by a liveness
+        pass once per state."""
+        if result.tier is not Tier.LIVENESS or not result.ok:
+            return True
+        if not self._forward_armed:
+            self._log.info("real check not brought forward", why="once per state")
+            return False
+        self._forward_armed = False
+        return True
 
     async def _on_host(self, event: HostReachability) -> None:
         if event.reachable:
@@ -354,6 +448,43 @@ class EndpointWorker:
             self._begin_grace()
             note = f"host {event.host} answers again: startup grace until {self._hhmm()}"
             await self._fire(Trigger.HOST_BACK, note, data={"host": event.host})
+
+    async def _on_unit(self, signal: UnitSignal) -> None:
+        """systemd said something about a unit: a death plus one failed probe is down at once;
+        `started` is evidence only (it never starts a grace: a crash loop starts every few
+        seconds); in maintenance, remediating or verifying it is our own doing."""
+        self._log.info("unit event", unit=signal.unit, kind=signal.kind, line=signal.line)
+        if self.state in EVENT_IGNORED:
+            await self._record_unit(signal, f"not judged: {self.state}")
+            return
+        if not signal.down:
+            await self._record_unit(signal, "evidence only")
+            return
+        self.last_unit_signal = signal
+        tier = Tier.DEEP if self.endpoint.kind == "health" else Tier.LIVENESS
+        done, result = await self._abortable(self._prober(self.endpoint, tier))
+        if not done or result is None:
+            return
+        words = unit_death_verdict(self.state, result)
+        verdict = judge_unit_death(
+            state=self.state, streaks=self.streaks, result=result, line=signal.line
+        )
+        self.streaks = verdict.streaks
+        self.last_reason = result.reason
+        if not result.ok:
+            self.last_problem = result
+            self._streak_results.append(result)
+        change = await self._machine.fire(self.name, verdict.trigger) if verdict.trigger else None
+        if change is not None:
+            await self._record_change(change, verdict.note, result)
+        else:
+            await self._record_probe(result, verdict.note)
+        await self._record_unit(signal, words)
+
+    async def _record_unit(self, signal: UnitSignal, verdict: str) -> None:
+        """The event and its journal lines in the open incident (none open: the log only)."""
+        if self.incident_id is not None:
+            await self._store.append(self.incident_id, unit_entry(signal, verdict))
 
     async def _on_restarted(self, event: EndpointRestarted) -> None:
         self._begin_grace()
@@ -412,17 +543,29 @@ class EndpointWorker:
         result: ProbeResult | None,
         *,
         extra: dict[str, str] | None = None,
+        progress: Progress | None = None,
     ) -> None:
+        await self._flush_run()
         now = self._clock.now()
         self.since = now
+        self._forward_armed = True
         open_cause = close = None
-        if change.dest in (State.DOWN, State.DEGRADED) and result is not None:
+        if change.dest in (State.DOWN, State.DEGRADED, State.BUSY) and result is not None:
             open_cause = result.reason
+            if progress is not None and progress.verdict.value in ("busy", "hung"):
+                open_cause = progress.reason
         if change.dest is State.HEALTHY and result is not None:
             close = resolution_text(result)
         streak = list(self._streak_results) if open_cause is not None else None
         entry = transition_entry(
-            change, note, result, subject=self.name, at=now, extra=extra or {}, streak=streak
+            change,
+            note,
+            result,
+            subject=self.name,
+            at=now,
+            extra=extra or {},
+            streak=streak,
+            progress=progress,
         )
         self.incident_id = await self._store.transition(
             snapshot=self.snapshot(),
@@ -433,12 +576,12 @@ class EndpointWorker:
         )
         if close is not None:
             self.incident_id = None
+            self.last_unit_signal = None  # what systemd said belonged to that incident
         if change.dest is State.UNREACHABLE or self.incident_id is None:
             # the host's incident tells the story of the endpoints it took down with it
             for incident in sorted(set(self._host_incidents.values())):
                 await self._store.append(incident, entry)
         await self._store.save_snapshot(self.snapshot(), sample=result)
-        self._last_recorded = (result.outcome, result.reason) if result else None
         self.changed.set()
         problem = change.dest in (State.DOWN, State.DEGRADED, State.UNREACHABLE)
         if problem and self.on_problem is not None:
@@ -451,15 +594,42 @@ class EndpointWorker:
             incident=self.incident_id,
         )
 
-    async def _record_probe(self, result: ProbeResult, note: str) -> None:
-        """Save the counters and the sample; inside an incident, add the probe when what it says
-        changed."""
+    async def _record_probe(
+        self, result: ProbeResult, note: str, progress: Progress | None = None
+    ) -> None:
+        """Save the counters and the sample; inside an incident, count the probe into the run of
+        identical results (one entry when the run ends)."""
         await self._store.save_snapshot(self.snapshot(), sample=result)
-        key = (result.outcome, result.reason)
-        if self.incident_id is None or key == self._last_recorded:
+        if self.incident_id is None:
             return
-        self._last_recorded = key
-        await self._store.append(self.incident_id, probe_entry(result, note, subject=self.name))
+        run = self._runs.get(result.tier)
+        if run is not None and run.incident_id == self.incident_id and run.same(result):
+            run.count += 1
+            run.last_at = result.at
+            return
+        if run is not None:
+            await self._write_run(self._runs.pop(result.tier))
+        self._runs[result.tier] = _Run(
+            first=result, note=note, progress=progress, incident_id=self.incident_id
+        )
+
+    async def _flush_run(self) -> None:
+        """Write the runs of identical probe results (one per tier), the oldest first."""
+        runs = sorted(self._runs.values(), key=lambda run: run.first.at)
+        self._runs.clear()
+        for run in runs:
+            await self._write_run(run)
+
+    async def _write_run(self, run: _Run) -> None:
+        entry = probe_entry(
+            run.first,
+            run.note,
+            subject=self.name,
+            count=run.count,
+            last_at=run.last_at,
+            progress=run.progress,
+        )
+        await self._store.append(run.incident_id, entry)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -480,6 +650,31 @@ class EndpointWorker:
 
 
 _T = TypeVar("_T")
+#: states in which a scheduled real check waits a whole completion interval after the last one
+_SPACED = frozenset({State.DOWN, State.ESCALATED, State.UNREACHABLE, State.BUSY})
+_SLACK_S = 0.5
+
+
+@dataclass(kw_only=True)
+class _Run:
+    """Identical consecutive probe results inside one incident, not yet written."""
+
+    first: ProbeResult
+    note: str
+    progress: Progress | None
+    incident_id: int
+    count: int = 1
+    last_at: datetime | None = None
+
+    def same(self, result: ProbeResult) -> bool:
+        first = self.first
+        return (result.tier, result.check, result.outcome, result.reason) == (
+            first.tier,
+            first.check,
+            first.outcome,
+            first.reason,
+        )
+
 _COMMANDS = (Fire, Record, ProbeOnce)
 
 

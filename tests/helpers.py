@@ -21,6 +21,7 @@ FAST_PROBE: dict[str, Any] = {
     "failures_to_down": 2,
     "degraded_after": 2,
     "jitter": "0s",
+    "progress_window": "200ms",
 }
 
 

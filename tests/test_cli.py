@@ -204,6 +204,7 @@ def test_status_json_lists_every_configured_endpoint_and_host(
             "since": None,
             "incident_id": None,
             "last_reason": "",
+            "events": None,
         },
         {
             "name": "spark1",
@@ -212,6 +213,7 @@ def test_status_json_lists_every_configured_endpoint_and_host(
             "since": None,
             "incident_id": None,
             "last_reason": "",
+            "events": None,
         },
     ]
 

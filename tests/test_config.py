@@ -49,7 +49,7 @@ endpoints:
 
 PROBE_KEYS = (
     "completion_interval, degraded_after, failures_to_down, jitter, liveness_interval, "
-    "max_tokens, min_tok_s_ratio, prompt, timeout"
+    "max_tokens, min_tok_s_ratio, progress_window, prompt, timeout"
 )
 SECTION_KEYS = "defaults, endpoints, hosts, http, notify, playbook, remediation, store"
 HOST_KEYS = "address, check_host_key, key, known_hosts, local, port, service_manager, user"

@@ -15,6 +15,7 @@ EXPECTED: dict[tuple[Trigger, State], State] = {
     (T.PASS, S.UNKNOWN): S.HEALTHY,
     (T.PASS, S.STARTING): S.HEALTHY,
     (T.PASS, S.DEGRADED): S.HEALTHY,
+    (T.PASS, S.BUSY): S.HEALTHY,  # the load passed: a real check answers in time again
     (T.PASS, S.DOWN): S.HEALTHY,
     (T.PASS, S.VERIFYING): S.HEALTHY,
     (T.PASS, S.ESCALATED): S.HEALTHY,
@@ -23,16 +24,25 @@ EXPECTED: dict[tuple[Trigger, State], State] = {
     (T.DOWN, S.STARTING): S.DOWN,
     (T.DOWN, S.HEALTHY): S.DOWN,
     (T.DOWN, S.DEGRADED): S.DOWN,
+    (T.DOWN, S.BUSY): S.DOWN,  # hung (the counter froze), or the load left and it still fails
     (T.DEGRADE, S.UNKNOWN): S.DEGRADED,
     (T.DEGRADE, S.STARTING): S.DEGRADED,
     (T.DEGRADE, S.HEALTHY): S.DEGRADED,
+    (T.DEGRADE, S.BUSY): S.DEGRADED,  # the load left and it is still slow
     (T.DEGRADE, S.DOWN): S.DEGRADED,
     (T.DEGRADE, S.VERIFYING): S.DEGRADED,  # a repair brought it back, answering but degraded
+    # busy: a failed or slow real check while tokens flow with requests queued; never from a
+    # problem state (down stays down until a real check passes), never into a repair
+    (T.BUSY, S.UNKNOWN): S.BUSY,
+    (T.BUSY, S.STARTING): S.BUSY,
+    (T.BUSY, S.HEALTHY): S.BUSY,
+    (T.BUSY, S.DEGRADED): S.BUSY,
     (T.GRACE, S.UNKNOWN): S.STARTING,
     (T.RESTARTED, S.UNKNOWN): S.STARTING,
     (T.RESTARTED, S.STARTING): S.STARTING,
     (T.RESTARTED, S.HEALTHY): S.STARTING,
     (T.RESTARTED, S.DEGRADED): S.STARTING,
+    (T.RESTARTED, S.BUSY): S.STARTING,
     (T.RESTARTED, S.DOWN): S.STARTING,
     (T.RESTARTED, S.ESCALATED): S.STARTING,
     (T.RESTARTED, S.VERIFYING): S.STARTING,

@@ -505,3 +505,78 @@ def test_token_from_file_then_env(tmp_path: Path) -> None:
 def test_only_listed_users_in_listed_chats(user: int | None, chat: int | None, ok: bool) -> None:
     config = TelegramConfig(user_ids=(1,), chat_ids=(-100,))
     assert allowed(config, user_id=user, chat_id=chat) is ok
+
+
+BUSY_CAUSE = "busy: 48 running, 20 waiting, 940 tok/s generated"
+
+
+def _busy_incident(closed: bool = False) -> IncidentRow:
+    return IncidentRow(
+        **{
+            **_incident().__dict__,
+            "symptom": BUSY_CAUSE,
+            "last_state": "busy",
+            "closed_at": T0 + timedelta(minutes=20) if closed else None,
+        }
+    )
+
+
+def _went_busy() -> TimelineRow:
+    return _moved(
+        "healthy",
+        "busy",
+        BUSY_CAUSE,
+        "confirm_busy",
+        probes=(),
+        probe=_sample("completion", "timed out after 30s"),
+    )
+
+
+def test_busy_is_told_once_when_it_lasts_and_again_when_it_ends() -> None:
+    incident = _busy_incident()
+    drafts, memory = compose(_went_busy(), incident, Memory(), SETTINGS)
+    assert drafts == []
+    assert memory.active  # waiting on time
+    assert tick(incident, memory, T0 + timedelta(minutes=14), SETTINGS)[0] == []
+    drafts, memory = tick(incident, memory, T0 + timedelta(minutes=15), SETTINGS)
+    assert [d.text for d in drafts] == [
+        f"🟡 <b>ds4</b> has been busy for 15m: {BUSY_CAUSE}\n"
+        "not restarted: a saturated server is load, not a fault (add capacity or shed load)\n"
+        "incident #7"
+    ]
+    assert [d.kind for d in drafts] == ["busy"]
+    assert tick(incident, memory, T0 + timedelta(hours=2), SETTINGS)[0] == []
+    assert not memory.active
+    over = _moved(
+        "busy", "healthy", "real check passed", "pass_check", at=timedelta(minutes=20), probe=PROBE
+    )
+    drafts, memory = compose(over, _busy_incident(closed=True), memory, SETTINGS)
+    assert [d.text for d in drafts] == ["🟢 ds4 is no longer busy (it was for 20m)"]
+
+
+def test_a_short_busy_spell_says_nothing() -> None:
+    incident = _busy_incident()
+    _, memory = compose(_went_busy(), incident, Memory(), SETTINGS)
+    over = _moved(
+        "busy", "healthy", "real check passed", "pass_check", at=timedelta(minutes=3), probe=PROBE
+    )
+    drafts, memory = compose(over, incident, memory, SETTINGS)
+    assert drafts == []
+    assert tick(incident, memory, T0 + timedelta(hours=1), SETTINGS)[0] == []
+
+
+def test_busy_then_hung_is_a_problem_told_at_once() -> None:
+    incident = _busy_incident()
+    _, memory = compose(_went_busy(), incident, Memory(), SETTINGS)
+    hung = _moved(
+        "busy",
+        "down",
+        "hung: 3 running, 0 waiting, generation_tokens_total frozen at 412 for 5.0s",
+        "confirm_down",
+        at=timedelta(minutes=1),
+        probes=(),
+        probe=_sample("completion", "timed out after 30s"),
+    )
+    drafts, memory = compose(hung, incident, memory, SETTINGS)
+    assert [d.kind for d in drafts] == ["opened"]
+    assert memory.busy_since is None

@@ -186,19 +186,19 @@ BAD = [
     pytest.param(
         {"a": _openai("http://127.0.0.1:9", probe={"timeout": "soon"})},
         (
-            "{path}:29: endpoints.a.probe.timeout: "
+            "{path}:30: endpoints.a.probe.timeout: "
             "expected a duration like 90s, 15m or 2h, got 'soon'",
         ),
         id="bad-duration",
     ),
     pytest.param(
         {"a": {"kind": "openai", "model": "m"}},
-        ("{path}:23: endpoints.a.url: required",),
+        ("{path}:24: endpoints.a.url: required",),
         id="missing-url",
     ),
     pytest.param(
         {"c": _openai("http://127.0.0.1:9", units=[{"host": "spark3", "unit": "x.service"}])},
-        ("{path}:34: endpoints.c.units[0].host: unknown host 'spark3' (hosts: forge)",),
+        ("{path}:35: endpoints.c.units[0].host: unknown host 'spark3' (hosts: forge)",),
         id="unknown-host",
     ),
 ]

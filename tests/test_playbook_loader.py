@@ -120,7 +120,7 @@ STATUS = "active_state, drop_in_paths, exec_main_status, exec_start_script, n_re
         pytest.param(
             _swap("fact: script.exists", "fact: journal.text"),
             [R.format(12) + "when.all[1].fact: unknown evidence 'journal' (evidence: script, "
-             "status; built-in: endpoint, host, probe, unit)"],
+             "status; built-in: endpoint, event, host, probe, unit)"],
             id="unknown-evidence",
         ),
         pytest.param(
@@ -181,22 +181,22 @@ STATUS = "active_state, drop_in_paths, exec_main_status, exec_start_script, n_re
         ),
         pytest.param(
             _swap("{id: status, collect: unit_status}", "{id: unit, collect: unit_status}"),
-            [R.format(7) + "evidence[0].id: 'unit' is a built-in namespace (endpoint, host, "
+            [R.format(7) + "evidence[0].id: 'unit' is a built-in namespace (endpoint, event, host, "
              "probe, unit)",
              R.format(8) + "evidence[1].params.path: placeholder {status.exec_start_script}: "
              "unknown evidence 'status' (evidence: none before this point; built-in: endpoint, "
-             "host, probe, unit)",
+             "event, host, probe, unit)",
              R.format(11) + "when.all[0].fact: unknown evidence 'status' (evidence: script; "
-             "built-in: endpoint, host, probe, unit)",
+             "built-in: endpoint, event, host, probe, unit)",
              R.format(13) + "when.all[2].not.fact: unknown evidence 'status' (evidence: script; "
-             "built-in: endpoint, host, probe, unit)"],
+             "built-in: endpoint, event, host, probe, unit)"],
             id="built-in-namespace-as-evidence-id",
         ),
         pytest.param(
             _swap("{id: script,", "{id: status,"),
             [R.format(8) + "evidence[1].id: duplicate evidence id 'status' (also evidence[0])",
              R.format(12) + "when.all[1].fact: unknown evidence 'script' (evidence: status; "
-             "built-in: endpoint, host, probe, unit)"],
+             "built-in: endpoint, event, host, probe, unit)"],
             id="duplicate-evidence-id",
         ),
         pytest.param(

@@ -9,7 +9,9 @@ import pytest
 
 from supervisor.events import Outcome, ProbeResult, Tier
 from supervisor.machine import State, Trigger
-from supervisor.policy import Limits, Streaks, Verdict, judge
+from supervisor.policy import Limits, Streaks, Verdict, judge, wants_progress
+from supervisor.progress import Progress
+from supervisor.progress import Verdict as Seen
 
 NOW = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 LIMITS = Limits(failures_to_down=3, degraded_after=2)
@@ -424,3 +426,206 @@ def test_a_whole_outage_needs_threshold_failures_plus_a_reprobe() -> None:
         streaks = verdict.streaks
         fired.append(verdict.trigger)
     assert fired == [None, None, None, T.DOWN]
+
+
+BUSY = Progress(
+    verdict=Seen.BUSY,
+    reason="busy: 48 running, 20 waiting, 940 tok/s generated",
+    running=48,
+    waiting=20,
+    tok_s=940,
+)
+HUNG = Progress(
+    verdict=Seen.HUNG,
+    reason="hung: 3 running, 0 waiting, generation_tokens_total frozen at 412 for 5.0s",
+    running=3,
+    waiting=0,
+    tok_s=0,
+)
+IDLE = Progress(verdict=Seen.IDLE, reason="idle: nothing running or waiting (0 tok/s generated)")
+TIMEOUT = "timed out after 30s"
+
+
+@dataclass(frozen=True)
+class ProgressCase:
+    id: str
+    state: State
+    tier: Tier
+    outcome: Outcome
+    progress: Progress
+    expect: Verdict
+    grace_until: datetime | None = None
+
+
+PROGRESS_CASES = [
+    ProgressCase(
+        "a timed-out real check of a busy server is busy, not counted",
+        S.HEALTHY,
+        D,
+        FAIL,
+        BUSY,
+        Verdict(trigger=T.BUSY, streaks=Streaks(), reprobe=None, note=BUSY.reason),
+    ),
+    ProgressCase(
+        "a slow real check of a busy server is busy, not degraded, no re-probe",
+        S.HEALTHY,
+        D,
+        DEG,
+        BUSY,
+        Verdict(trigger=T.BUSY, streaks=Streaks(), reprobe=None, note=BUSY.reason),
+    ),
+    ProgressCase(
+        "still busy: nothing fires, nothing counted, no extra check",
+        S.BUSY,
+        D,
+        FAIL,
+        BUSY,
+        Verdict(trigger=None, streaks=Streaks(), reprobe=None, note=f"not counted: {BUSY.reason}"),
+    ),
+    ProgressCase(
+        "hung is down at once, no streak, no re-probe",
+        S.HEALTHY,
+        D,
+        FAIL,
+        HUNG,
+        Verdict(
+            trigger=T.DOWN,
+            streaks=Streaks(fail=1, deep_fail=True),
+            reprobe=None,
+            note=f"{HUNG.reason}; real check: {TIMEOUT}",
+        ),
+    ),
+    ProgressCase(
+        "hung is down even inside the startup grace",
+        S.STARTING,
+        D,
+        FAIL,
+        HUNG,
+        Verdict(
+            trigger=T.DOWN,
+            streaks=Streaks(fail=1, deep_fail=True),
+            reprobe=None,
+            note=f"{HUNG.reason}; real check: {TIMEOUT}",
+        ),
+        grace_until=NOW + timedelta(minutes=5),
+    ),
+    ProgressCase(
+        "a busy server that hangs is down",
+        S.BUSY,
+        D,
+        FAIL,
+        HUNG,
+        Verdict(
+            trigger=T.DOWN,
+            streaks=Streaks(fail=1, deep_fail=True),
+            reprobe=None,
+            note=f"{HUNG.reason}; real check: {TIMEOUT}",
+        ),
+    ),
+    ProgressCase(
+        "idle: the failure counts as usual",
+        S.HEALTHY,
+        D,
+        FAIL,
+        IDLE,
+        Verdict(
+            trigger=None,
+            streaks=Streaks(fail=1, deep_fail=True),
+            reprobe=None,
+            note=f"failed (1/3): {TIMEOUT}",
+        ),
+    ),
+    ProgressCase(
+        "down stays down whatever the load (only a pass leaves)",
+        S.DOWN,
+        D,
+        FAIL,
+        BUSY,
+        Verdict(
+            trigger=None,
+            streaks=Streaks(fail=1, deep_fail=True),
+            reprobe=None,
+            note="failed; down",
+        ),
+    ),
+    ProgressCase(
+        "escalated: a busy read changes nothing",
+        S.ESCALATED,
+        D,
+        FAIL,
+        BUSY,
+        Verdict(
+            trigger=None,
+            streaks=Streaks(fail=1, deep_fail=True),
+            reprobe=None,
+            note="failed; escalated",
+        ),
+    ),
+    ProgressCase(
+        "a liveness failure is never explained by load",
+        S.HEALTHY,
+        L,
+        FAIL,
+        BUSY,
+        Verdict(
+            trigger=None,
+            streaks=Streaks(fail=1),
+            reprobe=None,
+            note=f"failed (1/3): {TIMEOUT}",
+        ),
+    ),
+    ProgressCase(
+        "busy: a liveness pass brings no real check forward",
+        S.BUSY,
+        L,
+        OK,
+        BUSY,
+        Verdict(trigger=None, streaks=Streaks(), reprobe=None, note="liveness passed"),
+    ),
+    ProgressCase(
+        "busy: a real check that passes is healthy again",
+        S.BUSY,
+        D,
+        OK,
+        BUSY,
+        Verdict(trigger=T.PASS, streaks=Streaks(), reprobe=None, note="real check passed"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PROGRESS_CASES, ids=[c.id for c in PROGRESS_CASES])
+def test_progress_decides_before_a_failure_counts(case: ProgressCase) -> None:
+    reason = "" if case.outcome is OK else TIMEOUT
+    verdict = judge(
+        state=case.state,
+        streaks=Streaks(),
+        result=result(case.tier, case.outcome, reason),
+        is_reprobe=False,
+        limits=LIMITS,
+        grace_until=case.grace_until,
+        now=NOW,
+        progress=case.progress,
+    )
+    assert verdict == case.expect
+
+
+@pytest.mark.parametrize(
+    ("state", "tier", "outcome", "wanted"),
+    [
+        (S.HEALTHY, D, FAIL, True),
+        (S.HEALTHY, D, DEG, True),  # slow
+        (S.BUSY, D, FAIL, True),
+        (S.STARTING, D, FAIL, True),
+        (S.HEALTHY, D, OK, False),
+        (S.HEALTHY, L, FAIL, False),
+        (S.DOWN, D, FAIL, False),
+        (S.VERIFYING, D, FAIL, False),
+        (S.REMEDIATING, D, FAIL, False),
+    ],
+)
+def test_when_progress_is_read(state: State, tier: Tier, outcome: Outcome, wanted: bool) -> None:
+    assert wants_progress(state, result(tier, outcome, "2.0 tok/s")) is wanted
+
+
+def test_no_reasoning_text_is_not_slowness() -> None:
+    assert not wants_progress(S.HEALTHY, result(D, DEG, "no reasoning text"))

@@ -51,6 +51,18 @@ def load(at_s: float, **values: float) -> Load:
             "busy: 1 running, 2 waiting, 10 tok/s generated",
         ),
         (
+            load(0, running=1, waiting=0, generation_tokens=10),
+            load(5, running=1, waiting=0, generation_tokens=35),
+            Verdict.IDLE,
+            "idle: 1 running, 0 waiting, 5 tok/s generated (one request is not load)",
+        ),
+        (
+            load(0, running=2, waiting=0, generation_tokens=10),
+            load(5, running=2, waiting=0, generation_tokens=60),
+            Verdict.BUSY,
+            "busy: 2 running, 0 waiting, 10 tok/s generated",
+        ),
+        (
             load(0, running=3, waiting=0, generation_tokens=123456),
             load(5, running=3, waiting=0, generation_tokens=123456),
             Verdict.HUNG,
@@ -106,6 +118,7 @@ def test_busy_carries_its_figures() -> None:
     assert judge(first, second) == Progress(
         verdict=Verdict.BUSY,
         reason="busy: 48 running, 20 waiting, 940 tok/s generated",
+        generation_tokens=5700,
         running=48,
         waiting=20,
         tok_s=940.0,

@@ -25,6 +25,14 @@ PROBE = {
     "timeout": "2s",
     "jitter": "0s",
 }
+#: The production intervals (README): the event path must find a death without them.
+PRODUCTION = {
+    "liveness_interval": "60s",
+    "completion_interval": "300s",
+    "failures_to_down": 3,
+    "timeout": "30s",
+    "jitter": "0s",
+}
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ def write_config(
     startup_grace: str = "20s",
     notify: Mapping[str, object] | None = None,
     endpoint: str = "ds4",
+    probe: Mapping[str, object] | None = None,
 ) -> Path:
     """The config for a drill about `endpoint` in `folder` (store in `folder/state`); `notify`
     is the config's `notify` section (none: no Telegram)."""
@@ -110,7 +119,7 @@ def write_config(
         "http": {"enabled": False},
         "remediation": {"dry_run": False, "verify_every": "500ms"},
         "defaults": {
-            "probe": dict(PROBE),
+            "probe": {**PROBE, **(probe or {})},
             "startup_grace": startup_grace,
         },
         "hosts": hosts,

@@ -9,6 +9,12 @@ whose Telegram notifier talks to a Bot API stub the drill serves, waits for the 
 incident to open and for what the fault expects (healed; left alone yet healthy again;
 escalated, then a quiet spell in which nothing more happens), and always undoes its fault
 afterwards so the next drill (or test) finds a healthy lab.
+
+The daemon hears systemd too (`supervisor.unitevents`): a drill injects its fault only once every
+host's unit-event stream is streaming. `run_drill(..., probe=PRODUCTION)` runs a drill with the
+production intervals, where only the event path finds a death in seconds. A `busy` drill
+(`saturated`) holds its fault for `hold_s` and checks that nothing was done: no attempt, the
+unit's MainPID unchanged, the endpoint shown busy, a person told once.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from fleet_lab import faults
@@ -40,6 +46,8 @@ QUIET_S = 3.0
 
 def _last_message(fault: faults.Fault) -> str:
     """The message that ends a drill's thread: the recovery, or the call for a person."""
+    if fault.expect is faults.Expect.BUSY:
+        return f"🟡 <b>{fault.endpoint}</b>"
     return "🆘" if fault.expect is faults.Expect.ESCALATE else f"✅ <b>{fault.endpoint}</b>"
 
 
@@ -104,8 +112,35 @@ async def _healed(daemon: Supervisor, name: str, within: float) -> str:
     return problem
 
 
+async def _busy(daemon: Supervisor, name: str, within: float, until: float) -> str:
+    """Shown busy within `within`, and still busy with no repair until `until` (monotonic)."""
+    worker = daemon.workers[name]
+    assert daemon.remediator is not None
+    problem = await _until(lambda: worker.state is State.BUSY, within, f"{name} to be busy")
+    if problem:
+        return problem
+    left = lambda: worker.state is not State.BUSY or daemon.remediator.running(name)  # noqa: E731
+    if await poll(left, max(0.0, until - time.monotonic()), every=0.2):
+        return f"{name} left busy before the saturation ended: {worker.state}"
+    return ""
+
+
+async def _streaming(daemon: Supervisor) -> str:
+    """Every host's unit-event stream is following its journal (a death is heard from now)."""
+    assert daemon.daemon is not None
+    events = daemon.daemon.unit_events
+    return await _until(
+        lambda: all(s == "streaming" for s in events.status().values()), 30, "the unit events"
+    )
+
+
 async def run_drill(
-    lab: Lab, name: str, *, folder: Path | None = None, within: float = DRILL_WITHIN_S
+    lab: Lab,
+    name: str,
+    *,
+    folder: Path | None = None,
+    within: float = DRILL_WITHIN_S,
+    probe: Mapping[str, object] | None = None,
 ) -> DrillReport:
     """Run drill `name` against the running `lab`; its config and store go under `folder`
     (default: the lab's `drills/NAME`). The daemon's Telegram notifier talks to a Bot API stub
@@ -118,8 +153,9 @@ async def run_drill(
             lab,
             folder,
             startup_grace=fault.startup_grace,
-            notify=bot.notify,
+            notify={**bot.notify, **fault.notify},
             endpoint=fault.endpoint,
+            probe={**fault.probe, **(probe or {})},
         )
         return await _run(lab, fault, load_config(path), bot, within)
 
@@ -138,14 +174,22 @@ async def _run(
     interrupted = True
     try:
         problem = await _until(lambda: worker.state is State.HEALTHY, 30, f"{name} to be healthy")
+        problem = problem or await _streaming(daemon)
         if problem:
             raise LabError(f"drill {fault.name}: {problem} before the fault")
+        pids = [await asyncio.to_thread(faults.qwen_main_pid, lab)] if name == "qwen" else []
         injected = daemon.clock.now()
+        started = time.monotonic()
         await asyncio.to_thread(fault.inject, lab)
         if fault.expect is faults.Expect.ESCALATE:
             problem = await _escalated(daemon, name, within)
+        elif fault.expect is faults.Expect.BUSY:
+            problem = await _busy(daemon, name, within + 60, started + fault.hold_s)
         else:
             problem = await _healed(daemon, name, within)
+        held = time.monotonic() - started
+        if pids:
+            pids.append(await asyncio.to_thread(faults.qwen_main_pid, lab))
         assert daemon.store is not None
         found = await daemon.store.incidents()
         mine = [i.id for i in found if i.subject_kind is SubjectKind.ENDPOINT]
@@ -156,6 +200,8 @@ async def _run(
         shown = incident if incident is not None else host_incident
         timeline = await daemon.store.timeline(shown) if shown is not None else []
         attempts = await daemon.store.attempts(name)
+        samples = await daemon.store.samples(name, limit=500)
+        deep = sum(1 for s in samples if s.tier == "deep" and s.at >= injected)
         final_state = worker.state.value
         last = _last_message(fault) if incident is not None else "🔴 host"
         notified = await bot.delivered(shown, last, DELIVER_WITHIN_S, _queued(daemon))
@@ -190,4 +236,7 @@ async def _run(
         attempts=len(attempts),
         notified=notified,
         timeline=tuple(timeline),
+        main_pids=tuple(pids),
+        deep_checks=deep,
+        held_s=held,
     )

@@ -4,8 +4,9 @@ when the fleet met each of them); the hang (`ssh-lost`) freezes spark1 instead."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from fleet_lab import drifts, fleet
@@ -173,6 +174,30 @@ def _reset_qwen(host: LabHost) -> None:
         run(host, "systemctl", "start", "--no-block", fleet.QWEN_UNIT)
 
 
+#: Other users' load on the single node: 48 running, 20 waiting, 940 tok/s, and a new request
+#: queued for a minute (longer than the probe's 30 s timeout): an ordinary afternoon.
+SATURATED = {"load_running": 48, "load_waiting": 20, "load_tok_s": 940.0, "queue_s": 60.0}
+
+
+def _control(lab: Lab, overrides: Mapping[str, object]) -> None:
+    """The single node's sim takes `overrides` (re-read on change; no restart)."""
+    (lab.host("spark1").folder / fleet.QWEN_CONTROL).write_text(json.dumps(dict(overrides)))
+
+
+def qwen_main_pid(lab: Lab) -> str:
+    return lab.host("spark1").show(fleet.QWEN_UNIT, "MainPID").get("MainPID", "")
+
+
+def inject_saturation(lab: Lab) -> None:
+    _control(lab, SATURATED)
+
+
+def inject_hung_engine(lab: Lab) -> None:
+    """The engine stops stepping: 3 requests stuck, /health and /v1/models still 200. Only this
+    process hangs: a restart of the unit ends it (as a real engine's hang)."""
+    _control(lab, {"engine_hung": True, "load_running": 3, "pid": int(qwen_main_pid(lab))})
+
+
 def reset(lab: Lab) -> None:
     """Undo every fault: sshd, drop-ins, the stale listener and the orphan, the head's launch
     script, meminfo and drop_caches, mxfp4.py; and empty the journal (the shipped rules read a
@@ -187,6 +212,7 @@ def reset(lab: Lab) -> None:
             run(host, "systemctl", "daemon-reload")
             run(host, "systemctl", "restart", "--no-block", unit)
         if name == "spark1":
+            (host.folder / fleet.QWEN_CONTROL).unlink(missing_ok=True)
             _reset_qwen(host)
             host.nsenter("systemctl", "kill", "--signal=SIGCONT", HEAD_UNIT)
             host.nsenter("systemctl", "stop", STALE_UNIT, drifts.ORPHAN_UNIT)
@@ -213,6 +239,7 @@ class Expect(StrEnum):
     HEAL = "heal"  #: repair it over SSH and prove it with a real completion
     LEAVE_ALONE = "leave alone"  #: run no action step; the endpoint comes back on its own
     ESCALATE = "escalate"  #: call a person (after at most the rule's budget of steps)
+    BUSY = "busy"  #: shown busy while the fault lasts: no action, the unit left running
 
 
 @dataclass(frozen=True)
@@ -227,6 +254,10 @@ class Fault:
     expect: Expect = Expect.HEAL
     startup_grace: str = "20s"
     endpoint: str = "ds4"
+    #: the drill's own probe settings over `drill_config.PROBE` (none: PROBE as it is)
+    probe: Mapping[str, object] = field(default_factory=dict)
+    notify: Mapping[str, object] = field(default_factory=dict)  #: over the bot's notify section
+    hold_s: float = 0.0  #: how long the fault lasts before it is judged (a saturation)
 
     def clean(self, lab: Lab) -> None:
         reset(lab)
@@ -261,6 +292,18 @@ FAULTS: Mapping[str, Fault] = {
         Fault(
             "silent-degradation", "silent-degradation", drifts.inject_no_reasoning, Expect.ESCALATE
         ),
+        Fault(
+            "saturated",
+            "",
+            inject_saturation,
+            Expect.BUSY,
+            endpoint="qwen",
+            # production-like: the default 30 s timeout, a real check every 30 s
+            probe={"liveness_interval": "5s", "completion_interval": "30s", "timeout": "30s"},
+            notify={"busy_after": "45s"},
+            hold_s=120.0,
+        ),
+        Fault("hung-engine", "hung-engine", inject_hung_engine, endpoint="qwen"),
     )
 }
 

@@ -34,6 +34,9 @@ QWEN_MODEL = "qwen"
 QWEN_UNIT = "vllm-qwen.service"
 QWEN_SCRIPT = f"{INSIDE}/scripts/vllm-qwen.sh"
 QWEN_KNOWN_GOOD = f"{INSIDE}/known-good/vllm-qwen.sh"
+#: The single node's control file (`fleet_lab.vllm_sim_control`): a drill saturates or hangs it
+#: without restarting the unit. In the host's own folder.
+QWEN_CONTROL = "qwen-control.json"
 #: The host's GPU (see `launch.claim_gpu`): a file in the host's own folder.
 GPU = f"{INSIDE}/gpu"
 #: What the launch scripts give the vLLM-shaped server: vLLM 0.32's exit 0 after engine death.
@@ -133,7 +136,7 @@ def host_scripts(host: str) -> Mapping[str, str]:
 
 
 def _qwen() -> str:
-    return _sim(ADDRESSES["spark1"], 8001, QWEN_MODEL)
+    return _sim(ADDRESSES["spark1"], 8001, QWEN_MODEL, f" --control-file {INSIDE}/{QWEN_CONTROL}")
 
 
 def containers(host: str) -> Mapping[str, str]:

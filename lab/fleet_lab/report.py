@@ -14,7 +14,7 @@ from supervisor.store import TimelineRow
 from supervisor.timeline import Record, StepRan
 
 #: The states a transition into says the daemon noticed the fault.
-DETECTED = ("down", "unreachable", "degraded")
+DETECTED = ("down", "unreachable", "degraded", "busy")
 
 R = TypeVar("R", bound=Record)
 
@@ -49,6 +49,9 @@ class DrillReport:
         default_factory=Notified
     )  #: what the Bot API stub received about the incident
     timeline: tuple[TimelineRow, ...] = ()  #: the incident's (or the host incident's) timeline
+    main_pids: tuple[str, ...] = ()  #: the drilled unit's MainPID before the fault and at the end
+    deep_checks: int | None = None  #: real checks the daemon sent from the fault to the end
+    held_s: float | None = None  #: how long the fault was held (a saturation)
 
     @property
     def healed(self) -> bool:
@@ -63,6 +66,9 @@ class DrillReport:
             return self.healed
         if self.expect is Expect.LEAVE_ALONE:
             return not self.steps and not self.escalation and self.heal_s is not None
+        if self.expect is Expect.BUSY:
+            unchanged = len(set(self.main_pids)) == 1 and len(self.main_pids) == 2
+            return self.final_state == "busy" and not self.attempts and not self.steps and unchanged
         return bool(self.escalation) and self.final_state == "escalated" and self.attempts <= 1
 
     def lines(self) -> list[str]:

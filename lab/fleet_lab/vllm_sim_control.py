@@ -3,13 +3,15 @@
 A drill writes `{"load_running": 48, "load_waiting": 20, "load_tok_s": 940, "queue_s": 60}` to
 saturate the server a unit runs, or `{"engine_hung": true, "load_running": 3}` to hang its engine,
 without restarting the unit (its MainPID stays). `{}` (or removing the file) restores the
-behaviour the process started with. Unknown keys and bad JSON are logged and ignored.
+behaviour the process started with. Unknown keys and bad JSON are logged and ignored. With
+`"pid": N` the overrides apply to process N only: a hang that a restart of the unit ends.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -45,6 +47,9 @@ class ControlFile:
         if not isinstance(overrides, dict):
             _log.warning("vllm_sim: control file %s ignored: not a JSON object", self.path)
             return current
+        only = overrides.pop("pid", None)
+        if only is not None and only != os.getpid():
+            return replace(self._started)  # meant for a process that has since been replaced
         unknown = sorted(set(overrides) - _KNOWN)
         if unknown:
             _log.warning("vllm_sim: control file %s: unknown keys %s", self.path, unknown)

@@ -12,6 +12,7 @@ from supervisor.clock import utcnow
 from supervisor.config import FleetConfig
 from supervisor.store import Snapshot, SubjectKind
 from supervisor.store.lease_view import leader_view, leadership_document, leadership_line
+from supervisor.unitevents import read_state, state_path
 
 
 def main(args: argparse.Namespace) -> int:
@@ -41,8 +42,10 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
                 "fail_streak": snap.fail_streak if snap else 0,
             }
         )
+    _, streams = read_state(state_path(config))  # the daemon's journal streams, as it left them
     hosts = [
         {"name": name, "local": host.local, **_fields(snapshots.get((SubjectKind.HOST, name)))}
+        | {"events": streams.get(name)}
         for name, host in config.hosts.items()
     ]
     return {
@@ -91,4 +94,15 @@ def render(document: dict[str, Any]) -> str:
         ]
         out += "\n\n" + table(["HOST", "STATE", "SINCE", "LAST PROBLEM"], host_rows)
     line: str = document["leadership"]["line"]
-    return f"{out}\n\n{line}"
+    return f"{out}\n\n{line}" + polling_warnings(document["hosts"])
+
+
+def polling_warnings(hosts: list[dict[str, Any]]) -> str:
+    """A line per host whose unit-event stream fell back to polling (deaths are then seen only
+    every 30 s, or by the probes)."""
+    lines = [
+        f"warning: host {h['name']} unit events: {h['events']}"
+        for h in hosts
+        if str(h.get("events") or "").startswith("polling")
+    ]
+    return "\n\n" + "\n".join(lines) if lines else ""

@@ -198,6 +198,12 @@ class ProbeSettings(_Frozen):
         description="a completion slower than this fraction of `baseline_tok_s` is degraded "
         "(more than 0, at most 1)",
     )
+    progress_window: Duration = Field(
+        default=timedelta(seconds=5),
+        description="a failed or slow real check first reads `/metrics` twice this far apart: "
+        "busy (tokens flowing) is load, never down; hung (counter frozen) is down at once; "
+        "0s: never read",
+    )
     max_tokens: Count = Field(default=256, description="token limit of the completion probe")
     prompt: Text = Field(default=DEFAULT_PROMPT, description="the completion probe's question")
 
@@ -244,6 +250,10 @@ class NotifyConfig(_Frozen):
     remind_every: PositiveDuration = Field(
         default=timedelta(minutes=30),
         description="an escalated incident nobody acknowledged is reminded this often",
+    )
+    busy_after: PositiveDuration = Field(
+        default=timedelta(minutes=15),
+        description="an endpoint busy this long (saturated: load, never repaired) is told once",
     )
     confirm_timeout: PositiveDuration = Field(
         default=timedelta(minutes=10),

@@ -10,6 +10,9 @@ verification entry is written after it (the runner learns of the heal from that 
 the composer follows the attempt itself: the rule that started it (or the person's `/restart`)
 and the steps that passed. A host's incident also holds its endpoints' entries: only what a
 person must act on (an escalation) is told from them, once per rule, in the host's thread.
+
+A busy endpoint (a saturated server: load, never repaired) says nothing at first; once it has
+been busy for `busy_after` a person is told once, and told again when it is no longer busy.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Settings:
     flap_every: timedelta = timedelta(minutes=5)  #: at most one "flapping" update this often
     settle: timedelta = timedelta(minutes=10)  #: a flapping incident's "resolved" waits this
     host_endpoints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    busy_after: timedelta = timedelta(minutes=15)  #: a person is told once it was busy this long
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,12 +57,15 @@ class Memory:
     steps: tuple[str, ...] = ()  #: `action on target` of its steps that passed so far
     fixed_by: str = ""  #: what the attempt did, once its steps passed (cleared when it fails)
     seen: tuple[str, ...] = ()  #: keys of informational messages already sent
+    busy_since: datetime | None = None  #: it went busy then (and is still)
+    busy_told: bool = False  #: a person was told it is busy
 
     @property
     def active(self) -> bool:
         """Something is waiting on time (a held message, a reminder)."""
         waiting = self.escalated_at is not None and not self.acked_by and not self.closed
-        return bool(self.held) or waiting
+        busy = self.busy_since is not None and not self.busy_told
+        return bool(self.held) or waiting or busy
 
     def to_json(self) -> dict[str, JSONValue]:
         out: dict[str, JSONValue] = {}
@@ -90,7 +97,9 @@ class Memory:
 
 
 _FIELDS = tuple(Memory.__dataclass_fields__)
-_TIMES = frozenset({"first_down", "flap_sent_at", "held_at", "escalated_at", "reminded_at"})
+_TIMES = frozenset(
+    {"first_down", "flap_sent_at", "held_at", "escalated_at", "reminded_at", "busy_since"}
+)
 _TUPLES = frozenset({"seen", "steps"})
 
 Result = tuple[list[Draft], Memory]
@@ -138,6 +147,11 @@ def _transition(
             return _resolve(row, memory, texts.host_resolved(name, row.at - incident.opened_at))
         return [], memory
     trigger = record.trigger
+    if dest == "busy" or source == "busy":
+        busy = _busy(row, record, incident, memory)
+        if busy is not None:
+            return busy
+        memory = replace(memory, busy_since=None)
     if dest == "healthy":
         fixed_by = memory.fixed_by if source in ("verifying", "starting") else ""
         memory = replace(memory, repair="", steps=(), fixed_by="")
@@ -158,6 +172,23 @@ def _transition(
         text = texts.escalated(name, why, record.runbook or "", incident.id)
         return _once(memory, "escalated", why, text, incident)
     return [], memory
+
+
+def _busy(
+    row: TimelineRow, record: Transition, incident: IncidentRow, memory: Memory
+) -> Result | None:
+    """Going busy: nothing yet (`tick` tells a person if it lasts). Busy -> healthy with nothing
+    but load in the incident: quiet, unless a person was told it is busy. None: go on as usual."""
+    if record.dest == "busy":
+        return [], replace(memory, busy_since=memory.busy_since or row.at, closed=False)
+    if record.dest != "healthy":
+        return None
+    lasted = row.at - (memory.busy_since or incident.opened_at)
+    after = replace(memory, busy_since=None, closed=True)
+    if not memory.busy_told:
+        return [], after
+    text = texts.busy_over(incident.subject, lasted)
+    return [Draft(kind="busy_over", text=text, incident_id=incident.id)], after
 
 
 def _attempt(record: Transition, memory: Memory) -> Memory:
@@ -242,6 +273,13 @@ def _resolve(row: TimelineRow, memory: Memory, text: str) -> Result:
 def tick(incident: IncidentRow, memory: Memory, now: datetime, settings: Settings) -> Result:
     """What time releases: a held "resolved" once it stayed up, reminders while escalated."""
     drafts: list[Draft] = []
+    since = memory.busy_since
+    lasted = now - since if since is not None else None
+    if lasted is not None and lasted >= settings.busy_after and not memory.busy_told:
+        if incident.closed_at is None:
+            text = texts.busy(incident.subject, incident.symptom, lasted, incident.id)
+            drafts.append(Draft(kind="busy", text=text, incident_id=incident.id))
+        memory = replace(memory, busy_told=True)
     if memory.held and memory.held_at is not None and now - memory.held_at >= settings.settle:
         if incident.closed_at is not None:
             drafts.append(Draft(kind="resolved", text=memory.held, incident_id=incident.id))

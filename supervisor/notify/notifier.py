@@ -69,6 +69,7 @@ class Notifier:
             flap_every=self.timing.flap_every,
             settle=self.timing.settle or config.defaults.reopen_within,
             host_endpoints=host_endpoints,
+            busy_after=config.notify.busy_after,
         )
         self.sender = Sender(self.app.bot, self.outbox, store, clock, self.timing.pacing)
         self.composer = Composer(

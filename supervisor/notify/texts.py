@@ -67,6 +67,18 @@ def resolved(name: str, took: timedelta, how: str, fixed_by: str, downs: int) ->
     return f"{head}: {h(how)}\nfixed by: {h(fixed_by or 'nothing we did: it recovered by itself')}"
 
 
+def busy(name: str, reason: str, lasted: timedelta, incident_id: int) -> str:
+    return (
+        f"🟡 <b>{h(name)}</b> has been busy for {ago(lasted)}: {h(reason)}\n"
+        "not restarted: a saturated server is load, not a fault (add capacity or shed load)\n"
+        f"incident #{incident_id}"
+    )
+
+
+def busy_over(name: str, lasted: timedelta) -> str:
+    return f"🟢 {h(name)} is no longer busy (it was for {ago(lasted)})"
+
+
 def host_resolved(host: str, took: timedelta) -> str:
     return f"✅ host <b>{h(host)}</b> answers again after {ago(took)}"
 

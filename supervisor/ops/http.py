@@ -23,10 +23,10 @@ from aiohttp import web
 
 from supervisor.control import routes as control_routes
 from supervisor.ops import metrics
+from supervisor.ops.leadership import LeadershipCollector
 from supervisor.ops.listen import ListenError, parse_listen
 from supervisor.ops.page.app import mount_page
 from supervisor.ops.page.peers import is_loopback
-from supervisor.ops.leadership import LeadershipCollector
 from supervisor.ops.view import gather, status_document
 from supervisor.store.lease_view import leader_view, leadership_document
 

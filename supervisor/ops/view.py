@@ -41,6 +41,7 @@ class HostView:
     since: datetime | None
     incident_id: int | None
     last_reason: str
+    events: str | None = None  #: its unit-event stream: `streaming`, `polling: WHY`, ...
 
     @property
     def reachable(self) -> bool:
@@ -86,6 +87,7 @@ async def gather(daemon: Daemon, started_at: datetime) -> FleetView:
 def host_views(daemon: Daemon) -> tuple[HostView, ...]:
     """Every configured host as its watcher sees it (no watcher: state `unknown`)."""
     hosts = []
+    streams = daemon.unit_events.status()
     for name, host in daemon.config.hosts.items():
         watcher = daemon.hosts.get(name)
         hosts.append(
@@ -96,6 +98,7 @@ def host_views(daemon: Daemon) -> tuple[HostView, ...]:
                 since=watcher.since if watcher else None,
                 incident_id=watcher.incident_id if watcher else None,
                 last_reason=watcher.last_reason if watcher else "",
+                events=streams.get(name),
             )
         )
     return tuple(hosts)
@@ -136,6 +139,7 @@ def status_document(view: FleetView) -> dict[str, Any]:
             "since": iso(h.since),
             "incident_id": h.incident_id,
             "last_reason": h.last_reason,
+            "events": h.events,
         }
         for h in view.hosts
     ]

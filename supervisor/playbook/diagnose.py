@@ -16,7 +16,7 @@ import httpx
 
 from supervisor.config import Endpoint, FleetConfig
 from supervisor.durations import format_duration
-from supervisor.events import ProbeResult
+from supervisor.events import ProbeResult, UnitSignal
 from supervisor.evidence.base import CollectContext, Collector, CollectorParams, Evidence, Scope
 from supervisor.executor import Executor
 from supervisor.playbook.loader import Playbook
@@ -109,6 +109,7 @@ async def diagnose(
     timeout: timedelta,
     collectors: Collectors | None = None,
     last_ok_at: datetime | None = None,
+    event: UnitSignal | None = None,
 ) -> Diagnosis:
     """Gather evidence for `endpoint` (in `state`, after `trigger`) and match the playbook.
     `last_ok_at` (when the endpoint last passed a check) reaches the collectors through their
@@ -121,6 +122,7 @@ async def diagnose(
         trigger=trigger,
         collectors=collectors_or_default(collectors),
         gather=gather,
+        event=event,
     )
     return Diagnosis(
         endpoint=endpoint.name,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from supervisor.events import ProbeResult
+from supervisor.events import ProbeResult, UnitSignal
 from supervisor.evidence.base import Collector, CollectorParams, Evidence, Scope
 from supervisor.playbook.conditions import evaluate
 from supervisor.playbook.facts import Facts
@@ -34,12 +34,19 @@ async def match_rules(
     trigger: ProbeResult | None,
     collectors: Collectors,
     gather: Gather,
+    event: UnitSignal | None = None,
 ) -> tuple[RuleMatch | None, tuple[RuleEvaluation, ...]]:
     """(the first rule that matched, every rule considered up to it)."""
     evaluations: list[RuleEvaluation] = []
     for rule in rules:
         evaluation = await evaluate_rule(
-            rule, scopes, state=state, trigger=trigger, collectors=collectors, gather=gather
+            rule,
+            scopes,
+            state=state,
+            trigger=trigger,
+            collectors=collectors,
+            gather=gather,
+            event=event,
         )
         evaluations.append(evaluation)
         if evaluation.matched:
@@ -56,6 +63,7 @@ async def evaluate_rule(
     trigger: ProbeResult | None,
     collectors: Collectors,
     gather: Gather,
+    event: UnitSignal | None = None,
 ) -> RuleEvaluation:
     """One rule in every scope (or why it does not apply)."""
     endpoint = scopes[0].endpoint if scopes else None
@@ -65,7 +73,7 @@ async def evaluate_rule(
             return RuleEvaluation(rule_id=rule.id, skipped=skipped)
     results = []
     for scope in scopes:
-        facts = Facts(values=builtin_facts(scope, state=state, trigger=trigger))
+        facts = Facts(values=builtin_facts(scope, state=state, trigger=trigger, event=event))
         for item in rule.evidence:
             facts = await _gather_item(item, scope, facts, collectors, gather)
         trace = evaluate(rule.when, facts)

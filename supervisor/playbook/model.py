@@ -22,7 +22,7 @@ from supervisor.machine import State
 
 RULE_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 EVIDENCE_ID = re.compile(r"[a-z][a-z0-9_]*")
-BUILTIN_NAMESPACES = ("endpoint", "probe", "unit", "host")
+BUILTIN_NAMESPACES = ("endpoint", "probe", "event", "unit", "host")
 """Fact namespaces every scope has; evidence ids may not take these names."""
 
 #: A scalar or a list of scalars, as written in a rule (`value:`) or a fixture.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from supervisor.config import Endpoint, FleetConfig
-from supervisor.events import ProbeResult
+from supervisor.events import ProbeResult, UnitSignal
 from supervisor.evidence.base import FactValue, Scope
 
 BUILTIN_FACTS: Mapping[str, str] = {
@@ -23,6 +23,13 @@ BUILTIN_FACTS: Mapping[str, str] = {
     "probe.reason": "the failure that started the diagnosis, in plain words",
     "probe.check": "what that probe called: `health`, `models`, `completion`, ...",
     "probe.outcome": "`fail` or `degraded`",
+    "event.kind": "what systemd said about this scope's unit just before (`failed`, `exited`, "
+    "`crash_loop`, `stopped`); missing when it said nothing",
+    "event.result": "systemd's result for it: `exit-code`, `signal`, `start-limit-hit`, ...",
+    "event.exit_status": "the main process's exit status (203 = EXEC) or signal number",
+    "event.n_restarts": "systemd's restart counter for the unit",
+    "event.text": "the unit's own last journal lines and systemd's, oldest first",
+    "event.source": "`journal` (the stream), or `poll` (the host fell back to polling)",
     "unit.name": "the unit file name, e.g. `vllm-ds4-head.service`",
     "unit.host": "the host the unit runs on",
     "unit.container": "the unit's docker container (missing when it has none)",
@@ -46,8 +53,11 @@ def scopes_of(endpoint: Endpoint, config: FleetConfig) -> list[Scope]:
     ]
 
 
-def builtin_facts(scope: Scope, *, state: str, trigger: ProbeResult | None) -> dict[str, FactValue]:
-    """The built-in facts of one scope (only those with a value)."""
+def builtin_facts(
+    scope: Scope, *, state: str, trigger: ProbeResult | None, event: UnitSignal | None = None
+) -> dict[str, FactValue]:
+    """The built-in facts of one scope (only those with a value); `event.*` only in the scope of
+    the unit the event is about."""
     endpoint = scope.endpoint
     found: dict[str, FactValue | None] = {
         "endpoint.name": endpoint.name,
@@ -60,6 +70,18 @@ def builtin_facts(scope: Scope, *, state: str, trigger: ProbeResult | None) -> d
         found["probe.reason"] = trigger.reason
         found["probe.check"] = trigger.check
         found["probe.outcome"] = str(trigger.outcome)
+    unit = scope.unit
+    if (
+        event is not None
+        and unit is not None
+        and (unit.host, unit.unit) == (event.host, event.unit)
+    ):
+        found["event.kind"] = event.kind
+        found["event.result"] = event.result or None
+        found["event.exit_status"] = event.exit_status
+        found["event.n_restarts"] = event.n_restarts
+        found["event.text"] = "\n".join(event.lines)
+        found["event.source"] = event.source
     if scope.unit is not None:
         found["unit.name"] = scope.unit.unit
         found["unit.host"] = scope.unit.host

@@ -54,6 +54,10 @@ def slow_reason(tok_s: float, ratio: float, baseline: float) -> str:
     return f"{tok_s:.1f} tok/s < {round(ratio * 100)}% of baseline {shown}"
 
 
+NO_REASONING = "no reasoning text"
+"""The degraded reason that is not slowness (load never explains it)."""
+
+
 def judge(stats: CompletionStats, endpoint: Endpoint) -> tuple[Outcome, str]:
     reasoning, content = stats.reasoning.strip(), stats.content.strip()
     if not reasoning and not content:
@@ -63,7 +67,7 @@ def judge(stats: CompletionStats, endpoint: Endpoint) -> tuple[Outcome, str]:
     if not content and stats.finish_reason != "length":
         return Outcome.FAIL, f"reasoning but no content (finish_reason: {stats.finish_reason})"
     if endpoint.expect_reasoning and not reasoning:
-        return Outcome.DEGRADED, "no reasoning text"
+        return Outcome.DEGRADED, NO_REASONING
     baseline, ratio = endpoint.baseline_tok_s, endpoint.probe.min_tok_s_ratio
     if baseline is not None and stats.tok_s is not None and stats.tok_s < ratio * baseline:
         return Outcome.DEGRADED, slow_reason(stats.tok_s, ratio, baseline)

@@ -1,7 +1,8 @@
 """Two readings of a server's load, a few seconds apart: busy, hung, idle or unknown.
 
-- **busy**: the generation counter rose while requests are running or waiting. The server is
-  making progress; a slow or unanswered check is load, never a fault to repair.
+- **busy**: the generation counter rose while requests are waiting, or more than one runs. The
+  server is making progress; a slow or unanswered check is load, never a fault to repair. One
+  request running with nothing queued is not load (it is most likely our own slow check): idle.
 - **hung**: requests are running (or waiting with none running) and the counter did not move
   across the window: vLLM's dead-engine-but-`/health`-200 class.
 - **idle**: nothing running, nothing waiting: a failed check is not explained by load.
@@ -34,6 +35,7 @@ class Progress:
     tok_s: float | None = None  #: tokens generated per second across the window
     kv_cache_usage: float | None = None
     window_s: float = 0.0
+    generation_tokens: float | None = None  #: the counter at the second read (frozen: hung)
 
     @property
     def making_progress(self) -> bool:
@@ -70,11 +72,16 @@ def judge(first: Load, second: Load) -> Progress:
             tok_s=round(tok_s, 1),
             kv_cache_usage=second.kv_cache_usage,
             window_s=round(window, 3),
+            generation_tokens=after,
         )
 
     load = f"{_n(running)} running, {_n(waiting)} waiting"
-    if after > before and (running or waiting):
+    if after > before and (waiting or running > 1):
         return seen(Verdict.BUSY, f"busy: {load}, {tok_s:.0f} tok/s generated")
+    if after > before and running:
+        # one request and nothing queued is not load: most likely our own check, just slow
+        why = f"idle: {load}, {tok_s:.0f} tok/s generated (one request is not load)"
+        return seen(Verdict.IDLE, why)
     if after == before and (running or waiting):
         frozen = f"generation_tokens_total frozen at {_n(after)} for {window:.1f}s"
         return seen(Verdict.HUNG, f"hung: {load}, {frozen}")

@@ -15,6 +15,7 @@ from datetime import timedelta
 import httpx
 
 from supervisor.clock import Clock
+from supervisor.config import Endpoint
 from supervisor.durations import format_duration
 from supervisor.progress.judge import Progress, judge, unknown
 from supervisor.progress.load import Load, MetricsFormatError, parse_vllm_metrics
@@ -68,3 +69,29 @@ async def read_progress(
     except LoadUnavailableError as exc:
         return unknown(f"unknown: no metrics ({exc})")
     return judge(first, second)
+
+
+#: the longest one read of `/metrics` may take when the worker asks (a probe's timeout is longer)
+READ_TIMEOUT = timedelta(seconds=5)
+
+
+class ProgressReads:
+    """What the worker calls before a failed or slow real check counts: `read_progress` over the
+    endpoint's `progress_window` (0s: `unknown`, nothing read)."""
+
+    def __init__(self, http: httpx.AsyncClient, clock: Clock) -> None:
+        self._http = http
+        self._clock = clock
+
+    async def __call__(self, endpoint: Endpoint) -> Progress:
+        window = endpoint.probe.progress_window
+        if not window:
+            return unknown("unknown: progress_window is 0s")
+        return await read_progress(
+            endpoint.url,
+            endpoint.kind,
+            self._http,
+            clock=self._clock,
+            window=window,
+            timeout=min(endpoint.probe.timeout, READ_TIMEOUT),
+        )

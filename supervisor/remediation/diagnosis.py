@@ -14,7 +14,7 @@ import httpx
 from supervisor.actions.base import Action
 from supervisor.clock import Clock
 from supervisor.config import Endpoint, FleetConfig
-from supervisor.events import ProbeResult, Tier
+from supervisor.events import ProbeResult, Tier, UnitSignal
 from supervisor.executor import Executor
 from supervisor.executor.dryrun import DryRunExecutor
 from supervisor.playbook.diagnose import diagnose
@@ -57,9 +57,10 @@ class DiagnosisService:
         state: str,
         trigger: ProbeResult | None,
         last_ok_at: datetime | None,
+        event: UnitSignal | None = None,
     ) -> Diagnosis:
-        """Evidence gathered now for `endpoint` in `state` (after `trigger`), and the rule that
-        matches, if any."""
+        """Evidence gathered now for `endpoint` in `state` (after `trigger`, and the unit death
+        systemd reported, if any), and the rule that matches, if any."""
         return await diagnose(
             endpoint,
             config=self.config,
@@ -70,6 +71,7 @@ class DiagnosisService:
             http=self.http,
             timeout=self.config.remediation.evidence_timeout,
             last_ok_at=last_ok_at,
+            event=event,
         )
 
     async def probe_now(self, endpoint: Endpoint) -> list[ProbeResult]:

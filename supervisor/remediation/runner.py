@@ -239,6 +239,7 @@ class Remediator:
             state=worker.state.value,
             trigger=worker.last_problem,
             last_ok_at=worker.last_ok_at,
+            event=worker.last_unit_signal,
         )
         now = self.clock.now()
         for run in diagnosis.evidence:

@@ -18,7 +18,7 @@ from supervisor.timeline.control import (
     Unsilenced,
 )
 from supervisor.timeline.decision import Decision, Outcome
-from supervisor.timeline.parts import CommandRun, ProbeSample
+from supervisor.timeline.parts import CommandRun, ProbeSample, ProgressSample
 from supervisor.timeline.repair import (
     INTERRUPTED,
     AttemptFinished,
@@ -30,6 +30,7 @@ from supervisor.timeline.repair import (
     Verification,
 )
 from supervisor.timeline.state import Probe, Transition
+from supervisor.timeline.unit import UnitHeard
 
 __all__ = [
     "INTERRUPTED",
@@ -52,11 +53,13 @@ __all__ = [
     "PayloadError",
     "Probe",
     "ProbeSample",
+    "ProgressSample",
     "Record",
     "Resumed",
     "Silenced",
     "StepRan",
     "Transition",
+    "UnitHeard",
     "Unknown",
     "Unsilenced",
     "Verification",

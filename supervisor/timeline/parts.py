@@ -30,6 +30,21 @@ class ProbeSample:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProgressSample:
+    """What the server was doing when a real check failed or was slow (two reads of its
+    `/metrics`): why it was judged busy (load, never repaired) or hung (down at once)."""
+
+    verdict: str  #: "busy", "hung", "idle" or "unknown"
+    reason: str  #: `hung: 3 running, 0 waiting, generation_tokens_total frozen at 412 for 5.0s`
+    running: float | None = None  #: requests being generated at the second read
+    waiting: float | None = None  #: requests queued at the second read
+    tok_s: float | None = None  #: tokens generated per second across the window
+    generation_tokens: float | None = None  #: the token counter at the second read
+    kv_cache_usage: float | None = None  #: 0-1
+    window_s: float = 0.0  #: time between the two reads
+
+
+@dataclass(frozen=True, kw_only=True)
 class CommandRun:
     """One command run (or, in a dry run, only recorded) on a host, with its output's tail."""
 

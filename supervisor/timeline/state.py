@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from supervisor.timeline.base import EntryKind, Record, register
-from supervisor.timeline.parts import ProbeSample
+from supervisor.timeline.parts import ProbeSample, ProgressSample
 
 
 @register
@@ -33,6 +33,7 @@ class Transition(Record):
     until: datetime | None = None  #: a silence's end
     reason: str | None = None  #: a restart's reason (what the event said)
     failures: int | None = None  #: a host's failed checks in a row
+    progress: ProgressSample | None = None  #: what the server was doing (busy, hung) when judged
     extra: Mapping[str, str] = field(default_factory=dict)  #: anything else a producer added
 
     @property
@@ -49,13 +50,20 @@ class Transition(Record):
 @register
 @dataclass(frozen=True, kw_only=True)
 class Probe(Record):
-    """A probe result inside an incident, kept when what it says changed."""
+    """Probe results inside an incident: a run of identical consecutive results (same outcome
+    and reason) is one entry, `sample` the first of them, `count` how many, `last_at` the last."""
 
     TAG = "probe"
     KIND = EntryKind.PROBE
     sample: ProbeSample
-    note: str  #: what the policy made of it, e.g. "1 of 3 failures"
+    note: str  #: what the policy made of the first, e.g. "failed (1/3): connection refused"
+    count: int = 1  #: identical results in a row
+    last_at: datetime | None = None  #: when the last of them was seen (count > 1)
+    progress: ProgressSample | None = None  #: what the server was doing, when it was read
 
     @property
     def summary(self) -> str:
-        return f"{self.sample.head} ({self.note})"
+        line = f"{self.sample.head} ({self.note})"
+        if self.count > 1 and self.last_at is not None:
+            line += f", {self.count} times, last at {self.last_at.strftime('%H:%M:%SZ')}"
+        return line

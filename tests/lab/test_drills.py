@@ -275,5 +275,5 @@ def test_an_unknown_drill_is_one_plain_line() -> None:
         "duplicated-mxfp4-patch, cold-start, ssh-lost, unknown-failure, ghost-execstart-host, "
         "ghost-execstart-203, engine-death-clean-exit, orphan-enginecore, "
         "ghost-execstart-no-known-good, fork-shm-ringbuffer, mamba-block-size, "
-        "silent-degradation)"
+        "silent-degradation, saturated, hung-engine)"
     )
