@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from fleet_lab import drifts, fleet
+from fleet_lab import drifts, fleet, mac_host
 from fleet_lab.host import SSHD_UNIT
 from fleet_lab.lab import ADDRESSES, Lab, LabError, LabHost
 from fleet_lab.lab_ops import (
@@ -180,6 +180,9 @@ def reset(lab: Lab) -> None:
     for name, host in lab.hosts.items():
         if host.systemctl("is-active", "--quiet", SSHD_UNIT).returncode != 0:
             run(host, "systemctl", "start", SSHD_UNIT)
+        if name in mac_host.ADDRESSES:
+            mac_host.reset(host)
+            continue
         unit = HEAD_UNIT if name == "spark1" else WORKER_UNIT
         paths = [GHOST_DROPIN, UNKNOWN_DROPIN, f"/etc/systemd/system/{unit}.d/{FIX_DROPIN}"]
         if host.nsenter("ls", *paths).stdout.strip():
@@ -261,6 +264,8 @@ FAULTS: Mapping[str, Fault] = {
         Fault(
             "silent-degradation", "silent-degradation", drifts.inject_no_reasoning, Expect.ESCALATE
         ),
+        Fault("mlx-zombie", "mlx-zombie", mac_host.inject_zombie, endpoint="kimi"),
+        Fault("launchd-job-dead", "launchd-job-dead", mac_host.inject_bootout, endpoint="kimi"),
     )
 }
 

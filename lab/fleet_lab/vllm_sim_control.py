@@ -3,13 +3,16 @@
 A drill writes `{"load_running": 48, "load_waiting": 20, "load_tok_s": 940, "queue_s": 60}` to
 saturate the server a unit runs, or `{"engine_hung": true, "load_running": 3}` to hang its engine,
 without restarting the unit (its MainPID stays). `{}` (or removing the file) restores the
-behaviour the process started with. Unknown keys and bad JSON are logged and ignored.
+behaviour the process started with. Unknown keys and bad JSON are logged and ignored. With
+`"pid": N` the overrides are for the process N only: another process (the server restarted)
+keeps the behaviour it started with, so a fault written this way is cured by a restart.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -45,6 +48,9 @@ class ControlFile:
         if not isinstance(overrides, dict):
             _log.warning("vllm_sim: control file %s ignored: not a JSON object", self.path)
             return current
+        if overrides.get("pid", os.getpid()) != os.getpid():
+            return replace(self._started)  # another process's fault
+        overrides.pop("pid", None)
         unknown = sorted(set(overrides) - _KNOWN)
         if unknown:
             _log.warning("vllm_sim: control file %s: unknown keys %s", self.path, unknown)
