@@ -95,16 +95,19 @@ def _wrapper(tool: str, module: str, *first: str) -> str:
     )
 
 
+#: the mlx_lm-shaped server's flags (its control file: the zombie mode, see `inject_zombie`)
+SERVER_FLAGS = (
+    *("--flavour", "mlx", "--host", ADDRESSES[HOST], "--port", str(PORT), "--model", MODEL),
+    *("--cold-start", "1s", "--control-file", CONTROL),
+)
+
+
 def plist() -> bytes:
     """Kimi's LaunchAgent, as a Mac's ~/Library/LaunchAgents holds it."""
     return plistlib.dumps(
         {
             "Label": LABEL,
-            "ProgramArguments": [
-                sys.executable, "-m", "fleet_lab.vllm_sim", "--flavour", "mlx",
-                "--host", ADDRESSES[HOST], "--port", str(PORT), "--model", MODEL,
-                "--cold-start", "1s", "--control-file", CONTROL,
-            ],  # fmt: skip
+            "ProgramArguments": [sys.executable, "-m", "fleet_lab.vllm_sim", *SERVER_FLAGS],
             "EnvironmentVariables": {"PYTHONUNBUFFERED": "1"},
             "WorkingDirectory": HOME,
             "StandardOutPath": f"{HOME}/Library/Logs/mlx-kimi.out.log",

@@ -25,6 +25,7 @@ one lock file.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -61,7 +62,7 @@ SIGNAL_NAMES = {
 Job = dict[str, Any]
 
 
-class Refused(Exception):
+class RefusedError(Exception):
     """launchctl's answer to a request it cannot do: the text for stderr and the exit status."""
 
     def __init__(self, text: str, status: int) -> None:
@@ -101,14 +102,16 @@ def _save(job: Job) -> None:
 def _target(text: str) -> tuple[str, str]:
     domain, _, label = text.rpartition("/")
     if not _DOMAIN.match(domain) or not label:
-        raise Refused(f"Unrecognized target specifier: {text}", USAGE)
+        raise RefusedError(f"Unrecognized target specifier: {text}", USAGE)
     return domain, label
 
 
-def _not_found(domain: str, label: str) -> Refused:
+def _not_found(domain: str, label: str) -> RefusedError:
     kind, _, uid = domain.partition("/")
     where = "system" if kind == "system" else f"user {kind}: {uid}"
-    return Refused(f'Bad request.\nCould not find service "{label}" in domain for {where}', 113)
+    return RefusedError(
+        f'Bad request.\nCould not find service "{label}" in domain for {where}', 113
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -144,7 +147,7 @@ def _spawn(job: Job) -> int:
         said = pipe.read().strip()
     os.waitpid(runner, 0)  # the runner forks once more and its first half ends at once
     if not said.isdigit():
-        raise Refused(f"Could not start {job['label']}: {said or 'no pid'}", 5)
+        raise RefusedError(f"Could not start {job['label']}: {said or 'no pid'}", 5)
     return int(said)
 
 
@@ -201,10 +204,8 @@ def _stop(domain: str, label: str) -> None:
         return
     pid = int(job["pid"])
     for sig, within in ((signal.SIGTERM, job["exit_timeout"]), (signal.SIGKILL, 10.0)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             with _locked():
@@ -219,21 +220,21 @@ def _stop(domain: str, label: str) -> None:
 
 def bootstrap(domain: str, plist: str) -> str:
     if not _DOMAIN.match(domain):
-        raise Refused(f"Unrecognized target specifier: {domain}", USAGE)
+        raise RefusedError(f"Unrecognized target specifier: {domain}", USAGE)
     try:
         with open(plist, "rb") as handle:
             data = plistlib.load(handle)
     except FileNotFoundError:
-        raise Refused("Bootstrap failed: 2: No such file or directory", 2) from None
+        raise RefusedError("Bootstrap failed: 2: No such file or directory", 2) from None
     except (OSError, plistlib.InvalidFileException, ValueError):
-        raise Refused("Bootstrap failed: 5: Input/output error", 5) from None
+        raise RefusedError("Bootstrap failed: 5: Input/output error", 5) from None
     label = data.get("Label")
     arguments = data.get("ProgramArguments") or ([data["Program"]] if "Program" in data else [])
     if not isinstance(label, str) or not arguments:
-        raise Refused("Bootstrap failed: 5: Input/output error", 5)
+        raise RefusedError("Bootstrap failed: 5: Input/output error", 5)
     with _locked():
         if _load(domain, label) is not None:
-            raise Refused("Bootstrap failed: 5: Input/output error", 5)
+            raise RefusedError("Bootstrap failed: 5: Input/output error", 5)
         job: Job = {
             "domain": domain,
             "label": label,
@@ -275,7 +276,7 @@ def bootout(target: str) -> str:
     domain, label = _target(target)
     with _locked():
         if _load(domain, label) is None:
-            raise Refused("Boot-out failed: 3: No such process", 3)
+            raise RefusedError("Boot-out failed: 3: No such process", 3)
     _stop(domain, label)
     with _locked():
         _path(domain, label).unlink(missing_ok=True)
@@ -337,7 +338,7 @@ def print_job(target: str) -> str:
 
 
 def answer(argv: list[str]) -> str:
-    """What `launchctl ARGV` prints; `Refused` for what it refuses."""
+    """What `launchctl ARGV` prints; `RefusedError` for what it refuses."""
     command, *rest = argv or [""]
     if command == "print" and len(rest) == 1:
         return print_job(rest[0])
@@ -349,13 +350,13 @@ def answer(argv: list[str]) -> str:
         flags = "".join(a.lstrip("-") for a in rest[:-1] if a.startswith("-"))
         if set(flags) <= {"k", "p", "s"} and not rest[-1].startswith("-"):
             return kickstart(rest[-1], "k" in flags, "p" in flags)
-    raise Refused(f"Unrecognized subcommand: {' '.join(argv)} (fleet lab stand-in)", USAGE)
+    raise RefusedError(f"Unrecognized subcommand: {' '.join(argv)} (fleet lab stand-in)", USAGE)
 
 
 def main(argv: list[str]) -> int:
     try:
         sys.stdout.write(answer(argv))
-    except Refused as refused:
+    except RefusedError as refused:
         print(refused.text, file=sys.stderr)
         return refused.status
     return 0

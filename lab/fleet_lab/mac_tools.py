@@ -40,8 +40,8 @@ def _user(pid: str) -> str:
 def _name(local: str) -> tuple[str, str]:
     """ss's local address -> (lsof's TYPE, NAME): `*:8013` for a wildcard, `[::1]:8013`."""
     host, _, port = local.rpartition(":")
-    ipv6 = host.startswith("[") or host == "*" and local.count(":") > 1
-    if host in ("0.0.0.0", "[::]", "*"):
+    ipv6 = host.startswith("[") or (host == "*" and local.count(":") > 1)
+    if host in ("0.0.0.0", "[::]", "*"):  # noqa: S104 - read from ss, never bound
         host = "*"
     return ("IPv6" if ipv6 else "IPv4"), f"{host}:{port}"
 
@@ -69,7 +69,9 @@ def lsof_lines(ss_output: str) -> list[str]:
 def lsof(args: list[str]) -> tuple[str, int]:
     ports = [a.removeprefix("-iTCP:") for a in args if a.startswith("-iTCP:")]
     if len(ports) != 1 or not ports[0].isdigit() or "-sTCP:LISTEN" not in args:
-        sys.stderr.write("lsof: the fleet lab's stand-in answers `-nP -iTCP:PORT -sTCP:LISTEN` only\n")
+        sys.stderr.write(
+            "lsof: the fleet lab's stand-in answers `-nP -iTCP:PORT -sTCP:LISTEN` only\n"
+        )
         return "", USAGE
     done = subprocess.run(
         ["ss", "-Hltnpe", f"sport = :{ports[0]}"], capture_output=True, text=True, check=False
@@ -157,7 +159,7 @@ def _bsd_stat(path: str, fmt: str) -> str:
 
 def stat(args: list[str]) -> tuple[str, int]:
     if not args or args[0] != "-f" or len(args) < 3:
-        os.execv("/usr/bin/stat", ["stat", *args])
+        os.execv("/usr/bin/stat", ["stat", *args])  # noqa: S606 - GNU stat, argv as given
     fmt, paths = args[1], [p for p in args[2:] if p != "--"]
     out: list[str] = []
     status = 0
