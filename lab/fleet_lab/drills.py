@@ -121,7 +121,7 @@ async def run_drill(
             notify=bot.notify,
             endpoint=fault.endpoint,
         )
-        return await _run(lab, fault, load_config(path), bot, within)
+        return await _run(lab, fault, load_config(path), bot, fault.within or within)
 
 
 async def _run(

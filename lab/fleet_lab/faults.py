@@ -230,6 +230,7 @@ class Fault:
     expect: Expect = Expect.HEAL
     startup_grace: str = "20s"
     endpoint: str = "ds4"
+    within: float | None = None  #: how long the drill waits for each phase (None: its default)
 
     def clean(self, lab: Lab) -> None:
         reset(lab)
@@ -264,7 +265,8 @@ FAULTS: Mapping[str, Fault] = {
         Fault(
             "silent-degradation", "silent-degradation", drifts.inject_no_reasoning, Expect.ESCALATE
         ),
-        Fault("mlx-zombie", "mlx-zombie", mac_host.inject_zombie, endpoint="kimi"),
+        # its repair waits ~45 s: each diagnosis entry queues behind a 2 s hanging re-probe
+        Fault("mlx-zombie", "mlx-zombie", mac_host.inject_zombie, endpoint="kimi", within=120),
         Fault("launchd-job-dead", "launchd-job-dead", mac_host.inject_bootout, endpoint="kimi"),
     )
 }
