@@ -78,8 +78,9 @@ def table(all_runs: list[Runs]) -> str:
     probe = drills.PROBE
     lines = [
         f"Every drill run {all_runs[0].count if all_runs else 0} time(s) against the lab "
-        f"(spark1, spark2: real systemd and sshd), the daemon probing the drilled endpoint (ds4; "
-        f"qwen for the ghost-execstart-host/-203 drills) every "
+        f"(spark1, spark2: real systemd and sshd; m3ultra: the Mac, a stand-in with no macOS), "
+        f"the daemon probing the drilled endpoint (ds4; qwen for the ghost-execstart-host/-203 "
+        f"drills; kimi, a launchd job on m3ultra, for mlx-zombie and launchd-job-dead) every "
         f"{probe['liveness_interval']} (liveness) and {probe['completion_interval']} (a real "
         f"completion), down after {probe['failures_to_down']} failures, timeout "
         f"{probe['timeout']}; startup grace 20s (unknown-failure: 8s). Detect: fault injected -> "

@@ -675,6 +675,7 @@ class _Run:
             first.reason,
         )
 
+
 _COMMANDS = (Fire, Record, ProbeOnce)
 
 

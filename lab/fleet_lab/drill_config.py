@@ -1,7 +1,8 @@
 """The fleet config a drill's daemon runs on: the lab's hosts over SSH with the lab's key, short
 probes, remediation for real, and the one endpoint the drill is about: the DeepSeek pair `ds4`
 (the worker on spark2, then the head on spark1, in `vllm_ds4` containers) or the single-node
-`qwen` on spark1 (a launch script on the host, no container)."""
+`qwen` on spark1 (a launch script on the host, no container), or Kimi (`kimi`) on the Mac
+stand-in m3ultra (a launchd job; see `fleet_lab.mac_host`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from fleet_lab import fleet
+from fleet_lab import fleet, mac_host
 from fleet_lab.lab import ADDRESSES, Lab
 from fleet_lab.lab_ops import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCRIPT, WORKER_UNIT
 
@@ -39,8 +40,10 @@ PRODUCTION = {
 class Unit:
     host: str
     unit: str
-    known_good: str
+    known_good: str | None
     container: str | None = None
+    domain: str | None = None  #: a launchd job's domain
+    plist: str | None = None  #: a launchd job's plist
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Endpoint:
     url: str
     model: str
     units: tuple[Unit, ...]
+    expect_reasoning: bool = True
 
 
 ENDPOINTS: Mapping[str, Endpoint] = {
@@ -63,6 +67,12 @@ ENDPOINTS: Mapping[str, Endpoint] = {
         f"http://{ADDRESSES['spark1']}:8001",
         fleet.QWEN_MODEL,
         (Unit("spark1", fleet.QWEN_UNIT, fleet.QWEN_KNOWN_GOOD),),
+    ),
+    "kimi": Endpoint(
+        mac_host.url(),
+        mac_host.MODEL,
+        (Unit(mac_host.HOST, mac_host.LABEL, None, None, mac_host.DOMAIN, mac_host.PLIST),),
+        expect_reasoning=False,
     ),
 }
 
@@ -83,9 +93,14 @@ def completes(name: str) -> bool:
 def _units(endpoint: Endpoint) -> list[dict[str, str]]:
     units = []
     for unit in endpoint.units:
-        entry = {"host": unit.host, "unit": unit.unit, "known_good": unit.known_good}
-        if unit.container is not None:
-            entry["container"] = unit.container
+        entry = {"host": unit.host, "unit": unit.unit}
+        optional = {
+            "known_good": unit.known_good,
+            "container": unit.container,
+            "domain": unit.domain,
+            "plist": unit.plist,
+        }
+        entry |= {key: value for key, value in optional.items() if value is not None}
         units.append(entry)
     return units
 
@@ -103,15 +118,18 @@ def write_config(
     """The config for a drill about `endpoint` in `folder` (store in `folder/state`); `notify`
     is the config's `notify` section (none: no Telegram)."""
     hosts: dict[str, object] = {"forge": {"local": True}}
-    for name in ADDRESSES:
+    for name in [*ADDRESSES, *mac_host.ADDRESSES]:
         host = lab.fleet_host(name)
-        hosts[name] = {
+        entry: dict[str, object] = {
             "address": host.address,
             "port": host.port,
             "user": host.user,
             "key": str(host.key),
             "known_hosts": str(host.known_hosts),
         }
+        if name in mac_host.ADDRESSES:
+            entry["service_manager"] = "launchd"
+        hosts[name] = entry
     chosen = ENDPOINTS[endpoint]
     document: dict[str, object] = {
         "store": {"path": "state/supervisor.db"},
@@ -128,7 +146,7 @@ def write_config(
                 "kind": "openai",
                 "url": chosen.url,
                 "model": chosen.model,
-                "expect_reasoning": True,
+                "expect_reasoning": chosen.expect_reasoning,
                 "units": _units(chosen),
             }
         },

@@ -157,7 +157,7 @@ async def run_drill(
             endpoint=fault.endpoint,
             probe={**fault.probe, **(probe or {})},
         )
-        return await _run(lab, fault, load_config(path), bot, within)
+        return await _run(lab, fault, load_config(path), bot, fault.within or within)
 
 
 async def _run(

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from fleet_lab import drifts, fleet
+from fleet_lab import drifts, fleet, mac_host
 from fleet_lab.host import SSHD_UNIT
 from fleet_lab.lab import ADDRESSES, Lab, LabError, LabHost
 from fleet_lab.lab_ops import (
@@ -205,6 +205,9 @@ def reset(lab: Lab) -> None:
     for name, host in lab.hosts.items():
         if host.systemctl("is-active", "--quiet", SSHD_UNIT).returncode != 0:
             run(host, "systemctl", "start", SSHD_UNIT)
+        if name in mac_host.ADDRESSES:
+            mac_host.reset(host)
+            continue
         unit = HEAD_UNIT if name == "spark1" else WORKER_UNIT
         paths = [GHOST_DROPIN, UNKNOWN_DROPIN, f"/etc/systemd/system/{unit}.d/{FIX_DROPIN}"]
         if host.nsenter("ls", *paths).stdout.strip():
@@ -258,6 +261,7 @@ class Fault:
     probe: Mapping[str, object] = field(default_factory=dict)
     notify: Mapping[str, object] = field(default_factory=dict)  #: over the bot's notify section
     hold_s: float = 0.0  #: how long the fault lasts before it is judged (a saturation)
+    within: float | None = None  #: how long the drill waits for each phase (None: its default)
 
     def clean(self, lab: Lab) -> None:
         reset(lab)
@@ -304,6 +308,9 @@ FAULTS: Mapping[str, Fault] = {
             hold_s=120.0,
         ),
         Fault("hung-engine", "hung-engine", inject_hung_engine, endpoint="qwen"),
+        # its repair waits ~45 s: each diagnosis entry queues behind a 2 s hanging re-probe
+        Fault("mlx-zombie", "mlx-zombie", mac_host.inject_zombie, endpoint="kimi", within=120),
+        Fault("launchd-job-dead", "launchd-job-dead", mac_host.inject_bootout, endpoint="kimi"),
     )
 }
 

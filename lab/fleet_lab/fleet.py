@@ -9,6 +9,9 @@
   /workspace/vllm-worker.sh` (a headless worker that joins the head's 29501);
   `ollama.service` (the sim as Ollama on :11434) and `parakeet.service` (health only, :8765).
 
+- m3ultra (127.0.0.13): the Mac, a stand-in with no macOS (see `fleet_lab.mac_host`): Kimi's
+  launchd job `com.fleet.mlx-kimi` runs the sim as mlx_lm on :8013.
+
 Both `vllm_ds4` trees hold the launch scripts, a known-good copy under `/workspace/known-good/`
 and vLLM's `mxfp4.py` (with the GPU-cache patch applied once) at the path the shipped rule greps.
 """
@@ -19,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from fleet_lab import mac_host
 from fleet_lab.boot import INSIDE
 from fleet_lab.containers import write_tree
 from fleet_lab.lab import ADDRESSES, Lab
@@ -124,6 +128,7 @@ def units() -> dict[str, dict[str, str]]:
             "ollama.service": _unit("Ollama", _sim(spark2, 11434, "gemma", " --flavour ollama")),
             "parakeet.service": _unit("Parakeet ASR (health only)", _sim(spark2, 8765, "asr")),
         },
+        mac_host.HOST: mac_host.units(),
     }
 
 
@@ -182,8 +187,12 @@ def prepare(lab: Lab) -> None:
 def create(folder: Path) -> Lab:
     """Write the fleet lab under `folder` (boots nothing): hosts, units, containers, meminfo."""
     all_units = units()
-    lab = Lab.create(folder, ADDRESSES, all_units, {h: list(u) for h, u in all_units.items()})
+    addresses = {**ADDRESSES, **mac_host.ADDRESSES}
+    lab = Lab.create(folder, addresses, all_units, {h: list(u) for h, u in all_units.items()})
     for name, host in lab.hosts.items():
+        if name in mac_host.ADDRESSES:
+            mac_host.write(host)
+            continue
         write_tree(host.folder, CONTAINER, dict(containers(name)))
         (host.folder / "meminfo").write_text(MEMINFO_HEALTHY)
         for inside, text in host_scripts(name).items():

@@ -23,6 +23,7 @@ R = TypeVar("R", bound=Record)
 class DrillStep:
     summary: str
     exit_statuses: tuple[int | None, ...]
+    commands: tuple[str, ...] = ()  #: `[host] command` of each command it ran, in order
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ def steps_of(timeline: list[TimelineRow]) -> tuple[DrillStep, ...]:
         DrillStep(
             summary=row.record.summary,
             exit_statuses=tuple(c.exit_status for c in row.record.commands),
+            commands=tuple(f"[{c.host}] {c.command}" for c in row.record.commands),
         )
         for row in timeline
         if isinstance(row.record, StepRan)

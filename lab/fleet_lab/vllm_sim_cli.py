@@ -12,6 +12,7 @@ import asyncio
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
@@ -170,6 +171,10 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         await asyncio.wait({stopped, ready}, return_when=asyncio.FIRST_COMPLETED)
         if ready.done():
+            if flavour == "mlx":  # mlx_lm.server logs this as it starts serving
+                port = sim.url.rsplit(":", 1)[1]
+                started = f"Starting httpd at {args.host} on port {port}..."
+                print(f"{_now()} - INFO - {started}", file=sys.stderr, flush=True)
             print(f"READY {sim.url}", flush=True)
             await asyncio.wait({stopped, closed}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -177,6 +182,12 @@ async def serve(args: argparse.Namespace) -> int:
             waiter.cancel()
         await sim.stop()
     return 0
+
+
+def _now() -> str:
+    """The time as Python's logging prints it (mlx_lm's log format): `2026-11-24 21:14:02,118`."""
+    now = datetime.now()
+    return f"{now:%Y-%m-%d %H:%M:%S},{now.microsecond // 1000:03d}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab import drills, faults, fleet
+from fleet_lab import drills, faults, fleet, mac_host
 from fleet_lab.lab import Lab, LabError
 from fleet_lab.report import DrillReport
 
@@ -275,5 +275,80 @@ def test_an_unknown_drill_is_one_plain_line() -> None:
         "duplicated-mxfp4-patch, cold-start, ssh-lost, unknown-failure, ghost-execstart-host, "
         "ghost-execstart-203, engine-death-clean-exit, orphan-enginecore, "
         "ghost-execstart-no-known-good, fork-shm-ringbuffer, mamba-block-size, "
-        "silent-degradation, saturated, hung-engine)"
+        "silent-degradation, saturated, hung-engine, mlx-zombie, launchd-job-dead)"
     )
+
+
+KIMI = "com.fleet.mlx-kimi@m3ultra"
+JOB = "gui/501/com.fleet.mlx-kimi"
+PRINT = f"[m3ultra] launchctl print {JOB}"
+
+
+def _kimi_told(report: DrillReport, why: str) -> tuple[str, ...]:
+    texts = report.notified.texts
+    assert texts[:2] == (
+        f"🔴 <b>kimi</b> is down: {why}\nincident #{report.incident}",
+        f"🔎 kimi diagnosis: {report.diagnosis}",
+    ), texts
+    assert f"✅ kimi repair: verified: {report.rule} healed it" in texts
+    return texts
+
+
+async def test_a_zombie_mlx_lm_on_the_mac_gets_term_then_kickstart(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """Kimi's generation thread dies (the mlx_lm-shaped server on the Mac stand-in: /health and
+    /v1/models answer, completions hang): mlx-zombie sends TERM to the job's pid, then
+    kickstarts it through the stand-in launchctl; a real completion proves it."""
+    report = await drills.run_drill(lab, "mlx-zombie", folder=tmp_path)
+    print("\n".join(report.lines()))
+    assert report.problem == ""
+    assert report.diagnosis == f"kimi (down): mlx-zombie matched on {KIMI}"
+    first, second = report.steps
+    pid = first.commands[1].rsplit(" ", 1)[1]
+    assert first.summary == (
+        f"step 1 stop_job_gracefully on kimi: ok: sent TERM to com.fleet.mlx-kimi on m3ultra "
+        f"(pid {pid}); it ended"
+    )
+    assert first.commands == (PRINT, f"[m3ultra] kill -s TERM {pid}")
+    assert second.summary.startswith("step 2 start_units on kimi: ok: ")
+    assert second.commands == (PRINT, f"[m3ultra] launchctl kickstart {JOB}")
+    assert first.exit_statuses == second.exit_statuses == (0, 0)
+    assert report.outcome == "healed"
+    assert report.passed
+    assert report.detect_s is not None
+    assert 0 < report.detect_s < 20
+    assert report.heal_s is not None
+    # ~45 s: every timeline entry of the diagnosis waits in the worker's queue behind a liveness
+    # tick whose pass re-probes the hanging completion (2 s timeout)
+    assert 0 < report.heal_s < 60
+    evidence = [r for r in report.timeline if r.summary.startswith("launchd_job (job)")]
+    assert "'pid': " + pid in str(evidence[0].data)
+    _kimi_told(report, "timed out after 2s")
+
+
+async def test_a_booted_out_launchd_job_is_bootstrapped_and_kickstarted(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """Kimi's job is booted out of gui/501 (the stand-in stops the server and forgets the job):
+    launchd-job-dead bootstraps its plist from the SSH user's home, then kickstarts it."""
+    report = await drills.run_drill(lab, "launchd-job-dead", folder=tmp_path)
+    print("\n".join(report.lines()))
+    assert report.problem == ""
+    assert report.diagnosis == f"kimi (down): launchd-job-dead matched on {KIMI}"
+    (step,) = report.steps
+    assert step.summary.startswith("step 1 start_units on kimi: ok: ")
+    assert step.commands == (
+        PRINT,
+        "[m3ultra] printenv HOME",
+        f"[m3ultra] launchctl bootstrap gui/501 /root/Library/LaunchAgents/{mac_host.LABEL}.plist",
+        f"[m3ultra] launchctl kickstart {JOB}",
+    )
+    assert step.exit_statuses == (113, 0, 0, 0)  # 113: launchd does not hold the job
+    assert report.outcome == "healed"
+    assert report.passed
+    assert report.detect_s is not None
+    assert 0 < report.detect_s < 10
+    assert report.heal_s is not None
+    assert 0 < report.heal_s < 30
+    _kimi_told(report, "connection refused")

@@ -1,0 +1,191 @@
+"""The lab's stand-ins for macOS's tools (fleet_lab.mac_launchctl, fleet_lab.mac_tools) answer in
+the shapes the supervisor's parsers read from recorded macOS output, and really start and stop a
+job's program: here the mlx_lm-shaped server, on loopback, as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import plistlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from supervisor.evidence.launchctl import is_not_found, job_facts, parse_print
+from supervisor.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).parent / "data" / "evidence" / "macos"
+JOB = "gui/501/com.fleet.mlx-kimi"
+
+
+class Mac:
+    def __init__(self, folder: Path, port: int) -> None:
+        self.folder = folder
+        self.port = port
+        self.env = {**os.environ, "FLEET_LAB_LAUNCHD": str(folder / "launchd")}
+
+    def run(self, module: str, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", module, *argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    def launchctl(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return self.run("fleet_lab.mac_launchctl", *argv)
+
+    def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return self.run("fleet_lab.mac_tools", *argv)
+
+    def plist(self, *, run_at_load: bool) -> Path:
+        path = self.folder / "com.fleet.mlx-kimi.plist"
+        arguments = [
+            sys.executable, "-m", "fleet_lab.vllm_sim", "--flavour", "mlx", "--host",
+            "127.0.0.1", "--port", str(self.port), "--model", "kimi",
+            "--control-file", str(self.folder / "control.json"),
+        ]  # fmt: skip
+        document = {
+            "Label": "com.fleet.mlx-kimi",
+            "ProgramArguments": arguments,
+            "StandardErrorPath": str(self.folder / "err.log"),
+            "RunAtLoad": run_at_load,
+        }
+        path.write_bytes(plistlib.dumps(document))
+        return path
+
+    def facts(self) -> dict[str, object]:
+        done = self.launchctl("print", JOB)
+        assert done.returncode == 0, done.stderr
+        return dict(job_facts(parse_print(done.stdout)))
+
+    def serving(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/v1/models", timeout=2).is_success
+        except httpx.HTTPError:
+            return False
+
+
+@pytest.fixture
+def mac(tmp_path: Path) -> Iterator[Mac]:
+    standin = Mac(tmp_path, free_port())
+    yield standin
+    standin.launchctl("bootout", JOB)
+
+
+def _until(predicate: object, within: float = 15.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if callable(predicate) and predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_job_that_never_ran_then_runs_then_ends_by_a_signal(mac: Mac) -> None:
+    assert mac.launchctl("bootstrap", "gui/501", str(mac.plist(run_at_load=False))).returncode == 0
+    never = mac.facts()
+    assert {k: never[k] for k in ("loaded", "state", "running", "runs", "never_exited")} == {
+        "loaded": True,
+        "state": "not running",
+        "running": False,
+        "runs": 0,
+        "never_exited": True,
+    }
+    assert never["last_exit"] == "never exited"
+    started = mac.launchctl("kickstart", "-p", JOB)
+    pid = int(started.stdout.rsplit(" ", 1)[1])
+    assert started.stdout == f"service spawned with pid: {pid}\n"
+    running = mac.facts()
+    assert (running["state"], running["pid"], running["runs"]) == ("running", pid, 1)
+    assert _until(mac.serving)
+    assert "Starting httpd at 127.0.0.1 on port" in (mac.folder / "err.log").read_text()
+    os.kill(pid, signal.SIGKILL)
+    assert _until(lambda: mac.facts()["state"] == "not running")
+    killed = mac.facts()
+    assert (killed["last_signal"], killed["last_signal_number"]) == ("Killed: 9", 9)
+    assert killed["last_exit"] == "signal Killed: 9"
+
+
+def test_term_ends_the_server_with_exit_0_and_kickstart_k_replaces_it(mac: Mac) -> None:
+    assert mac.launchctl("bootstrap", "gui/501", str(mac.plist(run_at_load=True))).returncode == 0
+    first = int(mac.facts()["pid"])  # type: ignore[call-overload]
+    assert _until(mac.serving)
+    assert mac.launchctl("kickstart", "-k", JOB).returncode == 0
+    second = mac.facts()
+    assert second["pid"] != first
+    assert (second["runs"], second["last_exit_code"], second["running"]) == (2, 0, True)
+
+
+def test_the_zombie_mode_is_the_process_s_own_and_a_restart_cures_it(mac: Mac) -> None:
+    mac.launchctl("bootstrap", "gui/501", str(mac.plist(run_at_load=True)))
+    assert _until(mac.serving)
+    pid = mac.facts()["pid"]
+    (mac.folder / "control.json").write_text(json.dumps({"engine_hung": True, "pid": pid}))
+    assert mac.serving()  # the listing answers (and the server took the control file)
+    url = f"http://127.0.0.1:{mac.port}/v1/chat/completions"
+    body = {"model": "kimi", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=body, timeout=1.5)
+    mac.launchctl("kickstart", "-k", JOB)
+    assert _until(mac.serving)
+    assert httpx.post(url, json=body, timeout=5).status_code == 200
+
+
+def test_launchctl_refuses_as_macos_does(mac: Mac) -> None:
+    missing = mac.launchctl("print", JOB)
+    assert (missing.returncode, missing.stdout) == (113, "")
+    assert missing.stderr == (DATA / "launchctl-print-not-found.stderr").read_text()
+    assert is_not_found(missing.returncode, missing.stderr)
+    gone = mac.launchctl("bootout", JOB)
+    assert (gone.returncode, gone.stderr) == (3, "Boot-out failed: 3: No such process\n")
+    plist = str(mac.plist(run_at_load=False))
+    assert mac.launchctl("bootstrap", "gui/501", plist).returncode == 0
+    again = mac.launchctl("bootstrap", "gui/501", plist)
+    assert (again.returncode, again.stderr) == (5, "Bootstrap failed: 5: Input/output error\n")
+    assert mac.launchctl("kickstart", "-x", JOB).returncode == 64
+
+
+def test_lsof_names_the_job_s_pid_as_the_listener(mac: Mac) -> None:
+    quiet = mac.tool("lsof", "-nP", f"-iTCP:{mac.port}", "-sTCP:LISTEN")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (1, "", "")
+    mac.launchctl("bootstrap", "gui/501", str(mac.plist(run_at_load=True)))
+    assert _until(mac.serving)
+    found = mac.tool("lsof", "-nP", f"-iTCP:{mac.port}", "-sTCP:LISTEN")
+    assert found.returncode == 0
+    header = (DATA / "lsof-listen-8013-others.txt").read_text().splitlines()[0]
+    assert found.stdout.splitlines()[0] == header
+    assert found.stdout.splitlines()[1].endswith(f" TCP 127.0.0.1:{mac.port} (LISTEN)")
+    sockets = parse_lsof(found.stdout)
+    assert [pid for pid, _, _ in sockets] == [mac.facts()["pid"]]
+
+
+def test_memory_and_stat_in_the_shapes_macos_prints(mac: Mac, tmp_path: Path) -> None:
+    pressure = mac.tool("memory_pressure", "-Q")
+    facts = parse_memory_pressure(pressure.stdout)
+    assert set(facts) == {"free_percent", "total_gib"}
+    vm = parse_vm_stat(mac.tool("vm_stat").stdout)
+    assert vm["page_size"] == 16384
+    assert {"free_gib", "active_gib", "inactive_gib", "wired_gib"} <= set(vm)
+    level = mac.tool("sysctl", "-n", "kern.memorystatus_vm_pressure_level")
+    assert level.stdout in ("1\n", "2\n", "4\n")
+    unknown = mac.tool("sysctl", "-n", "kern.nope")
+    assert (unknown.returncode, unknown.stderr) == (1, "sysctl: unknown oid 'kern.nope'\n")
+    path = tmp_path / "log"
+    path.write_text("x")
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    assert mac.tool("stat", "-f", "%m", "--", str(path)).stdout == "1700000000\n"
+    missing = mac.tool("stat", "-f", "%m", "--", str(tmp_path / "nope"))
+    assert missing.returncode == 1
+    assert missing.stderr == f"stat: {tmp_path / 'nope'}: stat: No such file or directory\n"
