@@ -49,8 +49,8 @@ def test_lab_commands_fail_with_one_plain_line(
             "page-cache-starvation, duplicated-mxfp4-patch, cold-start, ssh-lost, "
             "unknown-failure, ghost-execstart-host, ghost-execstart-203, "
             "engine-death-clean-exit, orphan-enginecore, ghost-execstart-no-known-good, "
-            "fork-shm-ringbuffer, mamba-block-size, silent-degradation, mlx-zombie, "
-            "launchd-job-dead)\n",
+            "fork-shm-ringbuffer, mamba-block-size, silent-degradation, saturated, hung-engine, "
+            "mlx-zombie, launchd-job-dead)\n",
         ),
     ],
 )
