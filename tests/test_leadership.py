@@ -84,8 +84,8 @@ async def test_the_leader_says_so_and_a_clean_stop_hands_over_at_once(
         True,
         "a",
     )
-    assert 'fleet_supervisor_leader{instance="a"} 1\n' in metrics
-    assert "fleet_supervisor_leader_epoch 1\n" in metrics
+    assert 'fleet_supervisor_leader{instance="a"} 1.0\n' in metrics
+    assert "fleet_supervisor_leader_epoch 1.0\n" in metrics
     await a.end()
     await eventually(lambda: b.gate.supervisor is not None, within=5, what="b leading at once")
     async with await Store.open(tmp_path / "shared.db") as store, store.tx(write=False) as conn:
