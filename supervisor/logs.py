@@ -36,5 +36,7 @@ def _drop(_logger: object, _name: str, _event: object) -> NoReturn:
 
 
 def silence() -> None:
-    """For commands whose output is the answer (the demo's narration): no log lines."""
+    """For commands whose output is the answer (the demo's narration): no log lines, and no
+    warning of APScheduler's on stderr when a busy machine makes it skip a tick."""
     structlog.configure(processors=[_drop], logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
