@@ -7,7 +7,8 @@ resumes from the stored cursor (the old leader's), never from a follower's. On e
 it runs the head command once (`journalctl -n 1`, as root like the stream): that proves the host
 answers, the login works and journalctl may read the journal, and gives the follower's own
 status. Then it waits for the connection to close (SSH keepalives, 15 s x 3, find a dead one)
-and opens it again with the streams' backoff.
+and opens it again with the streams' backoff (after `retry_stream_every_s` when the login or
+the host key was refused).
 
 `hand_over()` stops the keepers and leaves the connections open for the leader's streams
 (`transports`); `start()` resumes keeping them when the instance follows again (a connection
@@ -95,9 +96,13 @@ class WarmTransports:
                 head = await transport.run(
                     head_argv(), timeout=self._settings.command_timeout_s, sudo=True
                 )
-            except TransportError as exc:
+            except TransportError as exc:  # refused for good (login, host key): as the stream
                 attempt += 1
-                delay = self._settings.backoff.delay(attempt, self._rng)
+                delay = (
+                    self._settings.retry_stream_every_s
+                    if exc.lasting
+                    else self._settings.backoff.delay(attempt, self._rng)
+                )
                 self._status[name] = f"cold: {exc.reason} (next in {delay:.1f}s)"
                 log.warning("warm connection failed", host=name, reason=exc.reason)
                 await asyncio.sleep(delay)
