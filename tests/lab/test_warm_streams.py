@@ -243,7 +243,7 @@ async def test_a_follower_keeps_the_connection_the_leaders_stream_then_uses(
     assert b.streams() == {NAME: "streaming"}
 
 
-ROUNDS = 5
+ROUNDS = 10
 
 
 async def _to_streaming(config: FleetConfig, warm: WarmTransports | None) -> float:
