@@ -42,6 +42,7 @@ from supervisor.store.target import store_target
 from supervisor.worker import EndpointWorker, Prober
 
 if TYPE_CHECKING:
+    from supervisor.hostevents import Transport
     from supervisor.notify.notifier import Notifier
 
 log = structlog.get_logger("supervisor.app")
@@ -79,6 +80,8 @@ class Supervisor:
         # host) every write, command and message is fenced by, and who to tell when refused
         self.fence: tuple[int, str, str] | None = None
         self.on_deposed: Callable[[StaleEpochError], None] | None = None
+        #: [leadership] the hosts' event-stream connections a follower kept open (the gate's)
+        self.transports: Mapping[str, Transport] | None = None
 
     @property
     def config(self) -> FleetConfig:
@@ -132,6 +135,7 @@ class Supervisor:
             forget=self._probes.drop,
             reconfigured=self._reconfigured,
             progress=ProgressReads(self._http, self.clock),
+            transports=self.transports,
         )
         await daemon.restore()  # workers from their snapshots; nothing probed yet
         # stored pauses and silences are in force before the first probe
@@ -200,6 +204,12 @@ class Supervisor:
         refused and the running config stays)."""
         self.reload_playbook()
         self._reloader.request()
+
+    async def step_down(self) -> None:
+        """[leadership] Before a clean stop releases the lease: the unit events stop and save
+        their cursors, so the next leader resumes exactly where they were."""
+        if self.daemon is not None:
+            await self.daemon.unit_events.stop()
 
     async def stop(self) -> None:
         await self.ops.stop()  # STOPPING=1, watchdog and HTTP server off

@@ -15,9 +15,10 @@ effect only when the daemon restarts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -34,6 +35,9 @@ from supervisor.store import Snapshot, Store, SubjectKind
 from supervisor.unitevents import UnitEvents
 from supervisor.worker import EndpointWorker, Prober, ProgressReader
 from supervisor.worker_state import restored_from
+
+if TYPE_CHECKING:
+    from supervisor.hostevents import Transport
 
 log = structlog.get_logger("supervisor.daemon")
 
@@ -60,6 +64,7 @@ class Daemon:
         forget: Forget | None = None,
         reconfigured: Reconfigured | None = None,
         progress: ProgressReader | None = None,
+        transports: Mapping[str, Transport] | None = None,
     ) -> None:
         self.config = config
         self._progress = progress
@@ -77,13 +82,14 @@ class Daemon:
         self._schedule: ProbeSchedule | None = None
         self._reconciling = asyncio.Lock()
         #: systemd's unit events from every host, routed to the workers (started with probing)
-        self.unit_events = UnitEvents(config, self._unit_signal)
+        self.unit_events = UnitEvents(config, self._unit_signal, store=store, transports=transports)
 
     async def restore(self) -> None:
         """Close the repairs the last run left unfinished, watch the hosts and start the
         workers from their stored snapshots. Nothing is probed yet."""
         store = self.store
         await close_interrupted(store, self.clock.now())
+        await self.unit_events.load()  # the journal cursors the last leader reached
         for name, host in self.config.hosts.items():
             if not host.local:
                 self.hosts[name] = await self._watcher(name, self.config)

@@ -6,11 +6,18 @@
   unit that failed, exited on its own or crash-loops; a `stopped` (a stop job: someone ran
   `systemctl stop`, a deploy) is evidence only: the probes find a unit left stopped, and a
   relaunch that fails is a death of its own.
-- **Resume.** Each host's journal cursor is kept in `journal-cursors.json` beside the store
-  (written every few seconds when it moved, and at stop), so a restarted daemon resumes each
-  stream where the last one stopped: nothing is missed across a restart either.
+- **Resume.** Each host's journal cursor is kept in the store (`supervisor.store.cursors`,
+  written under the leader's fence every few seconds when it moved, at once after an event was
+  delivered, and at stop: before the lease is released on a clean stop), and read by
+  `load` when a leader starts: a restarted daemon, or the next leader on a shared store,
+  resumes each stream where the last leader stopped, so nothing is missed across a restart or
+  a takeover. A `journal-cursors.json` that an older release left beside the SQLite file is
+  taken over once by `load`: its cursors go into the store (a host the store already knows
+  keeps the store's), and the file is deleted.
 - **Status.** Each host's stream status (`streaming`, `reconnecting (...)`, `polling: WHY`) is
-  kept in the same file, for `status` (which reads the store, not the daemon) and `/status`.
+  kept in the same rows, for `status` (which reads the store, not the daemon) and `/status`.
+- **Warm.** `transports` are connections a follower kept open (`supervisor.hostevents.warm`):
+  the streams run on them, and leave them open for the next follow phase.
 - **Lean.** `supervisor.hostevents` (and asyncssh with it) is imported only when some systemd
   host runs configured units.
 """
@@ -19,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
@@ -27,11 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from supervisor.clock import utcnow
 from supervisor.config import FleetConfig
 from supervisor.events import UnitSignal
+from supervisor.store import Store, StoreError
+from supervisor.store.cursors import read_streams, save_streams
 
 if TYPE_CHECKING:
     from supervisor.hostevents import HostEvents, StreamSettings, Transport, UnitEvent
+    from supervisor.hostevents.warm import WarmTransports
 
 log = structlog.get_logger("supervisor.unitevents")
 
@@ -45,7 +55,7 @@ Submit = Callable[[str, UnitSignal], None]
 
 
 def state_path(config: FleetConfig) -> Path:
-    """Where the cursors and the stream status are kept: beside the store."""
+    """Where an older release kept the cursors and the stream status: beside the SQLite file."""
     return config.store.path.with_name(CURSORS_FILE)
 
 
@@ -81,6 +91,17 @@ def _systemd_units(config: FleetConfig) -> set[tuple[str, str]]:
     }
 
 
+def warm_transports(config: FleetConfig) -> WarmTransports | None:
+    """A follower's warm connections to the remote hosts whose units are streamed (None when
+    there are none: asyncssh is not even imported)."""
+    if not _systemd_units(config):
+        return None
+    from supervisor.hostevents.warm import WarmTransports
+
+    warm = WarmTransports(config)
+    return warm if warm.transports else None
+
+
 def signal_of(endpoint: str, event: UnitEvent) -> UnitSignal:
     return UnitSignal(
         endpoint=endpoint,
@@ -101,36 +122,67 @@ def signal_of(endpoint: str, event: UnitEvent) -> UnitSignal:
 
 
 class UnitEvents:
-    """`start`, `status`, `stop`; `reconfigure` after a reload. `settings` and `transports`
-    replace the streams' defaults (tests)."""
+    """`load`, `start`, `status`, `stop`; `reconfigure` after a reload. Without a `store`
+    nothing is kept (tests). `transports` replace the streams' own (a follower's warm
+    connections, or a test's scripted host); `settings` the streams' defaults (tests)."""
 
     def __init__(
         self,
         config: FleetConfig,
         submit: Submit,
         *,
+        store: Store | None = None,
         settings: StreamSettings | None = None,
         transports: Mapping[str, Transport] | None = None,
     ) -> None:
         self.config = config
         self._submit = submit
+        self._store = store
         self._settings = settings
-        self._transports = transports
-        self._path = state_path(config)
+        self._transports = dict(transports or {})
+        self.cursors: dict[str, str] = {}  #: where the streams start (the stored cursors)
         self.hub: HostEvents | None = None
         self._tasks: list[asyncio.Task[Any]] = []
-        self._saved: dict[str, Any] = {}
+        self._saved: tuple[dict[str, str], dict[str, str]] | None = None
+        self._delivered = asyncio.Event()  #: an event went out: save its cursor at once
+
+    async def load(self) -> None:
+        """Read the stored cursors (the last leader's), taking over an older release's
+        `journal-cursors.json` first. Before `start`."""
+        if self._store is None:
+            return
+        try:
+            self.cursors = (await read_streams(self._store)).cursors
+        except StoreError as exc:
+            log.warning(
+                "journal cursors unreadable: streams start from the newest entry", error=str(exc)
+            )
+            return
+        path = state_path(self.config)
+        if not path.exists():
+            return
+        old_cursors, old_status = read_state(path)
+        taken = {h: c for h, c in old_cursors.items() if h not in self.cursors}
+        try:
+            if taken:
+                kept = {h: s for h, s in old_status.items() if h in taken}
+                await save_streams(self._store, taken, kept, at=utcnow())
+        except StoreError as exc:  # the file stays for the next start
+            log.warning("journal-cursors.json not taken over", error=str(exc))
+            return
+        path.unlink(missing_ok=True)
+        self.cursors |= taken
+        log.info("journal cursors taken over into the store", file=str(path), hosts=sorted(taken))
 
     def start(self) -> None:
         if not _systemd_units(self.config):
             return
         from supervisor.hostevents import HostEvents  # asyncssh only when needed
 
-        cursors, _ = read_state(self._path)
         self.hub = HostEvents(
             self.config,
             self._route,
-            cursors=cursors,
+            cursors=self.cursors,
             settings=self._settings,
             transports=self._transports,
         )
@@ -151,7 +203,9 @@ class UnitEvents:
             with suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
-        self._save()
+        await self._save()
+        if self.hub is not None:
+            self.cursors |= self.hub.cursors()  # a reload starts again from here
         self.hub = None
 
     async def reconfigure(self, config: FleetConfig) -> None:
@@ -160,8 +214,12 @@ class UnitEvents:
         changed = _systemd_units(config) != _systemd_units(self.config) or any(
             config.hosts.get(h) != self.config.hosts.get(h) for h, _ in _systemd_units(config)
         )
-        self.config = config
+        old, self.config = self.config, config
         if changed:
+            # a handed-over connection serves its host only while the host is unchanged
+            self._transports = {
+                h: t for h, t in self._transports.items() if old.hosts.get(h) == config.hosts.get(h)
+            }
             await self.stop()
             self.start()
 
@@ -170,23 +228,28 @@ class UnitEvents:
         for name, endpoint in self.config.endpoints.items():
             if any((ref.host, ref.unit) == pair for ref in endpoint.units):
                 self._submit(name, signal_of(name, event))
+        self._delivered.set()
 
     async def _keep(self) -> None:
+        """Save every `SAVE_EVERY_S`, and as soon as an event was delivered (the next leader
+        should not hear it again)."""
         while True:
-            await asyncio.sleep(SAVE_EVERY_S)
-            self._save()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._delivered.wait(), SAVE_EVERY_S)
+            self._delivered.clear()
+            await self._save()
 
-    def _save(self) -> None:
-        if self.hub is None:
+    async def _save(self) -> None:
+        """Write the cursors and status when they changed (fenced: a deposed leader's write is
+        refused, and the new leader's cursors stay)."""
+        if self.hub is None or self._store is None:
             return
-        document = {"cursors": self.hub.cursors(), "status": self.hub.status()}
+        document = (self.hub.cursors(), self.hub.status())
         if document == self._saved:
             return
-        tmp = self._path.with_name(f".{self._path.name}.tmp")
         try:
-            tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
-            os.replace(tmp, self._path)
-        except OSError as exc:
+            await save_streams(self._store, *document, at=utcnow())
+        except StoreError as exc:
             log.warning("journal cursors not saved", error=str(exc))
             return
         self._saved = document

@@ -14,6 +14,7 @@ from fleet_lab.vllm_sim import SimBehaviour, VllmSim
 from supervisor.cli import main
 from supervisor.events import Outcome, ProbeResult, Tier
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.store.cursors import save_streams
 from supervisor.store.lease import claim
 from supervisor.timeline import Transition
 from tests.helpers import write_fleet
@@ -364,3 +365,31 @@ async def test_probe_passes_then_fails_with_a_reason(tmp_path: Path) -> None:
         code, _, err = await _cli("--config", str(path), "probe", "nope")
         assert code == 2
         assert err == f"fleet-supervisor: no endpoint 'nope' in {path} (endpoints: ds4)\n"
+
+
+async def _streams(db: Path) -> None:
+    async with await Store.open(db) as store:
+        await save_streams(
+            store,
+            {"spark1": "s=1;i=2"},
+            {"spark1": "polling: journalctl failed: sudo: a password is required"},
+            at=datetime(2026, 11, 23, 3, 4, 2, tzinfo=UTC),
+        )
+
+
+def test_status_reads_the_event_streams_from_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fleet(tmp_path)
+    asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
+    asyncio.run(_streams(tmp_path / "state" / "supervisor.db"))
+    assert main(["--config", str(path), "status", "--json"]) == 0
+    hosts = json.loads(capsys.readouterr().out)["hosts"]
+    assert [(h["name"], h["events"]) for h in hosts] == [
+        ("forge", None),
+        ("spark1", "polling: journalctl failed: sudo: a password is required"),
+    ]
+    assert main(["--config", str(path), "status"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "warning: host spark1 unit events: polling: journalctl failed: sudo: a password is required"
+    )

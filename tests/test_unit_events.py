@@ -1,5 +1,6 @@
 """systemd's unit events in the daemon: routed to every endpoint that runs the unit, the journal
-cursors and the streams' status kept beside the store, and a death plus one confirming probe is
+cursors and the streams' status kept in the store (an older release's journal-cursors.json
+taken over once), and a death plus one confirming probe is
 down at once (real vLLM-shaped servers on loopback, a real SQLite file; the stream's transport is
 the scripted host of tests/test_hostevents.py, whose lines were recorded from real journald)."""
 
@@ -23,8 +24,10 @@ from supervisor.hostevents import Backoff, LocalTransport, StreamSettings
 from supervisor.hostevents.journal import parse_entry
 from supervisor.machine import State
 from supervisor.playbook.scopes import builtin_facts, scopes_of
+from supervisor.store import Store
+from supervisor.store.cursors import Streams, read_streams, save_streams
 from supervisor.timeline import Transition, UnitHeard
-from supervisor.unitevents import CURSORS_FILE, UnitEvents, read_state
+from supervisor.unitevents import CURSORS_FILE, UnitEvents
 from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
@@ -83,41 +86,88 @@ async def test_events_are_routed_and_the_cursor_resumes_after_a_restart(tmp_path
     def submit(name: str, signal: UnitSignal) -> None:
         seen.append((name, signal))
 
-    events = UnitEvents(
-        config,
-        submit,
-        settings=settings,
-        transports={"s1": _scripted(tmp_path / "one", recorded)},
-    )
-    events.start()
+    store = await Store.open(config.store.path)
     try:
-        await eventually(lambda: len(seen) == 4, what="two events for two endpoints")
-        assert events.status() == {"s1": "streaming"}
-    finally:
-        await events.stop()
-    assert [(name, s.kind, s.down, s.line) for name, s in seen] == [
-        ("head", "started", False, "ev-clean.service started"),
-        ("also", "started", False, "ev-clean.service started"),
-        ("head", "exited", True, "ev-clean.service exited: status=0"),
-        ("also", "exited", True, "ev-clean.service exited: status=0"),
-    ]
-    cursors, status = read_state(tmp_path / CURSORS_FILE)
-    assert cursors == {"s1": _cursor(recorded[-1])}
-    assert status == {"s1": "streaming"}
-
-    again = UnitEvents(
-        config, submit, settings=settings, transports={"s1": _scripted(tmp_path / "two", [])}
-    )
-    again.start()
-    argv = tmp_path / "two" / "argv.log"
-    try:
-        await eventually(
-            lambda: argv.exists() and "--follow" in argv.read_text(), what="the follow"
+        events = UnitEvents(
+            config,
+            submit,
+            store=store,
+            settings=settings,
+            transports={"s1": _scripted(tmp_path / "one", recorded)},
         )
+        await events.load()
+        events.start()
+        try:
+            await eventually(lambda: len(seen) == 4, what="two events for two endpoints")
+            assert events.status() == {"s1": "streaming"}
+
+            # saved at once after an event went out, not at the next 5 s
+            async def saved() -> bool:
+                return (await read_streams(store)).cursors == {"s1": _cursor(recorded[-1])}
+
+            await eventually(saved, within=2, what="the cursor saved")
+        finally:
+            await events.stop()
+        assert [(name, s.kind, s.down, s.line) for name, s in seen] == [
+            ("head", "started", False, "ev-clean.service started"),
+            ("also", "started", False, "ev-clean.service started"),
+            ("head", "exited", True, "ev-clean.service exited: status=0"),
+            ("also", "exited", True, "ev-clean.service exited: status=0"),
+        ]
+        assert await read_streams(store) == Streams(
+            cursors={"s1": _cursor(recorded[-1])}, status={"s1": "streaming"}
+        )
+        assert not (tmp_path / CURSORS_FILE).exists()
+
+        again = UnitEvents(
+            config,
+            submit,
+            store=store,
+            settings=settings,
+            transports={"s1": _scripted(tmp_path / "two", [])},
+        )
+        await again.load()
+        again.start()
+        argv = tmp_path / "two" / "argv.log"
+        try:
+            await eventually(
+                lambda: argv.exists() and "--follow" in argv.read_text(), what="the follow"
+            )
+        finally:
+            await again.stop()
     finally:
-        await again.stop()
+        await store.close()
     follow = next(line for line in argv.read_text().splitlines() if "--follow" in line)
     assert f"--after-cursor={_cursor(recorded[-1])}" in follow
+
+
+OLD_FILE = """{
+ "cursors": {"s1": "s=old;i=1", "s2": "s=old;i=2"},
+ "status": {"s1": "streaming", "s2": "polling: journalctl failed: sudo: a password is required"}
+}"""
+
+
+async def test_an_older_releases_cursor_file_is_taken_over_once(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    path = tmp_path / CURSORS_FILE
+    path.write_text(OLD_FILE)
+    store = await Store.open(config.store.path)
+    try:
+        # s1 is in the store already (a newer leader wrote it): the store's stays
+        await save_streams(store, {"s1": "s=new;i=9"}, {"s1": "streaming"}, at=datetime.now(UTC))
+        events = UnitEvents(config, lambda _n, _s: None, store=store)
+        await events.load()
+        assert not path.exists()
+        assert await read_streams(store) == Streams(
+            cursors={"s1": "s=new;i=9", "s2": "s=old;i=2"},
+            status={
+                "s1": "streaming",
+                "s2": "polling: journalctl failed: sudo: a password is required",
+            },
+        )
+        assert events.cursors == {"s1": "s=new;i=9", "s2": "s=old;i=2"}
+    finally:
+        await store.close()
 
 
 def test_a_host_that_fell_back_to_polling_is_a_warning_in_status() -> None:

@@ -11,8 +11,8 @@ from supervisor.cli.render import ago, dump, iso, num, table
 from supervisor.clock import utcnow
 from supervisor.config import FleetConfig
 from supervisor.store import Snapshot, SubjectKind
+from supervisor.store.cursors import read_streams
 from supervisor.store.lease_view import leader_view, leadership_document, leadership_line
-from supervisor.unitevents import read_state, state_path
 
 
 def main(args: argparse.Namespace) -> int:
@@ -28,6 +28,7 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
     try:
         snapshots = {(s.kind, s.name): s for s in await store.snapshots()}
         leader = await leader_view(store)
+        streams = (await read_streams(store)).status  # the leader's journal streams, as saved
     finally:
         await store.close()
     endpoints = []
@@ -42,7 +43,6 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
                 "fail_streak": snap.fail_streak if snap else 0,
             }
         )
-    _, streams = read_state(state_path(config))  # the daemon's journal streams, as it left them
     hosts = [
         {"name": name, "local": host.local, **_fields(snapshots.get((SubjectKind.HOST, name)))}
         | {"events": streams.get(name)}

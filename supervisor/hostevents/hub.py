@@ -33,7 +33,7 @@ def units_by_host(config: FleetConfig) -> dict[str, tuple[str, ...]]:
 
 class HostEvents:
     """The host-event streams of a fleet. `transports` replaces the default transport of a host
-    (tests); `settings` applies to every stream."""
+    (a follower's warm connections, tests); `settings` applies to every stream."""
 
     def __init__(
         self,
@@ -46,10 +46,12 @@ class HostEvents:
         transports: Mapping[str, Transport] | None = None,
     ) -> None:
         self.streams: dict[str, HostStream] = {}
+        self._own: list[Transport] = []  #: the transports made here (closed by `run`)
         for name, units in units_by_host(config).items():
-            transport = (transports or {}).get(name) or transport_for(
-                config.hosts[name], known_hosts_default
-            )
+            transport = (transports or {}).get(name)
+            if transport is None:
+                transport = transport_for(config.hosts[name], known_hosts_default)
+                self._own.append(transport)
             self.streams[name] = HostStream(
                 name,
                 units,
@@ -68,12 +70,13 @@ class HostEvents:
         return {name: s.cursor for name, s in self.streams.items() if s.cursor is not None}
 
     async def run(self) -> None:
-        """Run every host's stream until cancelled; the transports are closed on the way out."""
+        """Run every host's stream until cancelled; the transports made here are closed on the
+        way out (those handed in stay open: their owner, a follower's warm set, keeps them)."""
         try:
             async with asyncio.TaskGroup() as group:
                 for name, stream in self.streams.items():
                     group.create_task(stream.run(), name=f"hostevents:{name}")
         finally:
-            for stream in self.streams.values():
+            for transport in self._own:
                 with suppress(Exception):
-                    await stream.close()
+                    await transport.close()

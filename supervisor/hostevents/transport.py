@@ -228,6 +228,7 @@ class SshTransport:
         self._known_hosts_default = known_hosts_default
         self._connect_timeout = connect_timeout
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._connects = 0
 
     @property
     def connection(self) -> asyncssh.SSHClientConnection | None:
@@ -241,6 +242,7 @@ class SshTransport:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 self._conn = await connect(self.host, self._known_hosts_default)
+                self._connects += 1
         except TimeoutError:
             raise TransportError(
                 f"cannot connect to {where(self.host)}: no answer within {self._connect_timeout:g}s"
@@ -278,6 +280,16 @@ class SshTransport:
         process = await self._start(argv, sudo)
         assert self._conn is not None
         return _SshFollow(self._conn, process)
+
+    @property
+    def connects(self) -> int:
+        """How many connections this transport opened (a warm one handed over opens none)."""
+        return self._connects
+
+    async def wait_closed(self) -> None:
+        """Until the connection open now is closed (by the host, by keepalives, by `close`)."""
+        if self._conn is not None:
+            await self._conn.wait_closed()
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

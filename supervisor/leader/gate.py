@@ -13,6 +13,7 @@ import asyncio
 import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -24,6 +25,10 @@ from supervisor.store import Store
 from supervisor.store.lease import StaleEpochError
 from supervisor.store.outbox import Draft
 from supervisor.store.target import StoreTarget, store_target
+from supervisor.unitevents import warm_transports
+
+if TYPE_CHECKING:
+    from supervisor.hostevents.warm import WarmTransports
 
 log = structlog.get_logger("supervisor.leader")
 
@@ -45,6 +50,8 @@ class Gate:
         self.supervisor: Supervisor | None = None  #: while leading
         self.elector: Elector | None = None
         self.terms = 0  #: how many times this instance led
+        #: the SSH connections of the hosts' event streams, kept open while following
+        self.warm: WarmTransports | None = None
 
     def request_reload(self) -> None:
         """SIGHUP: the leading supervisor reloads; a follower has nothing loaded yet."""
@@ -53,15 +60,20 @@ class Gate:
 
     async def run(self, stop: asyncio.Event) -> None:
         store = await Store.open(self.target)
+        self.warm = warm_transports(self.config)
         try:
             while not stop.is_set():
                 await self._term(store, stop)
         finally:
+            if self.warm is not None:
+                await self.warm.close()
             await store.close()
 
     async def _term(self, store: Store, stop: asyncio.Event) -> None:
         self.elector = elector = Elector(store, self.me, self.config.store.lease)
         claims = asyncio.create_task(elector.run(), name="leader:claims")
+        if self.warm is not None:
+            self.warm.start()  # following: the event streams' connections kept open
         try:
             if not await _first(elector.leading, stop):
                 return
@@ -70,6 +82,8 @@ class Gate:
             supervisor = self._make()
             supervisor.fence = (elector.epoch, self.me.holder, self.me.host)
             supervisor.on_deposed = lambda _err: deposed.set()
+            if self.warm is not None:  # the streams run on the connections kept open
+                supervisor.transports = await self.warm.hand_over()
             self.supervisor = supervisor
             self.terms += 1
             try:
@@ -81,6 +95,7 @@ class Gate:
                 await _first(stop, _later(elector.lease_s / 3))
             finally:
                 if stop.is_set() and not elector.lost.is_set():
+                    await supervisor.step_down()  # the journal cursors saved, then released
                     await elector.release()
                 claims.cancel()
                 self.supervisor = None

@@ -10,6 +10,7 @@
 - `samples`: raw probe results, pruned by age.
 - `attempts`: one row per remediation attempt (the budget counts them; an unfinished row is a
   repair the daemon was stopped in the middle of).
+- `journal_cursors`: each host's journal cursor and event-stream status (the leader's).
 """
 
 from __future__ import annotations
@@ -158,6 +159,18 @@ leader_journal = Table(
     Column("host", Text, nullable=False),
     Column("event", Text, nullable=False),  # took_over, released, lost, refused
     Column("detail", Text, nullable=False, server_default=""),
+)
+
+# host events (`supervisor.store.cursors`): each host's journal cursor and stream status, written
+# by the leader under the fence, read by the next leader (it resumes there) and by `status`.
+
+journal_cursors = Table(
+    "journal_cursors",
+    metadata,
+    Column("host", Text, primary_key=True),
+    Column("cursor", Text, nullable=True),  # None: the stream has not read an entry yet
+    Column("status", Text, nullable=False, server_default=""),
+    Column("updated_at", UTCDateTime, nullable=False),
 )
 
 # notify (Telegram): the composer's cursor, the outbox, one thread per incident and chat, what
