@@ -20,6 +20,7 @@ from supervisor.app import Supervisor
 from supervisor.config import FleetConfig
 from supervisor.leader.elector import Elector, Me
 from supervisor.leader.words import takeover_text
+from supervisor.ops.following import FollowerHttp
 from supervisor.store import Store
 from supervisor.store.lease import StaleEpochError
 from supervisor.store.outbox import Draft
@@ -62,9 +63,12 @@ class Gate:
     async def _term(self, store: Store, stop: asyncio.Event) -> None:
         self.elector = elector = Elector(store, self.me, self.config.store.lease)
         claims = asyncio.create_task(elector.run(), name="leader:claims")
+        following = FollowerHttp(self.config, store, me=self.me.holder)  # read-only HTTP
+        await following.start()
         try:
             if not await _first(elector.leading, stop):
                 return
+            await following.stop()  # before the supervisor binds the same address
             assert elector.epoch is not None
             deposed = asyncio.Event()
             supervisor = self._make()
@@ -89,6 +93,7 @@ class Gate:
                 log.warning("following again", why=elector.lost_why or "fenced")
         finally:
             claims.cancel()
+            await following.stop()
 
     async def _announce(self, supervisor: Supervisor, elector: Elector) -> None:
         """Tell Telegram how this instance came to lead (a takeover, or a restart after an

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +39,7 @@ from supervisor.ops.view import host_views
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
-    from supervisor.daemon import Daemon
+    from supervisor.ops.source import FleetSource
 
 STATIC = Path(__file__).parent / "static"
 INCIDENTS_SHOWN = 200
@@ -76,12 +77,13 @@ def environment() -> Environment:
 
 @dataclass
 class Page:
-    daemon: Daemon
+    daemon: FleetSource
     api: ControlApi | None
     started_at: datetime
     gate: Gate
     feed: Feed
     env: Environment
+    follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
 
     # -- rendering -------------------------------------------------------------------------
 
@@ -94,6 +96,7 @@ class Page:
             session=session,
             can_act=self.api is not None and self.gate.enabled(is_loopback(request.remote or "")),
             path=request.path_qs,
+            following=self.follows() if self.follows is not None else "",
             **context,
         )
         response = web.Response(status=status, text=html, content_type="text/html")
@@ -223,6 +226,9 @@ class Page:
             return self.render(
                 request, "result.html", status=403, ok=False, text=f"refused: {exc}", back=back
             )
+        if self.follows is not None:
+            text = f"{self.follows()}; act on the leader's page"
+            return self.render(request, "result.html", status=503, ok=False, text=text, back=back)
         if self.api is None:
             text = "unavailable: the control API has not started"
             return self.render(request, "result.html", status=503, ok=False, text=text, back=back)
@@ -241,12 +247,18 @@ class Page:
 
 
 def mount_page(
-    app: web.Application, daemon: Daemon, *, control: ControlApi | None, started_at: datetime
+    app: web.Application,
+    daemon: FleetSource,
+    *,
+    control: ControlApi | None,
+    started_at: datetime,
+    follows: Callable[[], str] | None = None,
 ) -> Page:
-    """Add the page's routes to `app`; the live feed follows the store while `app` runs."""
+    """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
+    follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
     http = daemon.config.http
     gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
-    page = Page(daemon, control, started_at, gate, Feed(daemon.store), environment())
+    page = Page(daemon, control, started_at, gate, Feed(daemon.store), environment(), follows)
 
     async def on_startup(_: web.Application) -> None:
         page.feed.attach()
