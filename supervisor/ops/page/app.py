@@ -220,15 +220,15 @@ class Page:
         form = {key: str(value) for key, value in raw.items()}
         back = form.get("back", "/")
         back = back if back.startswith("/") and not back.startswith("//") else "/"
+        if self.follows is not None:
+            text = f"{self.follows()}; act on the leader's page"
+            return self.render(request, "result.html", status=503, ok=False, text=text, back=back)
         try:
             session: Session = self.gate.check(request, form.get("csrf", ""))
         except RefusedError as exc:
             return self.render(
                 request, "result.html", status=403, ok=False, text=f"refused: {exc}", back=back
             )
-        if self.follows is not None:
-            text = f"{self.follows()}; act on the leader's page"
-            return self.render(request, "result.html", status=503, ok=False, text=text, back=back)
         if self.api is None:
             text = "unavailable: the control API has not started"
             return self.render(request, "result.html", status=503, ok=False, text=text, back=back)
