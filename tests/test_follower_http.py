@@ -132,12 +132,17 @@ async def test_a_follower_names_the_leader_and_refuses_control_then_the_roles_sw
     assert await _role(a.url) == "leader"
     assert await _get(f"{b.url}/healthz") == (200, f"ok: following a on {HOST} (epoch 1)\n")
     async with httpx.AsyncClient() as client:
+        paused = await client.post(
+            f"{a.url}/control/pause", json={"why": "upgrading"}, headers={"X-Fleet-Who": "op"}
+        )
+        assert paused.status_code == 200  # the leader acts; b's board shows it from the store
         status = (await client.get(f"{b.url}/status")).json()
         metrics = (await client.get(f"{b.url}/metrics")).text
         control = await client.post(f"{b.url}/control/silence", json={"target": "m", "for": "1h"})
         board = await client.get(f"{b.url}/")
         act = await client.post(f"{b.url}/actions/silence", data={"target": "m", "for": "1h"})
         rules = await client.get(f"{b.url}/rules")
+        endpoint = await client.get(f"{b.url}/endpoints/m")
     assert status["role"] == "follower"
     leadership = {k: v for k, v in status["leadership"].items() if k in _STABLE}
     assert leadership == {
@@ -160,9 +165,12 @@ async def test_a_follower_names_the_leader_and_refuses_control_then_the_roles_sw
         board.text
     )
     assert 'action="/actions/' not in board.text  # no action forms
+    assert "<li>paused <b>everything</b> by op (http): upgrading</li>" in board.text
     assert act.status_code == 503
     assert f"{refusal}; act on the leader&#39;s page" in act.text
     assert rules.status_code == 200
+    assert endpoint.status_code == 200
+    assert "· <b>automatic action is paused</b></p>" in endpoint.text
     config = str(b.gate.config.source)
     assert await _cli(capsys, "--config", config, "silence", "m", "--for", "1h") == (
         2,

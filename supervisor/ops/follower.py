@@ -9,8 +9,9 @@
   leadership gauges (`fleet_supervisor_leader{instance="b"} 0`).
 - `/control/*`: 503 JSON, `this instance follows: a on forge leads (epoch 3); send control
   requests there` (what the CLI's control commands print).
-- the fleet page: the board, incidents, timelines and rules from the store under a banner
-  naming the leader; no action forms, and an action posted anyway is refused naming the leader.
+- the fleet page: the board (with the silences, pauses and control journal), incidents,
+  timelines and rules from the store under a banner naming the leader; no action forms, and an
+  action posted anyway is refused naming the leader.
 
 Every request first reads the snapshots and the lease (one query each); when the store does not
 answer, every route says so with a 503.
@@ -62,7 +63,14 @@ class FollowerServer(HttpSite):
         for path, handler in plain.items():
             app.router.add_route("*", path, get_only(handler))
         app.router.add_route("*", PREFIX + "{name}", self.control)
-        mount_page(app, fleet, control=None, started_at=self._started_at, follows=fleet.follows)
+        mount_page(
+            app,
+            fleet,
+            control=None,
+            started_at=self._started_at,
+            follows=fleet.follows,
+            reads=fleet.control,
+        )
         app.router.add_route("*", "/{tail:.*}", not_found)
         return app
 

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from supervisor.clock import Clock
 from supervisor.config import Endpoint, FleetConfig
+from supervisor.control.model import JournalRow, PauseRow, SilenceRow
 from supervisor.playbook.loader import Playbook
 from supervisor.store import Snapshot, Store
 
@@ -66,3 +67,18 @@ class FleetSource(Protocol):
 
     @property
     def playbook(self) -> Callable[[], Playbook]: ...
+
+
+class ControlReads(Protocol):
+    """What the page reads of the control API: the leader's `ControlApi`, or a follower's
+    `supervisor.ops.stored_control.StoredControl`."""
+
+    async def journal(
+        self, subject: str | None = None, *, latest: int | None = None
+    ) -> list[JournalRow]: ...
+
+    async def silences(self) -> list[SilenceRow]: ...
+
+    def pauses(self) -> list[PauseRow]: ...
+
+    def paused(self, endpoint: str) -> str: ...

@@ -1,7 +1,8 @@
 """The fleet as the store last saw it, for a follower's HTTP side: every configured endpoint
 from its stored snapshot (`unknown` when none was ever stored), every watched host from its,
-the rules from the playbook folder, the unit-event streams as `status` reads them, and who
-leads. A `FleetSource` like the running daemon, read afresh by `refresh` before each request.
+the rules from the playbook folder, the unit-event streams as `status` reads them, the
+silences, pauses and control journal, and who leads. A `FleetSource` like the running daemon,
+read afresh by `refresh` before each request.
 
 What a follower says about who leads (its /healthz, its control refusals, the page's banner):
 
@@ -21,6 +22,7 @@ from functools import partial
 
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Endpoint, FleetConfig
+from supervisor.ops.stored_control import StoredControl
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.store import Snapshot, Store, SubjectKind
 from supervisor.store.lease_view import LeaderView, leader_view
@@ -89,6 +91,7 @@ class StoredFleet:
         self.workers: dict[str, StoredEndpoint] = {}
         self.hosts: dict[str, StoredHost] = {}
         self.unit_events = StoredStreams(config)
+        self.control = StoredControl(store, self.clock)  #: silences, pauses, control journal
         self.leader: LeaderView | None = None  #: as the last refresh read it
 
     @property
@@ -102,6 +105,7 @@ class StoredFleet:
             async with asyncio.timeout(STORE_DEADLINE):
                 snapshots = await self.store.snapshots()
                 view = await leader_view(self.store)
+                await self.control.load()
         except TimeoutError:
             return f"the store did not answer within {STORE_DEADLINE:g}s"
         except Exception as exc:  # what a store error says is the answer

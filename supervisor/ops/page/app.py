@@ -39,7 +39,7 @@ from supervisor.ops.view import host_views
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
-    from supervisor.ops.source import FleetSource
+    from supervisor.ops.source import ControlReads, FleetSource
 
 STATIC = Path(__file__).parent / "static"
 INCIDENTS_SHOWN = 200
@@ -84,6 +84,11 @@ class Page:
     feed: Feed
     env: Environment
     follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
+    reads: ControlReads | None = None  #: silences, pauses, journal (default: the API's)
+
+    def __post_init__(self) -> None:
+        if self.reads is None:
+            self.reads = self.api
 
     # -- rendering -------------------------------------------------------------------------
 
@@ -108,11 +113,12 @@ class Page:
         return response
 
     async def _board_context(self) -> dict[str, Any]:
-        journal = (await self.api.journal(latest=JOURNAL_SHOWN))[::-1] if self.api else []
+        reads = self.reads
+        journal = (await reads.journal(latest=JOURNAL_SHOWN))[::-1] if reads else []
         return {
             "board": await board(self.daemon, host_views(self.daemon)),
-            "silences": await self.api.silences() if self.api else [],
-            "pauses": self.api.pauses() if self.api else [],
+            "silences": await reads.silences() if reads else [],
+            "pauses": reads.pauses() if reads else [],
             "journal": journal,
         }
 
@@ -167,9 +173,9 @@ class Page:
         worker = self.daemon.workers.get(name)
         if worker is None:
             raise web.HTTPNotFound(text=f"no endpoint {name!r}\n")
-        journal = (await self.api.journal(name))[::-1] if self.api else []
+        journal = (await self.reads.journal(name))[::-1] if self.reads else []
         incidents = await self.daemon.store.incidents(subject=name, limit=20)
-        paused = self.api.paused(name) if self.api else ""
+        paused = self.reads.paused(name) if self.reads else ""
         return self.render(
             request,
             "endpoint.html",
@@ -253,12 +259,15 @@ def mount_page(
     control: ControlApi | None,
     started_at: datetime,
     follows: Callable[[], str] | None = None,
+    reads: ControlReads | None = None,
 ) -> Page:
     """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
     follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
     http = daemon.config.http
     gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
-    page = Page(daemon, control, started_at, gate, Feed(daemon.store), environment(), follows)
+    page = Page(
+        daemon, control, started_at, gate, Feed(daemon.store), environment(), follows, reads
+    )
 
     async def on_startup(_: web.Application) -> None:
         page.feed.attach()
