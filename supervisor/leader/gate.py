@@ -64,8 +64,9 @@ class Gate:
         self.elector = elector = Elector(store, self.me, self.config.store.lease)
         claims = asyncio.create_task(elector.run(), name="leader:claims")
         following = FollowerHttp(self.config, store, me=self.me.holder)  # read-only HTTP
-        await following.start()
         try:
+            if await _first(elector.claimed, stop) and not elector.leading.is_set():
+                await following.start()  # it follows: served until it leads
             if not await _first(elector.leading, stop):
                 return
             await following.stop()  # before the supervisor binds the same address
