@@ -3,8 +3,8 @@
 
 - `/healthz`: 200 `ok: following a on forge (epoch 3)` (`ok: following; no instance leads right
   now ...` between two leaders); 503 `unhealthy: ...` when its store does not answer.
-- `/status`: the `status --json` document from the stored snapshots, `leadership` as the
-  leader's has it, and `role: follower`.
+- `/status`: the `status --json` document (the stored snapshots), `leadership` as the leader's
+  has it, and `role: follower`.
 - `/metrics`: the fleet's series from the stored snapshots, samples and attempts, and the
   leadership gauges (`fleet_supervisor_leader{instance="b"} 0`).
 - `/control/*`: 503 JSON, `this instance follows: a on forge leads (epoch 3); send control
@@ -97,6 +97,9 @@ class FollowerServer(HttpSite):
 
     async def _status(self, request: web.Request) -> web.Response:
         document = status_document(await gather(self.fleet, self._started_at))
+        for endpoint in document["endpoints"]:  # as `status --json`: never seen, no since
+            if endpoint["name"] in self.fleet.unseen:
+                endpoint["since"] = None
         document["leadership"] = leadership_document(self._leader())
         document["role"] = "follower"
         return web.Response(text=json.dumps(document, indent=2), content_type="application/json")

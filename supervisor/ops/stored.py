@@ -93,6 +93,7 @@ class StoredFleet:
         self.unit_events = StoredStreams(config)
         self.control = StoredControl(store, self.clock)  #: silences, pauses, control journal
         self.leader: LeaderView | None = None  #: as the last refresh read it
+        self.unseen: frozenset[str] = frozenset()  #: endpoints with no stored snapshot
 
     @property
     def playbook(self) -> Callable[[], Playbook]:
@@ -113,6 +114,9 @@ class StoredFleet:
         self.leader = replace(view, me=self.me)
         now = self.clock.now()
         stored = {(s.kind, s.name): s for s in snapshots}
+        self.unseen = frozenset(
+            name for name in self.config.endpoints if (SubjectKind.ENDPOINT, name) not in stored
+        )
         self.workers = {
             name: StoredEndpoint(
                 endpoint=endpoint,
