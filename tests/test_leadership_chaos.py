@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -66,6 +68,7 @@ class Fleet:
     pidfile: Path
     procs: dict[str, asyncio.subprocess.Process]
     bots: dict[str, BotApiStub]  #: each instance talks to its own Bot API (to tell who spoke)
+    urls: dict[str, str]  #: each instance's `http.listen`
 
     def config(self, instance: str) -> Path:
         return self.root / instance / "fleet.yaml"
@@ -149,7 +152,7 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
     (playbook / "revive.yaml").write_text(
         RULE.format(marker=marker, hold=3, start=_start(marker, port, pidfile))
     )
-    bots = {}
+    bots, urls = {}, {}
     for instance in ("a", "b"):
         folder = tmp_path / instance
         folder.mkdir()
@@ -168,7 +171,9 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
             },
             remediation={"verify_every": "200ms"},
             playbook=str(playbook),
+            http={"listen": f"127.0.0.1:{free_port()}"},
         )
+        urls[instance] = "http://" + yaml.safe_load(path.read_text())["http"]["listen"]
         document = yaml.safe_load(path.read_text())
         document["store"] = {"url": target.url, "instance": instance}
         document["notify"] = {
@@ -180,7 +185,7 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
             }
         }
         path.write_text(yaml.safe_dump(document, sort_keys=False))
-    fleet = Fleet(tmp_path, target, port, marker, pidfile, {}, bots)
+    fleet = Fleet(tmp_path, target, port, marker, pidfile, {}, bots, urls)
     yield fleet
     for bot in bots.values():
         await bot.stop()
@@ -199,6 +204,30 @@ async def _a_leads_and_heals_then_b_follows(fleet: Fleet) -> None:
     await eventually(lambda: fleet.healed(1), within=60, what="a healing the first fault")
     await fleet.start("b")
     await eventually(lambda: fleet.events("b", "following") != [], within=20, what="b following")
+    await _serves(fleet, "b", "follower", f"ok: following a on {socket.gethostname()} (epoch 1)")
+    status = await _get(fleet, "a", "/status")
+    assert (status["role"], status["leadership"]["leader"]) == ("leader", "a")
+
+
+async def _get(fleet: Fleet, instance: str, path: str) -> Any:
+    async with httpx.AsyncClient() as client:
+        return (await client.get(fleet.urls[instance] + path)).json()
+
+
+async def _serves(fleet: Fleet, instance: str, role: str, health: str) -> None:
+    """`instance` answers as `role` (after a takeover its port changes hands), its /healthz
+    says `health`."""
+
+    async def serves() -> bool:
+        try:
+            return bool((await _get(fleet, instance, "/status"))["role"] == role)
+        except (httpx.TransportError, ValueError):
+            return False
+
+    await eventually(serves, within=20, what=f"{instance} answering as the {role}")
+    async with httpx.AsyncClient() as client:
+        answer = await client.get(fleet.urls[instance] + "/healthz")
+    assert (answer.status_code, answer.text) == (200, health + "\n")
 
 
 async def test_a_killed_leader_is_replaced_within_the_lease_and_the_next_fault_healed(
@@ -214,6 +243,9 @@ async def test_a_killed_leader_is_replaced_within_the_lease_and_the_next_fault_h
     assert taken.detail == "from a on " + taken.host + " (epoch 1, expired)"
     assert taken.at_ms - killed <= LEASE_S * 1000 + 500
     await eventually(lambda: fleet.events("b", "started") != [], within=20, what="b started")
+    await _serves(fleet, "b", "leader", "ok")  # the roles swapped: b's port serves the leader
+    status = await _get(fleet, "b", "/status")
+    assert (status["leadership"]["leader"], status["leadership"]["epoch"]) == ("b", 2)
     await eventually(
         lambda: fleet.events("b", "telegram: bot up") != [], within=20, what="b's bot polling"
     )
@@ -242,6 +274,10 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
         lambda: _refused(fleet, "a"), within=30, what="a's stale writes refused and recorded"
     )
     await eventually(lambda: fleet.events("a", "following") != [], within=30, what="a follows")
+    host = socket.gethostname()
+    await _serves(fleet, "a", "follower", f"ok: following b on {host} (epoch 2)")  # swapped
+    status = await _get(fleet, "b", "/status")
+    assert (status["role"], status["leadership"]["leader"]) == ("leader", "b")
     entries, attempts = await fleet.read()
     assert [(a.epoch, a.outcome) for a in attempts] == [(1, "interrupted"), (2, "healed")]
     assert (fleet.steps("step1"), fleet.steps("step2")) == (2, 1)  # a never ran step 2
@@ -255,7 +291,6 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
     assert a.returncode is None  # it lives on, as a follower
     assert [m.text for m in fleet.bots["a"].sent if m.received_at >= woke] == []  # said nothing
     said = fleet.bots["b"].texts(CHAT)
-    host = socket.gethostname()
     takeover = [t for t in said if t.startswith(f"🔁 <b>b on {host} took over</b>")]
     assert len(takeover) == 1
     assert takeover[0].startswith(f"🔁 <b>b on {host} took over</b> from a on {host} after ")

@@ -114,7 +114,10 @@ def _who() -> str:
 def main(args: argparse.Namespace) -> int:
     config = load(args)
     if args.command == "silences":
-        _, document = call(config, "GET", "/control/silences", None)
+        status, document = call(config, "GET", "/control/silences", None)
+        if status != 200:  # a follower names the leader
+            print(f"fleet-supervisor: {document.get('text', '')}", file=sys.stderr)
+            return 2
         if args.json:
             print(json.dumps(document, indent=2))
         else:

@@ -50,6 +50,7 @@ class Elector:
         self.seen: Lease | None = None  #: the lease as last read
         self.won: Lease | None = None  #: the lease as we took it (its `previous` says from whom)
         self.leading = asyncio.Event()
+        self.claimed = asyncio.Event()  #: the first claim decided (or the store did not answer)
         self.lost = asyncio.Event()
         self.lost_why = ""
         self._valid_until = 0.0
@@ -106,6 +107,7 @@ class Elector:
     async def run(self) -> None:
         while not self.lost.is_set():
             await self.step()
+            self.claimed.set()
             await asyncio.sleep(self.next_wait())
 
     def next_wait(self) -> float:

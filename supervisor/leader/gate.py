@@ -21,6 +21,7 @@ from supervisor.app import Supervisor
 from supervisor.config import FleetConfig
 from supervisor.leader.elector import Elector, Me
 from supervisor.leader.words import takeover_text
+from supervisor.ops.following import FollowerHttp
 from supervisor.store import Store
 from supervisor.store.lease import StaleEpochError
 from supervisor.store.outbox import Draft
@@ -74,9 +75,13 @@ class Gate:
         claims = asyncio.create_task(elector.run(), name="leader:claims")
         if self.warm is not None:
             self.warm.start()  # following: the event streams' connections kept open
+        following = FollowerHttp(self.config, store, me=self.me.holder)  # read-only HTTP
         try:
+            if await _first(elector.claimed, stop) and not elector.leading.is_set():
+                await following.start()  # it follows: served until it leads
             if not await _first(elector.leading, stop):
                 return
+            await following.stop()  # before the supervisor binds the same address
             assert elector.epoch is not None
             deposed = asyncio.Event()
             supervisor = self._make()
@@ -104,6 +109,7 @@ class Gate:
                 log.warning("following again", why=elector.lost_why or "fenced")
         finally:
             claims.cancel()
+            await following.stop()
 
     async def _announce(self, supervisor: Supervisor, elector: Elector) -> None:
         """Tell Telegram how this instance came to lead (a takeover, or a restart after an

@@ -18,7 +18,7 @@ from supervisor.store import Snapshot, Store
 from supervisor.timefmt import iso
 
 if TYPE_CHECKING:
-    from supervisor.daemon import Daemon
+    from supervisor.ops.source import FleetSource
 
 
 RUNNING = "running"
@@ -58,7 +58,7 @@ class FleetView:
     remediations: Mapping[tuple[str, str], int]  #: (rule, result) -> attempts
 
 
-async def gather(daemon: Daemon, started_at: datetime) -> FleetView:
+async def gather(daemon: FleetSource, started_at: datetime) -> FleetView:
     """The fleet as the live daemon sees it."""
     store = daemon.store
     endpoints = []
@@ -84,7 +84,7 @@ async def gather(daemon: Daemon, started_at: datetime) -> FleetView:
     )
 
 
-def host_views(daemon: Daemon) -> tuple[HostView, ...]:
+def host_views(daemon: FleetSource) -> tuple[HostView, ...]:
     """Every configured host as its watcher sees it (no watcher: state `unknown`)."""
     hosts = []
     streams = daemon.unit_events.status()

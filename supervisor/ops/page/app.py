@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +39,7 @@ from supervisor.ops.view import host_views
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
-    from supervisor.daemon import Daemon
+    from supervisor.ops.source import ControlReads, FleetSource
 
 STATIC = Path(__file__).parent / "static"
 INCIDENTS_SHOWN = 200
@@ -76,12 +77,18 @@ def environment() -> Environment:
 
 @dataclass
 class Page:
-    daemon: Daemon
+    daemon: FleetSource
     api: ControlApi | None
     started_at: datetime
     gate: Gate
     feed: Feed
     env: Environment
+    follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
+    reads: ControlReads | None = None  #: silences, pauses, journal (default: the API's)
+
+    def __post_init__(self) -> None:
+        if self.reads is None:
+            self.reads = self.api
 
     # -- rendering -------------------------------------------------------------------------
 
@@ -94,6 +101,7 @@ class Page:
             session=session,
             can_act=self.api is not None and self.gate.enabled(is_loopback(request.remote or "")),
             path=request.path_qs,
+            following=self.follows() if self.follows is not None else "",
             **context,
         )
         response = web.Response(status=status, text=html, content_type="text/html")
@@ -105,11 +113,12 @@ class Page:
         return response
 
     async def _board_context(self) -> dict[str, Any]:
-        journal = (await self.api.journal(latest=JOURNAL_SHOWN))[::-1] if self.api else []
+        reads = self.reads
+        journal = (await reads.journal(latest=JOURNAL_SHOWN))[::-1] if reads else []
         return {
             "board": await board(self.daemon, host_views(self.daemon)),
-            "silences": await self.api.silences() if self.api else [],
-            "pauses": self.api.pauses() if self.api else [],
+            "silences": await reads.silences() if reads else [],
+            "pauses": reads.pauses() if reads else [],
             "journal": journal,
         }
 
@@ -164,9 +173,9 @@ class Page:
         worker = self.daemon.workers.get(name)
         if worker is None:
             raise web.HTTPNotFound(text=f"no endpoint {name!r}\n")
-        journal = (await self.api.journal(name))[::-1] if self.api else []
+        journal = (await self.reads.journal(name))[::-1] if self.reads else []
         incidents = await self.daemon.store.incidents(subject=name, limit=20)
-        paused = self.api.paused(name) if self.api else ""
+        paused = self.reads.paused(name) if self.reads else ""
         return self.render(
             request,
             "endpoint.html",
@@ -217,6 +226,9 @@ class Page:
         form = {key: str(value) for key, value in raw.items()}
         back = form.get("back", "/")
         back = back if back.startswith("/") and not back.startswith("//") else "/"
+        if self.follows is not None:
+            text = f"{self.follows()}; act on the leader's page"
+            return self.render(request, "result.html", status=503, ok=False, text=text, back=back)
         try:
             session: Session = self.gate.check(request, form.get("csrf", ""))
         except RefusedError as exc:
@@ -241,12 +253,21 @@ class Page:
 
 
 def mount_page(
-    app: web.Application, daemon: Daemon, *, control: ControlApi | None, started_at: datetime
+    app: web.Application,
+    daemon: FleetSource,
+    *,
+    control: ControlApi | None,
+    started_at: datetime,
+    follows: Callable[[], str] | None = None,
+    reads: ControlReads | None = None,
 ) -> Page:
-    """Add the page's routes to `app`; the live feed follows the store while `app` runs."""
+    """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
+    follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
     http = daemon.config.http
     gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
-    page = Page(daemon, control, started_at, gate, Feed(daemon.store), environment())
+    page = Page(
+        daemon, control, started_at, gate, Feed(daemon.store), environment(), follows, reads
+    )
 
     async def on_startup(_: web.Application) -> None:
         page.feed.attach()

@@ -13,7 +13,7 @@ from supervisor.ops.page.spark import sparkline
 from supervisor.ops.view import HostView
 
 if TYPE_CHECKING:
-    from supervisor.daemon import Daemon
+    from supervisor.ops.source import FleetSource
 
 SPARK_WINDOW = timedelta(hours=6)
 """How far back the sparklines look."""
@@ -70,7 +70,7 @@ def _ttft(points: Sequence[Point]) -> list[float]:
     return [p.ttft_s for p in points if p.ttft_s is not None]
 
 
-async def board(daemon: Daemon, hosts: tuple[HostView, ...]) -> Board:
+async def board(daemon: FleetSource, hosts: tuple[HostView, ...]) -> Board:
     now = daemon.clock.now()
     workers = list(daemon.workers.items())
     history = await recent_points(daemon.store, [n for n, _ in workers], since=now - SPARK_WINDOW)
