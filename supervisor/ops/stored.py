@@ -1,6 +1,6 @@
 """The fleet as the store last saw it, for a follower's HTTP side: every configured endpoint
 from its stored snapshot (`unknown` when none was ever stored), every watched host from its,
-the rules from the playbook folder, the unit-event streams as `status` reads them, the
+the rules from the playbook folder, the unit-event streams as the leader saved them, the
 silences, pauses and control journal, and who leads. A `FleetSource` like the running daemon,
 read afresh by `refresh` before each request.
 
@@ -25,8 +25,8 @@ from supervisor.config import Endpoint, FleetConfig
 from supervisor.ops.stored_control import StoredControl
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.store.cursors import read_streams
 from supervisor.store.lease_view import LeaderView, leader_view
-from supervisor.unitevents import read_state, state_path
 
 STORE_DEADLINE = 2.0
 """Seconds the store has to answer a request's read (as the leader's /healthz)."""
@@ -51,12 +51,12 @@ class StoredHost:
 
 @dataclass(frozen=True)
 class StoredStreams:
-    """The hosts' unit-event streams as the daemon of this box last wrote them down."""
+    """The hosts' unit-event streams as the leader last saved them (`journal_cursors`)."""
 
-    config: FleetConfig
+    saved: Mapping[str, str]
 
     def status(self) -> Mapping[str, str]:
-        return read_state(state_path(self.config))[1]
+        return self.saved
 
 
 def leader_words(view: LeaderView) -> str:
@@ -90,7 +90,7 @@ class StoredFleet:
         self.clock: Clock = clock or SystemClock()
         self.workers: dict[str, StoredEndpoint] = {}
         self.hosts: dict[str, StoredHost] = {}
-        self.unit_events = StoredStreams(config)
+        self.unit_events = StoredStreams({})
         self.control = StoredControl(store, self.clock)  #: silences, pauses, control journal
         self.leader: LeaderView | None = None  #: as the last refresh read it
         self.unseen: frozenset[str] = frozenset()  #: endpoints with no stored snapshot
@@ -107,11 +107,13 @@ class StoredFleet:
                 snapshots = await self.store.snapshots()
                 view = await leader_view(self.store)
                 await self.control.load()
+                streams = await read_streams(self.store)
         except TimeoutError:
             return f"the store did not answer within {STORE_DEADLINE:g}s"
         except Exception as exc:  # what a store error says is the answer
             return f"the store does not answer: {exc}"
         self.leader = replace(view, me=self.me)
+        self.unit_events = StoredStreams(streams.status)
         now = self.clock.now()
         stored = {(s.kind, s.name): s for s in snapshots}
         self.unseen = frozenset(
