@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
-from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.store import Snapshot, Store, StoreError, SubjectKind
 from supervisor.store.lease import Lease, StaleEpochError, claim, current, journal, release
 from supervisor.store.target import StoreTarget
+from tests.pgserver import PgServer
 
 LONG = 60_000
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -146,3 +148,30 @@ async def test_the_same_instance_restarted_takes_its_lease_at_once(store: Store)
         "took_over",
         "from a on forge (epoch 1, restarted)",
     )
+
+
+async def test_a_leader_frozen_inside_a_transaction_does_not_hold_off_the_takeover(
+    pg_server: PgServer,
+) -> None:
+    """A leader frozen (SIGSTOP) in the middle of a fenced write holds the lease row FOR SHARE
+    on an open session: the server ends that session once it sat idle in its transaction for a
+    third of the lease, so the follower's claim is not blocked for the whole freeze."""
+    target = replace(pg_server.database(), idle_in_transaction_s=0.3)
+    async with await Store.open(target) as frozen, await Store.open(target) as follower:
+        await _claim(frozen, "a", None, lease_ms=0)  # run out, not yet taken over
+        frozen.fence_epoch, frozen.fence_holder, frozen.fence_host = 1, "a", "a-host"
+        inside, never = asyncio.Event(), asyncio.Event()
+
+        async def write_then_freeze() -> None:
+            async with frozen.tx(write=True):  # the fence's FOR SHARE read is done here
+                inside.set()
+                await never.wait()  # the process stopped: its session idles in the transaction
+
+        stuck = asyncio.create_task(write_then_freeze())
+        await inside.wait()
+        async with asyncio.timeout(5):
+            taken = await _claim(follower, "b", None)
+        assert (taken.epoch, taken.holder, taken.took_over) == (2, "b", True)
+        never.set()  # the frozen leader wakes: its session is gone, its write never lands
+        with pytest.raises(StoreError, match=r"^cannot write to store "):
+            await stuck

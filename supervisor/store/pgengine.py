@@ -33,7 +33,17 @@ def make_pg_engine(target: PgTarget) -> AsyncEngine:
         target.sqlalchemy_url(),
         pool_pre_ping=True,  # a connection the server dropped (restart) is replaced, not used
         pool_size=4,
-        connect_args={"timeout": CONNECT_TIMEOUT_S, "command_timeout": 30},
+        connect_args={
+            "timeout": CONNECT_TIMEOUT_S,
+            "command_timeout": 30,
+            # a frozen leader's open transaction must not hold the lease row for a follower's
+            # claim (`supervisor.store.lease`): the server ends such a session
+            "server_settings": {
+                "idle_in_transaction_session_timeout": str(
+                    max(1, round(target.idle_in_transaction_s * 1000))
+                )
+            },
+        },
     )
 
 

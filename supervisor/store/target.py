@@ -25,6 +25,10 @@ class PgTarget:
 
     url: str
     password: str | None = None
+    #: the server ends a session idle inside a transaction this long (a frozen leader's, holding
+    #: the lease row): a third of the lease (at least 1 s), so a follower's claim is not held
+    #: off past the lease
+    idle_in_transaction_s: float = 5.0
 
     def sqlalchemy_url(self) -> URL:
         url = parse_pg_url(self.url)
@@ -80,4 +84,8 @@ def store_target(settings: StoreSettings) -> StoreTarget:
             raise StoreError(
                 f"cannot read store.password_file {settings.password_file}: {err.strerror or err}"
             ) from None
-    return PgTarget(url=settings.url, password=password or None)  # empty: PGPASSWORD
+    return PgTarget(
+        url=settings.url,
+        password=password or None,  # empty: PGPASSWORD
+        idle_in_transaction_s=max(1.0, settings.lease.total_seconds() / 3),
+    )
