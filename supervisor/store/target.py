@@ -8,6 +8,7 @@ itself), so `str()` of a target, used in every error, never shows one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -68,6 +69,8 @@ class StoreSettings(Protocol):
     def url(self) -> str | None: ...
     @property
     def password_file(self) -> Path | None: ...
+    @property
+    def lease(self) -> timedelta: ...
 
 
 def store_target(settings: StoreSettings) -> StoreTarget:
