@@ -67,6 +67,7 @@ def test_the_target_takes_the_password_from_its_file(tmp_path: Path) -> None:
     assert target == PgTarget(url="postgresql+asyncpg://fleet@db:5433/fleet", password="s3cret")
     assert str(target) == "postgresql+asyncpg://fleet@db:5433/fleet"  # never the password
     assert "s3cret" not in repr(str(target))
+    assert "s3cret" not in repr(target)
     assert target.sqlalchemy_url().password == "s3cret"
     sqlite = parse_config(_config("{path: s.db}"), source="fleet.yaml", base_dir=tmp_path)
     assert store_target(sqlite.store) == tmp_path / "s.db"

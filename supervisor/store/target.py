@@ -7,7 +7,7 @@ itself), so `str()` of a target, used in every error, never shows one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
@@ -25,7 +25,7 @@ class PgTarget:
     """A PostgreSQL store: `url` without a password, `password` from a file or None."""
 
     url: str
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  #: never in a repr (a log line)
     #: the server ends a session idle inside a transaction this long (a frozen leader's, holding
     #: the lease row): a third of the lease (at least 1 s), so a follower's claim is not held
     #: off past the lease
