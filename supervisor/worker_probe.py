@@ -58,6 +58,9 @@ _SLACK_S = 0.5
 
 
 class ProbingEndpoint(EndpointRecord):
+    """An endpoint record judged from its probes; probes and progress reads run through
+    `queue.abortable`, so commands are served meanwhile and a lost host abandons them."""
+
     def __init__(
         self,
         endpoint: Endpoint,

@@ -32,6 +32,8 @@ from supervisor.worker_state import Restored, WallDeadline
 
 
 class EndpointRecord:
+    """The endpoint's state and its writes; `EndpointWorker` is the one that calls them."""
+
     def __init__(
         self,
         endpoint: Endpoint,
