@@ -95,7 +95,8 @@ def describe(err: ErrorDetails, model: type[BaseModel]) -> str:
 
 
 CUSTOM_ERRORS = frozenset({"duration", "range", "url", "path"})
-"""Error types raised by `supervisor.config.models` validators with a finished sentence."""
+"""Error types raised by the config validators (`supervisor.config.fields.fail`) with a finished
+sentence."""
 
 
 def unknown_key_message(model: type[BaseModel] | None) -> str:

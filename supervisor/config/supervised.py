@@ -1,0 +1,116 @@
+"""What the fleet config supervises: the hosts, the service units on them, and the endpoints
+they serve (each with its kind, URL, model and its own probe settings)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from supervisor.config.fields import Duration, FilePath, Flag, Frozen, Port, Rate, Text, fail
+from supervisor.config.messages import render_value
+from supervisor.config.sections import ProbeSettings
+
+EndpointKind = Literal["openai", "ollama", "health", "embedding", "rerank"]
+MODEL_KINDS: frozenset[str] = frozenset({"openai", "ollama", "embedding", "rerank"})
+"""Kinds whose probe names a model, so `model` is required."""
+COMPLETION_KINDS: frozenset[str] = frozenset({"openai", "ollama"})
+"""Kinds probed with a real chat completion (reasoning text, tokens per second)."""
+
+
+class Host(Frozen):
+    name: str = Field(description="the host's key under `hosts`")
+    address: Text | None = Field(default=None, description="SSH address (IP or DNS name)")
+    user: Text | None = Field(default=None, description="SSH user (default: the SSH client's)")
+    port: Port = Field(default=22, description="SSH port (1-65535)")
+    key: FilePath | None = Field(
+        default=None, description="SSH private key file (relative: to the config's folder)"
+    )
+    known_hosts: FilePath | None = Field(
+        default=None, description="known_hosts file (default: the SSH client's)"
+    )
+    check_host_key: Flag = Field(default=True, description="verify the host's SSH key")
+    local: Flag = Field(
+        default=False, description="the box the daemon runs on: commands run without SSH"
+    )
+    service_manager: Literal["systemd", "launchd"] = Field(
+        default="systemd", description="how services are managed: `systemd` or `launchd`"
+    )
+
+
+class UnitRef(Frozen):
+    host: Text = Field(description="the host the unit runs on (a key under `hosts`)")
+    unit: Text = Field(
+        description="the service unit, e.g. `vllm-ds4-head.service`; on a launchd host the "
+        "job's label, e.g. `com.fleet.mlx-kimi`"
+    )
+    domain: Text | None = Field(
+        default=None,
+        description="launchd hosts only, required there: `gui/<uid>` (a LaunchAgent), "
+        "`user/<uid>` or `system` (a LaunchDaemon)",
+    )
+    plist: Text | None = Field(
+        default=None,
+        description="launchd hosts only, required there: the job's plist on the Mac (absolute, "
+        "or `~/` for the SSH user's home), for `launchctl bootstrap`",
+    )
+    container: Text | None = Field(default=None, description="docker container the unit runs")
+    known_good: Text | None = Field(
+        default=None, description="the known-good launch script or command for this unit"
+    )
+
+
+class Endpoint(Frozen):
+    name: str = Field(description="the endpoint's key under `endpoints`")
+    kind: EndpointKind = Field(description="`openai`, `ollama`, `health`, `embedding` or `rerank`")
+    url: Text = Field(
+        description="base URL, `http://` or `https://` (for `health`: the URL to GET)"
+    )
+    model: Text | None = Field(
+        default=None,
+        description="model name the probes ask for, as the server lists it",
+    )
+    expect_reasoning: Flag = Field(
+        default=False, description="the completion must return reasoning text (openai, ollama)"
+    )
+    baseline_tok_s: Rate | None = Field(
+        default=None, description="normal decode tokens per second (openai, ollama); more than 0"
+    )
+    startup_grace: Duration = Field(
+        default=timedelta(minutes=10), description="startup grace for this endpoint"
+    )
+    host: Text | None = Field(
+        default=None,
+        description="the host serving it (a key under `hosts`), for endpoints without units",
+    )
+    units: tuple[UnitRef, ...] = Field(
+        default=(), description="the service units that serve it, in restart order"
+    )
+    probe: ProbeSettings = Field(
+        default=ProbeSettings(),
+        description="any `defaults.probe` key, for this endpoint only; the others are inherited",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        stripped = value.rstrip("/")
+        try:
+            parts = urlsplit(stripped)
+            _ = parts.port  # raises ValueError for a port that is not a number in range
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            valid = False
+        if not valid or any(char.isspace() for char in value):
+            message = f"expected an http:// or https:// URL, got {render_value(value)}"
+            raise fail("url", message)
+        return stripped
+
+    def hosts(self) -> tuple[str, ...]:
+        """The hosts that serve this endpoint: unit hosts in order, then `host`, no repeats."""
+        names = [unit.host for unit in self.units]
+        if self.host is not None:
+            names.append(self.host)
+        return tuple(dict.fromkeys(names))
