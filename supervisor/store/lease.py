@@ -49,6 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.store.dialect import upsert
 from supervisor.store.errors import StoreError
+from supervisor.store.listen import LEASE, notify
 from supervisor.store.schema import leader_journal, leader_lease
 
 LEASE_ID = 1
@@ -194,6 +195,7 @@ async def claim(
     await write_journal(
         conn, at_ms=now, epoch=new_epoch, holder=holder, host=host, event="took_over", detail=detail
     )
+    await notify(conn, LEASE, str(new_epoch))  # on commit: the other instances claim at once
     return Lease(
         epoch=new_epoch,
         holder=holder,
@@ -243,6 +245,7 @@ async def release(conn: AsyncConnection, *, holder: str, epoch: int) -> bool:
         event="released",
         detail="stopped",
     )
+    await notify(conn, LEASE, str(epoch))  # on commit: a follower claims at once
     return True
 
 
