@@ -112,12 +112,16 @@ class Gate:
                 log.exception("leading failed; following again")
                 await _first(stop, _later(elector.lease_s / 3))
             finally:
-                if stop.is_set() and not elector.lost.is_set():
-                    await supervisor.step_down()  # the journal cursors saved, then released
-                    await elector.release()
-                claims.cancel()
+                clean = stop.is_set() and not elector.lost.is_set()
+                if clean:  # the journal cursors saved, then every write under our epoch, then
+                    await supervisor.step_down()  # the lease released (a follower takes it at
+                else:  # once: nothing of ours may write after that)
+                    claims.cancel()
                 self.supervisor = None
                 await _stop(supervisor)
+                claims.cancel()
+                if clean:
+                    await elector.release()
             if not stop.is_set():
                 log.warning("following again", why=elector.lost_why or "fenced")
         finally:
