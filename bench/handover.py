@@ -135,9 +135,10 @@ async def bench(args: argparse.Namespace, results: Path | None) -> None:
         [
             f"Two leadership Gates in one process on one PostgreSQL store (a temporary local "
             f"cluster), lease {args.lease:g} s (a follower claims every {args.lease / 3:g} s). "
-            "The leader is stopped cleanly (what SIGTERM does: its supervisor steps down, the "
+            "The leader is stopped cleanly (what SIGTERM does: its supervisor stops, then the "
             "lease is released) at a random phase of the follower's claims; the time is from "
-            "the stop to the follower leading (this process's clock), and from the `released` "
+            "the stop to the follower leading (this process's clock, polled every 20 ms), and "
+            "from the `released` "
             "to the `took_over` entry of the leadership journal (the database's clock). Before: "
             "the follower's claim loop alone (`Gate(listen=False)`); after: the release is "
             "announced (LISTEN/NOTIFY) and the follower claims at once.",

@@ -18,8 +18,6 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from supervisor.config import load_config
-from supervisor.ops.following import FollowerHttp
 from supervisor.ops.page import feed
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.store.lease import claim, journal, release
@@ -184,25 +182,25 @@ async def test_a_clean_stop_hands_over_at_once_on_postgresql(
 async def test_a_followers_page_streams_an_entry_another_process_commits(
     tmp_path: Path, target: PgTarget, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """b follows (a holds the lease) and serves its page; another Store commits an entry."""
     monkeypatch.setattr(feed, "TICK_S", 60.0)  # no tick re-reads the store within the deadline
-    config = load_config(_config(tmp_path, target, "b", lease="15s"))
-    listener = Listener(target)
-    listener.start()
-    async with await Store.open(target) as mine, await Store.open(target) as writer:
-        following = FollowerHttp(config, mine, me="b", listener=listener)
-        await following.start()
+    async with await Store.open(target) as writer:
+        async with writer.tx(write=True) as conn:
+            await claim(conn, holder="a", host="elsewhere", epoch=None, lease_ms=600_000)
+        b = Running(_config(tmp_path, target, "b", lease="60s"))
         try:
-            await asyncio.wait_for(listener.connected.wait(), 10)
-            url = f"http://{config.http.listen}/events"
-            async with httpx.AsyncClient() as client, client.stream("GET", url) as events:
+            await eventually(lambda: _following(b), within=20, what="b following and listening")
+            async with (
+                httpx.AsyncClient() as client,
+                client.stream("GET", f"{b.url}/events") as events,
+            ):
                 lines = events.aiter_lines()
                 assert await anext(lines) == "retry: 2000"
                 incident, entry = await _incident(writer)
                 async with asyncio.timeout(3):
                     frame = [line async for line in _until_data(lines)]
         finally:
-            await following.stop()
-            await listener.close()
+            await b.end()
     assert frame == [
         "event: timeline",
         f"id: {entry}",
@@ -210,6 +208,18 @@ async def test_a_followers_page_streams_an_entry_another_process_commits(
         f'{incident}, "type": "transition", "kind": "transition", "summary": '
         '"healthy -> down: x"}',
     ]
+
+
+async def _following(run: Running) -> bool:
+    """Its follower's page is served, and its listener listens."""
+    if not run.gate.listener.connected.is_set():
+        return False
+    try:
+        async with httpx.AsyncClient() as client:
+            health = await client.get(f"{run.url}/healthz")
+    except httpx.TransportError:
+        return False
+    return health.text == "ok: following a on elsewhere (epoch 1)\n"
 
 
 async def _until_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:

@@ -112,10 +112,13 @@ class Gate:
                 log.exception("leading failed; following again")
                 await _first(stop, _later(elector.lease_s / 3))
             finally:
+                # a clean stop: the journal cursors saved, the supervisor stopped (its last
+                # writes under our epoch, the lease still renewed), then the lease released; a
+                # follower takes it at once, so nothing of ours may write after that
                 clean = stop.is_set() and not elector.lost.is_set()
-                if clean:  # the journal cursors saved, then every write under our epoch, then
-                    await supervisor.step_down()  # the lease released (a follower takes it at
-                else:  # once: nothing of ours may write after that)
+                if clean:
+                    await supervisor.step_down()
+                else:
                     claims.cancel()
                 self.supervisor = None
                 await _stop(supervisor)
