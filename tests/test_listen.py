@@ -119,6 +119,21 @@ async def test_the_listener_comes_back_after_the_server_drops_its_connection(
         await eventually(lambda: (TIMELINE, str(entry)) in got, within=5, what="the new entry")
 
 
+async def test_the_listener_waits_out_a_database_restart(
+    pg_server: PgServer, target: PgTarget, heard: tuple[Listener, list[tuple[str, str]]]
+) -> None:
+    listener, got = heard
+    await asyncio.to_thread(pg_server.stop)
+    try:
+        await eventually(lambda: not listener.connected.is_set(), within=10, what="it noticed")
+    finally:
+        await asyncio.to_thread(pg_server.start)
+    await eventually(lambda: listener.connects == 2, within=10, what="a second connection")
+    async with await Store.open(target) as store:
+        _, entry = await _incident(store)
+    await eventually(lambda: (TIMELINE, str(entry)) in got, within=5, what="the new entry")
+
+
 async def test_on_sqlite_the_listener_is_a_no_op(tmp_path: Path) -> None:
     listener = Listener(tmp_path / "s.db")
     listener.subscribe(LEASE, lambda _p: None)

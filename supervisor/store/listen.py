@@ -105,6 +105,8 @@ class Listener:
         self._deliver(channel, payload)
 
     async def _run(self, target: PgTarget) -> None:
+        """Connect and listen until closed; a failure to connect doubles the pause before the
+        next try (up to the longest), a connection that was up starts over from the first."""
         import asyncpg  # the driver, only for a PostgreSQL store
 
         pause = self._backoff[0]
@@ -113,7 +115,7 @@ class Listener:
                 conn = await asyncpg.connect(
                     dsn(target), password=target.password, timeout=CONNECT_TIMEOUT_S
                 )
-            except (OSError, TimeoutError, asyncpg.PostgresError) as err:
+            except Exception as err:  # refused, timed out, a bad password: tried again later
                 log.warning("listen: cannot connect", error=str(err) or type(err).__name__)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, self._backoff[1])
@@ -121,7 +123,7 @@ class Listener:
             try:
                 await self._listen(conn)
                 pause = self._backoff[0]
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+            except Exception as err:  # a ping unanswered, the connection dropped mid-LISTEN
                 log.warning("listen: connection lost", error=str(err) or type(err).__name__)
             finally:
                 self.connected.clear()
