@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import pytest
 import yaml
 from sqlalchemy import text
 
+from supervisor.leader.elector import Elector, Me
 from supervisor.ops.page import feed
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.store.lease import claim, journal, release
@@ -143,6 +144,30 @@ async def test_on_sqlite_the_listener_is_a_no_op(tmp_path: Path) -> None:
     words = "no channel 'x': one of fleet_supervisor_lease, fleet_supervisor_timeline"
     with pytest.raises(ValueError, match=f"^{re.escape(words)}$"):
         listener.subscribe("x", lambda _p: None)
+
+
+async def test_a_woken_follower_claims_at_once(
+    tmp_path: Path,
+) -> None:
+    """On a SQLite file (nothing announces there): a 60 s lease, a follower that claims every
+    20 s on its own, and leads within a second of `wake` once the lease was released."""
+    async with await Store.open(tmp_path / "s.db") as store:
+        async with store.tx(write=True) as conn:
+            held = await claim(conn, holder="a", host="h", epoch=None, lease_ms=60_000)
+        elector = Elector(store, Me(holder="b", host="h"), timedelta(seconds=60))
+        claims = asyncio.create_task(elector.run())
+        try:
+            await eventually(lambda: elector.seen is not None, within=5, what="b's first claim")
+            async with store.tx(write=True) as conn:
+                assert await release(conn, holder="a", epoch=held.epoch)
+            assert not elector.is_leading  # not until it claims again
+            elector.wake()
+            await eventually(lambda: elector.is_leading, within=1, what="b leading at once")
+        finally:
+            claims.cancel()
+    previous = elector.won.previous if elector.won is not None else None
+    assert previous is not None
+    assert (elector.epoch, previous.holder, previous.released) == (2, "a", True)
 
 
 def _config(tmp_path: Path, target: PgTarget, instance: str, *, lease: str) -> Path:
