@@ -44,3 +44,23 @@ def test_leadership_smoke(tmp_path: Path) -> None:
     assert 0 < float(median.removesuffix(" s")) <= 3.5  # within the lease (3 s) and its claim
     assert "## Store engines: PostgreSQL beside SQLite\n" in text
     assert "| 5 | PostgreSQL |" in text
+
+
+def test_handover_smoke(tmp_path: Path) -> None:
+    """Two clean stops each way (lease 3 s) on a real PostgreSQL: with LISTEN/NOTIFY the
+    follower leads well before its next claim would have come."""
+    why = pg_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    text = bench_smoke(ROOT, ["bench/handover.py"], tmp_path / "RESULTS.md")
+    head = "## Clean stop: the follower leads\n\n- command: `.venv/bin/python bench/handover.py"
+    assert head in text
+    rows = {
+        row.split(" | ")[0]: row.split(" | ")
+        for row in text.splitlines()
+        if row.startswith(("| claim loop only", "| LISTEN/NOTIFY"))
+    }
+    assert list(rows) == ["| claim loop only (before)", "| LISTEN/NOTIFY (after)"]
+    assert [r[1] for r in rows.values()] == ["2", "2"]
+    after = rows["| LISTEN/NOTIFY (after)"]
+    assert float(after[4].removesuffix(" s |")) < 0.5  # released -> took_over: one claim

@@ -1,4 +1,6 @@
-"""The claim loop: every third of the lease, renew it (leading) or try to take it (following).
+"""The claim loop: every third of the lease, renew it (leading) or try to take it (following),
+and at once when `wake` is called (the store announced a release or a takeover:
+`supervisor.store.listen`; the loop's own pace stays the fallback).
 
 A leader that cannot renew steps down on its own once its lease is over by its monotonic clock,
 measured from *before* the last renewal that succeeded: a follower can only take over once the
@@ -12,6 +14,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -55,6 +58,7 @@ class Elector:
         self.lost_why = ""
         self._valid_until = 0.0
         self.errors = 0  #: claims the store did not answer
+        self._woken = asyncio.Event()
 
     @property
     def is_leading(self) -> bool:
@@ -108,7 +112,14 @@ class Elector:
         while not self.lost.is_set():
             await self.step()
             self.claimed.set()
-            await asyncio.sleep(self.next_wait())
+            with suppress(TimeoutError):
+                async with asyncio.timeout(self.next_wait()):
+                    await self._woken.wait()
+            self._woken.clear()
+
+    def wake(self, _payload: str = "") -> None:
+        """Claim now, not at the next third of the lease (a `LEASE` notification)."""
+        self._woken.set()
 
     def next_wait(self) -> float:
         """A third of the lease; a leader never sleeps past its lease, a follower wakes just

@@ -2,9 +2,11 @@
 its epoch, and back to following when it loses the lease (or the fence refuses it).
 
 A follower runs no probe, no repair and no notifier (one Telegram poller at a time); it claims
-the lease every third of it. The new leader's supervisor starts from the store as a restart
-would (`supervisor.restore` marks attempts the old leader left `interrupted`, and the runner
-decides afresh), and tells Telegram it took over: from whom, after how long.
+the lease every third of it, and at once when the store announces a release or a takeover
+(PostgreSQL's LISTEN/NOTIFY, `supervisor.store.listen`: a clean stop hands over at once). The
+new leader's supervisor starts from the store as a restart would (`supervisor.restore` marks
+attempts the old leader left `interrupted`, and the runner decides afresh), and tells Telegram
+it took over: from whom, after how long.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from supervisor.leader.words import takeover_text
 from supervisor.ops.following import FollowerHttp
 from supervisor.store import Store
 from supervisor.store.lease import StaleEpochError
+from supervisor.store.listen import LEASE, Listener
 from supervisor.store.outbox import Draft
 from supervisor.store.target import StoreTarget, store_target
 from supervisor.unitevents import warm_transports
@@ -43,7 +46,9 @@ class Gate:
     """`run(stop)`: follow, lead, follow ... until `stop` is set; the lease is released on a
     clean stop so a follower takes over at once."""
 
-    def __init__(self, config: FleetConfig, make: Callable[[], Supervisor]) -> None:
+    def __init__(
+        self, config: FleetConfig, make: Callable[[], Supervisor], *, listen: bool = True
+    ) -> None:
         self.config = config
         self.me = me_of(config)
         self._make = make
@@ -53,6 +58,9 @@ class Gate:
         self.terms = 0  #: how many times this instance led
         #: the SSH connections of the hosts' event streams, kept open while following
         self.warm: WarmTransports | None = None
+        #: the store's notifications (a no-op on SQLite, or with listen=False: the claim loop's
+        #: own pace only)
+        self.listener = Listener(self.target if listen else None)
 
     def request_reload(self) -> None:
         """SIGHUP: the leading supervisor reloads; a follower has nothing loaded yet."""
@@ -62,20 +70,25 @@ class Gate:
     async def run(self, stop: asyncio.Event) -> None:
         store = await Store.open(self.target)
         self.warm = warm_transports(self.config)
+        self.listener.start()
         try:
             while not stop.is_set():
                 await self._term(store, stop)
         finally:
+            await self.listener.close()
             if self.warm is not None:
                 await self.warm.close()
             await store.close()
 
     async def _term(self, store: Store, stop: asyncio.Event) -> None:
         self.elector = elector = Elector(store, self.me, self.config.store.lease)
+        unsubscribe = self.listener.subscribe(LEASE, elector.wake)
         claims = asyncio.create_task(elector.run(), name="leader:claims")
         if self.warm is not None:
             self.warm.start()  # following: the event streams' connections kept open
-        following = FollowerHttp(self.config, store, me=self.me.holder)  # read-only HTTP
+        following = FollowerHttp(  # read-only HTTP
+            self.config, store, me=self.me.holder, listener=self.listener
+        )
         try:
             if await _first(elector.claimed, stop) and not elector.leading.is_set():
                 await following.start()  # it follows: served until it leads
@@ -99,15 +112,23 @@ class Gate:
                 log.exception("leading failed; following again")
                 await _first(stop, _later(elector.lease_s / 3))
             finally:
-                if stop.is_set() and not elector.lost.is_set():
-                    await supervisor.step_down()  # the journal cursors saved, then released
-                    await elector.release()
-                claims.cancel()
+                # a clean stop: the journal cursors saved, the supervisor stopped (its last
+                # writes under our epoch, the lease still renewed), then the lease released; a
+                # follower takes it at once, so nothing of ours may write after that
+                clean = stop.is_set() and not elector.lost.is_set()
+                if clean:
+                    await supervisor.step_down()
+                else:
+                    claims.cancel()
                 self.supervisor = None
                 await _stop(supervisor)
+                claims.cancel()
+                if clean:
+                    await elector.release()
             if not stop.is_set():
                 log.warning("following again", why=elector.lost_why or "fenced")
         finally:
+            unsubscribe()
             claims.cancel()
             await following.stop()
 

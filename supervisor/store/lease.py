@@ -8,6 +8,10 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
   its ``expires_ms`` is past on the *database's* clock, and taking it over adds one to
   ``epoch``: two claimants are serialised by the row lock, the second sees the first's new
   expiry and follows. So at most one instance holds an unexpired lease, and epochs never repeat.
+- **Clean stop**: the leader stops its supervisor (its last writes pass the fence under its own
+  epoch), then releases the lease; the release (as any takeover) is announced in the same
+  transaction (`supervisor.store.listen`, PostgreSQL's NOTIFY), so a follower claims at once
+  instead of at its next claim. The announcement is only a hint: the row decides.
 - **Killed leader**: it stops renewing; the lease runs out (15 s by default) and a follower
   takes it with epoch + 1.
 - **Frozen leader** (SIGSTOP): the same, and when it wakes it still believes it leads until its
@@ -49,6 +53,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.store.dialect import upsert
 from supervisor.store.errors import StoreError
+from supervisor.store.listen import LEASE, notify
 from supervisor.store.schema import leader_journal, leader_lease
 
 LEASE_ID = 1
@@ -194,6 +199,7 @@ async def claim(
     await write_journal(
         conn, at_ms=now, epoch=new_epoch, holder=holder, host=host, event="took_over", detail=detail
     )
+    await notify(conn, LEASE, str(new_epoch))  # on commit: the other instances claim at once
     return Lease(
         epoch=new_epoch,
         holder=holder,
@@ -243,6 +249,7 @@ async def release(conn: AsyncConnection, *, holder: str, epoch: int) -> bool:
         event="released",
         detail="stopped",
     )
+    await notify(conn, LEASE, str(epoch))  # on commit: a follower claims at once
     return True
 
 

@@ -23,6 +23,7 @@ from supervisor.store.dialect import upsert
 from supervisor.store.engine import open_engine, reason, transaction
 from supervisor.store.errors import StoreError, StoreRefusedError
 from supervisor.store.lease import StaleEpochError
+from supervisor.store.listen import TIMELINE, notify
 from supervisor.store.records import (
     AttemptRow,
     IncidentRow,
@@ -321,7 +322,9 @@ async def _insert_entry(conn: AsyncConnection, incident_id: int, entry: Timeline
         await conn.execute(
             update(incidents).where(incidents.c.id == incident_id).values(diagnosis=record.cause)
         )
-    return _new_id(result.inserted_primary_key)
+    entry_id = _new_id(result.inserted_primary_key)
+    await notify(conn, TIMELINE, str(entry_id))  # on commit: followers' pages stream it
+    return entry_id
 
 
 async def _upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
