@@ -208,7 +208,8 @@ def _engines_body(
         [
             f"Incident queries through the Store API on {args.events:,} timeline events "
             f"(filled in {sqlite[0]:.1f} s on SQLite, {pg[0]:.1f} s on PostgreSQL over "
-            f"loopback TCP), {args.runs} runs each.",
+            f"loopback TCP, then vacuumed as autovacuum would: `bench/queries.py`'s `settle`), "
+            f"{args.runs} runs each.",
             "",
             "| query | SQLite median | SQLite p95 | PostgreSQL median | PostgreSQL p95 |",
             "|---|---|---|---|---|",

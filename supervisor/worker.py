@@ -56,6 +56,7 @@ from supervisor.policy import (
 )
 from supervisor.progress import Progress
 from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.store.lease import StaleEpochError
 from supervisor.summaries import probe_entry, resolution_text, transition_entry, unit_entry
 from supervisor.worker_commands import Command, Fire, ProbeOnce, Record, WorkerStopped
 from supervisor.worker_state import Restored, WallDeadline
@@ -196,6 +197,12 @@ class EndpointWorker:
                     return
                 try:
                     await self._handle(item)
+                except StaleEpochError as err:  # deposed (the fence refused a write): it ends
+                    self._log.warning("deposed", stops="the worker", refused=str(err))
+                    if isinstance(item, _COMMANDS) and not item.reply.done():
+                        item.reply.set_exception(err)
+                    self._stop()
+                    return
                 except Exception as exc:  # one bad event (the store locked, say) never ends it
                     self._log.exception("event failed", item=type(item).__name__)
                     if isinstance(item, _COMMANDS) and not item.reply.done():

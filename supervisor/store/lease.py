@@ -50,6 +50,8 @@ LEASE_ID = 1
 class StaleEpochError(StoreError):
     """A deposed leader tried to write or act: the lease's epoch is no longer its own."""
 
+    expected_end = True  #: not a crash: logged as a warning without traceback (`supervisor.logs`)
+
     def __init__(self, *, mine: int, current: int, holder: str, what: str) -> None:
         self.mine, self.current, self.holder, self.what = mine, current, holder, what
         super().__init__(
