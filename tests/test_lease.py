@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from datetime import UTC, datetime
 
 import pytest
 
-from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.store import Snapshot, Store, StoreError, SubjectKind, pgengine
 from supervisor.store.lease import Lease, StaleEpochError, claim, current, journal, release
 from supervisor.store.target import StoreTarget
+from tests.pgserver import PgServer
 
 LONG = 60_000
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -146,3 +148,33 @@ async def test_the_same_instance_restarted_takes_its_lease_at_once(store: Store)
         "took_over",
         "from a on forge (epoch 1, restarted)",
     )
+
+
+@pytest.mark.parametrize(("idle_ms", "taken_over"), [(1000, True), (0, False)])
+async def test_a_leader_frozen_inside_a_write_does_not_hold_the_lease_row(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch, idle_ms: int, taken_over: bool
+) -> None:
+    """SIGSTOP in the middle of a write: its transaction stays open, holding the fence's share
+    lock on the lease row, which every claim locks. The server ends it after
+    `IDLE_IN_TRANSACTION_MS` (shortened here), and the follower takes over once the lease ran
+    out; without that limit (0: none) the follower would wait as long as the freeze."""
+    monkeypatch.setattr(pgengine, "IDLE_IN_TRANSACTION_MS", idle_ms)
+    target = pg_server.database()
+    async with await Store.open(target) as leader, await Store.open(target) as follower:
+        await _claim(leader, "a", None, lease_ms=idle_ms // 2)
+        leader.fence_epoch = 1
+        frozen = leader.tx(write=True)
+        await frozen.__aenter__()  # the fence has read the lease row; then nothing: frozen
+        try:
+            async with asyncio.timeout(idle_ms / 1000 + 3 if taken_over else 3):
+                await _claim(follower, "b", None)  # waits for the row (its clock read before)
+                taken: Lease | None = await _claim(follower, "b", None)
+        except TimeoutError:
+            taken = None
+        with suppress(StoreError):  # the server ended it (or it commits, late)
+            await frozen.__aexit__(None, None, None)
+    if taken_over:
+        assert taken is not None
+        assert (taken.epoch, taken.holder, taken.took_over) == (2, "b", True)
+    else:
+        assert taken is None

@@ -16,7 +16,10 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
   there is not its own (`StaleEpochError`), and each command (`supervisor.executor.fenced`)
   and each message (the notifier's sender) asks the fence right before it goes out. The row
   lock orders a fenced write against a takeover: it either committed before the new epoch
-  (and the new leader sees it) or it is refused. A refusal is written to the journal.
+  (and the new leader sees it) or it is refused. A refusal is written to the journal. A leader
+  frozen *inside* a transaction would keep that share lock, and every claim, waiting: the server
+  ends a transaction its client leaves idle for 5 s (`pgengine.IDLE_IN_TRANSACTION_MS`), so the
+  lock goes with it, well within the lease.
 - **The same instance started again** (its name and host in the lease, and the process that
   held it gone from this host, or the same process beginning a new term after it stopped its
   supervisor) takes its own lease over at once with a new epoch, so a restart

@@ -18,6 +18,11 @@ from supervisor.store.errors import StoreError
 from supervisor.store.target import PgTarget
 
 CONNECT_TIMEOUT_S = 5.0
+#: A transaction left open this long by its client is ended by the server, and its locks with
+#: it: a leader frozen (SIGSTOP) inside a write holds the lease row (the fence's share lock),
+#: and no follower could take the lease over until then. Well under the lease (15 s by
+#: default); every store transaction is one call's few statements.
+IDLE_IN_TRANSACTION_MS = 5000
 
 meta_metadata = MetaData()
 store_meta = Table(
@@ -33,7 +38,11 @@ def make_pg_engine(target: PgTarget) -> AsyncEngine:
         target.sqlalchemy_url(),
         pool_pre_ping=True,  # a connection the server dropped (restart) is replaced, not used
         pool_size=4,
-        connect_args={"timeout": CONNECT_TIMEOUT_S, "command_timeout": 30},
+        connect_args={
+            "timeout": CONNECT_TIMEOUT_S,
+            "command_timeout": 30,
+            "server_settings": {"idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_MS)},
+        },
     )
 
 
