@@ -32,6 +32,7 @@ from supervisor.remediation.runner import Remediator
 from supervisor.restore import close_interrupted, stored_snapshot
 from supervisor.schedule import ProbeSchedule
 from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.store.lease import StaleEpochError
 from supervisor.unitevents import UnitEvents
 from supervisor.worker import EndpointWorker, Prober, ProgressReader
 from supervisor.worker_state import restored_from
@@ -201,7 +202,10 @@ class Daemon:
             worker.submit(Stop(endpoint=worker.name, at=self.clock.now()))
         for task in self._tasks:
             with suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(task, timeout=_DRAIN_SECONDS)
+                try:
+                    await asyncio.wait_for(task, timeout=_DRAIN_SECONDS)
+                except StaleEpochError as err:  # its last write refused: deposed, it ended
+                    log.warning("deposed", stops=task.get_name(), refused=str(err))
 
     async def reconcile(self, new: FleetConfig) -> list[str]:
         """Apply a validated config without losing state; returns what changed, one line each.

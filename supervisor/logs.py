@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import NoReturn
+from collections.abc import MutableMapping
+from typing import Any, NoReturn
 
 import structlog
 
@@ -22,6 +23,7 @@ def configure(*, json: bool | None = None, level: str = "info") -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            expected_ends,
             structlog.processors.format_exc_info,
             renderer,
         ],
@@ -29,6 +31,24 @@ def configure(*, json: bool | None = None, level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=False,
     )
+
+
+def expected_ends(
+    _logger: object, _name: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """An error that is an expected end, not a crash (its class says `expected_end = True`: a
+    deposed leader's refused write, `StaleEpochError`), logged from wherever it surfaces: a
+    warning that names it (`refused`), without traceback."""
+    exc = event.get("exc_info")
+    if exc is True:
+        exc = sys.exc_info()[1]
+    elif isinstance(exc, tuple):
+        exc = exc[1]
+    if isinstance(exc, BaseException) and getattr(exc, "expected_end", False):
+        del event["exc_info"]
+        event["level"] = "warning"
+        event["refused"] = str(exc)
+    return event
 
 
 def _drop(_logger: object, _name: str, _event: object) -> NoReturn:

@@ -16,7 +16,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
+import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.schedulers.base import STATE_PAUSED
 
 from supervisor.clock import Clock
 from supervisor.config import FleetConfig
@@ -24,7 +26,10 @@ from supervisor.events import ProbeTick, Tier
 from supervisor.hosts import HostWatcher
 from supervisor.playbook.live import LivePlaybook
 from supervisor.store import Store
+from supervisor.store.lease import StaleEpochError
 from supervisor.worker import EndpointWorker
+
+log = structlog.get_logger("supervisor.schedule")
 
 _PRUNE_EVERY = timedelta(hours=1)
 _WATCH_EVERY = timedelta(seconds=5)
@@ -63,6 +68,10 @@ class ProbeSchedule:
                 self._running.add(task)
             try:
                 await job()
+            except StaleEpochError as err:  # deposed: no job starts any more
+                if self._scheduler.running and self._scheduler.state != STATE_PAUSED:
+                    self._scheduler.pause()
+                    log.warning("deposed", stops="the schedule", refused=str(err))
             finally:
                 if task is not None:
                     self._running.discard(task)

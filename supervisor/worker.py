@@ -40,6 +40,7 @@ from supervisor.events import (
 from supervisor.machine import Change, FleetMachine, State, Trigger
 from supervisor.policy import Streaks
 from supervisor.store import Store, TimelineEntry
+from supervisor.store.lease import StaleEpochError
 from supervisor.worker_commands import Command, Fire, ProbeOnce, Record
 from supervisor.worker_probe import HostCheck, Prober, ProbingEndpoint, ProgressReader
 from supervisor.worker_queue import WorkerQueue
@@ -94,6 +95,12 @@ class EndpointWorker(ProbingEndpoint):
                     return
                 try:
                     await self._handle(item)
+                except StaleEpochError as err:  # deposed (the fence refused a write): it ends
+                    self._log.warning("deposed", stops="the worker", refused=str(err))
+                    if isinstance(item, _COMMANDS) and not item.reply.done():
+                        item.reply.set_exception(err)
+                    self._stop()
+                    return
                 except Exception as exc:  # one bad event (the store locked, say) never ends it
                     self._log.exception("event failed", item=type(item).__name__)
                     if isinstance(item, _COMMANDS) and not item.reply.done():

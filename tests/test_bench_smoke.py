@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench import queries
+from supervisor.store.engine import open_engine
 from tests.helpers import bench_smoke
+from tests.pgserver import PgServer
 from tests.pgserver import unavailable as pg_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,3 +70,36 @@ def test_handover_smoke(tmp_path: Path) -> None:
     assert [r[1] for r in rows.values()] == ["2", "2"]
     after = rows["| LISTEN/NOTIFY (after)"]
     assert float(after[4].removesuffix(" s |")) < 0.5  # released -> took_over: one claim
+NEWEST_50 = "SELECT * FROM incidents ORDER BY opened_at DESC, id DESC LIMIT 50"
+
+
+@pytest.mark.parametrize(("settled", "most"), [(False, None), (True, 50)])
+async def test_the_query_bench_measures_a_vacuumed_postgresql_store(
+    pg_server: PgServer, settled: bool, most: int | None
+) -> None:
+    """Each timeline append bumps its incident's `entries`: right after the bulk fill the
+    incidents are one row version per event, which the newest-50 query walks through, unless
+    the fill ends with the vacuum autovacuum does to a live store (`bench/queries.py`)."""
+    target = pg_server.database()
+    with pytest.MonkeyPatch.context() as patch:
+        if not settled:
+            patch.setattr(queries, "settle", _no_vacuum)
+        count = await queries.fill(target, 20_000, 1000, 5)
+    assert count == 20
+    engine = await open_engine(target, create=False)
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SET enable_seqscan = off"))  # the big store's plan: the index
+            plan = (await conn.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {NEWEST_50}"))).all()
+    finally:
+        await engine.dispose()
+    top = next(r[0] for r in plan if "Buffers: shared" in r[0])  # the plan's total
+    buffers = sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+    if most is None:
+        assert buffers > 200  # 20,000 row versions of 20 incidents
+    else:
+        assert buffers <= most
+
+
+async def _no_vacuum(_engine: AsyncEngine) -> None:
+    return None

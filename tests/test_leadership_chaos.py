@@ -34,6 +34,7 @@ from tests.pgserver import PgServer
 pytestmark = pytest.mark.slow
 
 LEASE_S = 15.0  # the default lease
+REFUSED = "refused under stale epoch 1: b leads with epoch 2 ("  # what a deposed `a` logs
 CHAT = 1001
 USER = 7
 RULE = """\
@@ -118,15 +119,15 @@ class Fleet:
 
     def events(self, instance: str, name: str) -> list[float]:
         """When `instance` logged `name` (its own clock: both run on this host)."""
+        return [_stamp(e["timestamp"]) for e in self.logged(instance) if e["event"] == name]
+
+    def logged(self, instance: str) -> list[dict[str, Any]]:
+        """`instance`'s JSON log lines."""
         found = []
         for line in self.log(instance).read_text().splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name:
-                found.append(_stamp(event["timestamp"]))
-        return found
+            with suppress(ValueError):
+                found.append(json.loads(line))
+        return [e for e in found if isinstance(e, dict) and "event" in e]
 
 
 def _stamp(text: str) -> float:
@@ -295,6 +296,12 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
     assert len(takeover) == 1
     assert takeover[0].startswith(f"🔁 <b>b on {host} took over</b> from a on {host} after ")
     assert takeover[0].endswith("s without a heartbeat (epoch 2)")
+    # a deposed leader goes quiet: each component says once that it stops, none crashes
+    assert "Traceback" not in fleet.log("a").read_text()
+    deposed = [e for e in fleet.logged("a") if e["event"] == "deposed"]
+    assert {(e["level"], e["refused"].startswith(REFUSED)) for e in deposed} == {("warning", True)}
+    stops = [e["stops"] for e in deposed]
+    assert len(stops) == len(set(stops))
 
 
 async def _status(bot: BotApiStub) -> str:

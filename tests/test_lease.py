@@ -150,13 +150,15 @@ async def test_the_same_instance_restarted_takes_its_lease_at_once(store: Store)
     )
 
 
+@pytest.mark.parametrize(("idle_s", "taken_over"), [(0.3, True), (60.0, False)])
 async def test_a_leader_frozen_inside_a_transaction_does_not_hold_off_the_takeover(
-    pg_server: PgServer,
+    pg_server: PgServer, idle_s: float, taken_over: bool
 ) -> None:
     """A leader frozen (SIGSTOP) in the middle of a fenced write holds the lease row FOR SHARE
     on an open session: the server ends that session once it sat idle in its transaction for a
-    third of the lease, so the follower's claim is not blocked for the whole freeze."""
-    target = replace(pg_server.database(), idle_in_transaction_s=0.3)
+    third of the lease, so the follower's claim is not blocked for the whole freeze (with a
+    limit longer than the freeze, the claim still waits 3 s later)."""
+    target = replace(pg_server.database(), idle_in_transaction_s=idle_s)
     async with await Store.open(target) as frozen, await Store.open(target) as follower:
         await _claim(frozen, "a", None, lease_ms=0)  # run out, not yet taken over
         frozen.fence_epoch, frozen.fence_holder, frozen.fence_host = 1, "a", "a-host"
@@ -169,6 +171,13 @@ async def test_a_leader_frozen_inside_a_transaction_does_not_hold_off_the_takeov
 
         stuck = asyncio.create_task(write_then_freeze())
         await inside.wait()
+        if not taken_over:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(3):
+                    await _claim(follower, "b", None)
+            never.set()
+            await stuck  # woken within the limit: its write commits under its epoch
+            return
         async with asyncio.timeout(5):
             taken = await _claim(follower, "b", None)
         assert (taken.epoch, taken.holder, taken.took_over) == (2, "b", True)

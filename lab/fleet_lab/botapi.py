@@ -3,7 +3,8 @@ the benchmarks and the tests use this), for the real python-telegram-bot client 
 with `base_url`). It answers getMe, sendMessage, editMessageText,
 answerCallbackQuery, setMyCommands, deleteWebhook and getUpdates (long-polling the updates a
 test queues: messages and button presses), records what the bot sent, and can be switched down
-(connection refused, or 502 Bad Gateway) and back up on the same port."""
+(connection refused, or 502 Bad Gateway) and back up on the same port, or made to fail only
+some methods (`failing`: e.g. sendMessage answered 502 while the bot still polls)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class BotApiStub:
     commands: list[str] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     mode: Literal["up", "refused", "502"] = "up"
+    #: methods answered 502 Bad Gateway (as JSON) while up: recorded in `calls`, not carried out
+    failing: set[str] = field(default_factory=set)
     _server: asyncio.Server | None = None
     _port: int = 0
     _updates: list[dict[str, Any]] = field(default_factory=list)
@@ -159,6 +162,9 @@ class BotApiStub:
         method = request.path[len(prefix) :]
         params = _params(request)
         self.calls.append(method)
+        if method in self.failing:
+            await out.send_json(502, _error(502, "Bad Gateway"))
+            return
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             await out.send_json(404, _error(404, "Not Found: method not found"))

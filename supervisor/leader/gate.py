@@ -108,6 +108,8 @@ class Gate:
                 await supervisor.start()
                 await self._announce(supervisor, elector)
                 await _first(elector.lost, stop, deposed)
+            except StaleEpochError as err:  # deposed while starting: an expected end
+                log.warning("deposed", stops="the supervisor's start", refused=str(err))
             except Exception:  # the store dropped mid-start, say: stop, follow, try again
                 log.exception("leading failed; following again")
                 await _first(stop, _later(elector.lease_s / 3))
@@ -161,6 +163,8 @@ async def _stop(supervisor: Supervisor) -> None:
     (its snapshots, its attempts): what fails there is logged, and the instance follows on."""
     try:
         await supervisor.stop()
+    except StaleEpochError as err:
+        log.warning("deposed", stops="the supervisor's teardown", refused=str(err))
     except Exception:
         log.exception("stopping the deposed supervisor failed; following on")
 

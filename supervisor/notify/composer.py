@@ -13,6 +13,7 @@ import structlog
 from supervisor.aio import wait_event
 from supervisor.clock import Clock
 from supervisor.notify.compose import Memory, Settings, compose, tick
+from supervisor.store.lease import StaleEpochError
 from supervisor.store.outbox import Draft, OutboxStore, State
 
 log = structlog.get_logger("supervisor.notify")
@@ -52,6 +53,9 @@ class Composer:
             self._woken.clear()  # an entry committed while this round reads is seen next round
             try:
                 cursor = await self.step(cursor)
+            except StaleEpochError as err:  # deposed: the new leader composes from the cursor
+                log.warning("deposed", stops="the composer", refused=str(err))
+                return
             except Exception:  # the store busy, say: try again next round
                 log.exception("composer failed; retrying")
             if await wait_event(self._woken, self._every):

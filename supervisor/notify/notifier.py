@@ -142,6 +142,7 @@ class Notifier:
             self._store.on_timeline.remove(self.composer.wake)
         if self._control is not None and self.commands.remember_ack in self._control.on_ack:
             self._control.on_ack.remove(self.commands.remember_ack)
+        await self.sender.finish()  # the message in hand first (a deposed leader's: refused)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

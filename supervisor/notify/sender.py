@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import suppress
 
 import structlog
 from telegram import Bot, ReplyParameters
@@ -19,10 +20,13 @@ from supervisor.clock import Clock
 from supervisor.notify.texts import split
 from supervisor.notify.timing import Pacing
 from supervisor.store import Store, TimelineEntry
+from supervisor.store.lease import StaleEpochError
 from supervisor.store.outbox import OutboxRow, OutboxStore
 from supervisor.timeline import Notification
 
 log = structlog.get_logger("supervisor.notify")
+
+FINISH_WITHIN_S = 5.0  #: how long a stop waits for the message in hand
 
 
 class Sender:
@@ -37,29 +41,61 @@ class Sender:
         self._wake = asyncio.Event()
         self._last: dict[int, float] = {}
         self.failures = 0  #: consecutive failed tries (tests and /status read it)
+        self._stopping = False
+        self._resting = asyncio.Event()  #: set while no round is under way (nothing in hand)
+        self._resting.set()
 
     def kick(self) -> None:
         """New rows are queued: look now."""
         self._wake.set()
 
     async def run(self) -> None:
+        """Deliver until stopped; a deposed leader's sender stops at the fence (the new leader
+        delivers what is left in the outbox)."""
+        try:
+            await self._run()
+        except StaleEpochError as err:
+            log.warning("deposed", stops="the sender", refused=str(err))
+
+    async def finish(self, within: float = FINISH_WITHIN_S) -> None:
+        """Before a stop cancels the sender: no new round starts, and the message in hand is
+        done with first (at most `within` seconds). So a deposed leader's sender, woken with a
+        message in hand, meets the fence (refused, recorded) rather than being cut off before
+        it asked; and a clean stop does not cut a message between its parts."""
+        self._stopping = True
+        with suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await self._resting.wait()
+
+    async def _run(self) -> None:
         delay = self._pacing.retry_first
-        while True:
+        while not self._stopping:
             self._wake.clear()
-            rows = await self._outbox.pending()
-            if not rows:
+            self._resting.clear()
+            try:
+                delivered = await self._round()
+            finally:
+                self._resting.set()
+            if delivered is None:
                 await self._idle(self._pacing.idle_poll)
-                continue
-            delivered = True
-            for row in rows:
-                delivered = await self._deliver(row)
-                if not delivered:
-                    break
-            if delivered:
+            elif delivered:
                 delay = self._pacing.retry_first
-                continue
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._pacing.retry_max)
+            else:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._pacing.retry_max)
+
+    async def _round(self) -> bool | None:
+        """Deliver the pending rows in order: None when there were none, False when one must be
+        retried later; a stop ends the round after the row in hand."""
+        rows = await self._outbox.pending()
+        if not rows:
+            return None
+        for row in rows:
+            if not await self._deliver(row):
+                return False
+            if self._stopping:
+                break
+        return True
 
     async def _idle(self, seconds: float) -> None:
         await wait_event(self._wake, seconds)
@@ -103,7 +139,7 @@ class Sender:
         reply_to = None
         if row.incident_id is not None:
             reply_to = await self._outbox.thread(row.incident_id, row.chat_id)
-        # a deposed leader sends nothing: StaleEpochError (recorded) ends the sender
+        # a deposed leader sends nothing: StaleEpochError (recorded) ends the sender (`run`)
         await self._outbox.store.check_fence(f"message {row.kind} #{row.id} to {row.chat_id}")
         message = await self._bot.send_message(
             row.chat_id,

@@ -39,6 +39,7 @@ from supervisor.remediation.guards import HostLocks, check_budget
 from supervisor.remediation.rulefacts import ask_text, runbook_head, scopes_of
 from supervisor.remediation.steps import StepRun
 from supervisor.store import Store
+from supervisor.store.lease import StaleEpochError
 from supervisor.timeline import Decision, Escalation, Note, Outcome, Record
 from supervisor.worker import EndpointWorker
 from supervisor.worker_commands import WorkerStopped
@@ -206,6 +207,8 @@ class Remediator:
             raise
         except WorkerStopped:
             log.info("repair ended: the endpoint's worker stopped", endpoint=worker.name)
+        except StaleEpochError as err:  # deposed: the new leader decides afresh
+            log.warning("deposed", stops=f"the repair of {worker.name}", refused=str(err))
         except Exception as exc:  # a broken repair is recorded, never fatal
             log.exception("repair runner failed", endpoint=worker.name)
             await self.note(worker, Note(text=f"repair runner failed: {exc!r}"))

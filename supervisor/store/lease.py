@@ -20,7 +20,8 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
   there is not its own (`StaleEpochError`), and each command (`supervisor.executor.fenced`)
   and each message (the notifier's sender) asks the fence right before it goes out. The row
   lock orders a fenced write against a takeover: it either committed before the new epoch
-  (and the new leader sees it) or it is refused. A refusal is written to the journal.
+  (and the new leader sees it) or it is refused. A refusal is written to the journal (and a
+  frozen leader *inside* a transaction: below).
 - **The same instance started again** (its name and host in the lease, and the process that
   held it gone from this host, or the same process beginning a new term after it stopped its
   supervisor) takes its own lease over at once with a new epoch, so a restart
@@ -61,6 +62,8 @@ LEASE_ID = 1
 
 class StaleEpochError(StoreError):
     """A deposed leader tried to write or act: the lease's epoch is no longer its own."""
+
+    expected_end = True  #: not a crash: logged as a warning without traceback (`supervisor.logs`)
 
     def __init__(self, *, mine: int, current: int, holder: str, what: str) -> None:
         self.mine, self.current, self.holder, self.what = mine, current, holder, what

@@ -1,0 +1,123 @@
+"""The fence on messages, exercised: a leader frozen (SIGSTOP) while a message of its is still
+unsent (its Bot API refused it) wakes after the follower took over. It sends nothing (the
+refusal, `message ...`, is in the leadership journal) and runs no step, and it says so in one
+warning line, no traceback. The message it owed reaches the chat once: the new leader delivers
+the outbox's unsent rows, whoever composed them, under its own epoch.
+
+Two real daemons on a real PostgreSQL store: the fleet of `tests.test_leadership_chaos`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Sized
+
+import pytest
+
+from supervisor.store import Store
+from supervisor.store.lease import JournalEntry, journal
+from supervisor.store.outbox import OutboxRow, OutboxStore
+from tests import test_leadership_chaos as chaos
+from tests.helpers import eventually
+from tests.test_leadership_chaos import CHAT, LEASE_S, RULE, Fleet, _start
+
+pytestmark = pytest.mark.slow
+
+fleet = chaos.fleet  # the fixture: two instances' configs on one PostgreSQL store, their bots
+
+HOLD_S = 10  #: the repair's first step: long enough to freeze `a` inside it, its alert unsent
+FREEZE_S = 60  #: issue #14's freeze
+PACING_MAX_S = 60  #: the sender's longest pause between two tries (`Pacing.retry_max`)
+
+
+def _hold(fleet: Fleet, seconds: int) -> None:
+    rule = RULE.format(
+        marker=fleet.marker, hold=seconds, start=_start(fleet.marker, fleet.port, fleet.pidfile)
+    )
+    (fleet.root / "playbooks" / "revive.yaml").write_text(rule)
+
+
+async def _outbox(fleet: Fleet) -> list[OutboxRow]:
+    async with await Store.open(fleet.target, create=False) as store:
+        return await OutboxStore(store).messages()
+
+
+async def _journal(fleet: Fleet) -> list[JournalEntry]:
+    async with (
+        await Store.open(fleet.target, create=False) as store,
+        store.tx(write=False) as conn,
+    ):
+        return await journal(conn)
+
+
+async def _owed(fleet: Fleet) -> list[OutboxRow]:
+    """What `a` composed and could not deliver: unsent rows of epoch 1 it already tried."""
+    rows = await _outbox(fleet)
+    return [r for r in rows if r.epoch == 1 and r.sent_at is None and r.attempts >= 1]
+
+
+async def test_a_frozen_leader_with_a_message_pending_sends_nothing_and_it_arrives_once(
+    fleet: Fleet,
+) -> None:
+    _hold(fleet, HOLD_S)
+    bot_a, bot_b = fleet.bots["a"], fleet.bots["b"]
+    for bot in (bot_a, bot_b):  # Telegram takes no message for now: the outbox rows stay unsent
+        bot.failing.add("sendMessage")
+    await fleet.start("a")
+    await eventually(lambda: fleet.steps("step1") == 1, within=60, what="a in its first step")
+    await eventually(lambda: _has(_owed(fleet)), within=HOLD_S - 2, what="a's alert unsent")
+    await fleet.start("b")
+    a = fleet.procs["a"]
+    a.send_signal(signal.SIGSTOP)  # frozen in the repair's first step, its alert unsent
+    frozen = time.monotonic()
+    owed = await _owed(fleet)
+    assert [r.kind for r in owed][:1] == ["opened"]
+    await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
+    await eventually(lambda: fleet.healed(2), within=60, what="b repairing afresh")
+    bot_a.failing.clear()  # a's Bot API works again: a message a sent now would arrive
+    await asyncio.sleep(max(0.0, FREEZE_S - (time.monotonic() - frozen)))  # the freeze is the test
+    seen = len(bot_a.calls)
+    a.send_signal(signal.SIGCONT)  # its sender wakes with the alert still unsent in the outbox
+    await eventually(
+        lambda: _has(_message_refusals(fleet)), within=30, what="a's message refused and recorded"
+    )
+    await eventually(lambda: fleet.events("a", "following") != [], within=30, what="a follows")
+    bot_b.failing.clear()  # Telegram back: the leader, b, delivers what is unsent
+
+    def delivered() -> bool:
+        return all(r.text in bot_b.texts(CHAT) for r in owed)
+
+    await eventually(delivered, within=2 * PACING_MAX_S, what="b delivering what a owed")
+    assert "sendMessage" not in bot_a.calls[seen:]  # a sent nothing after it woke
+    assert bot_a.sent == []  # nor before: its Bot API took none
+    assert (fleet.steps("step1"), fleet.steps("step2")) == (2, 1)  # a never ran step 2
+    refusals = await _message_refusals(fleet)
+    assert refusals[0].epoch == 1
+    assert refusals[0].detail == f"message opened #{owed[0].id} to {CHAT}: b leads with epoch 2"
+    # exactly once: each message a owed reached the chat once, from b; and it is marked sent
+    said = bot_b.texts(CHAT)
+    assert [said.count(r.text) for r in owed] == [1] * len(owed)
+    after = {r.id: r for r in await _outbox(fleet)}
+    assert [after[r.id].sent_at is not None for r in owed] == [True] * len(owed)
+    # a deposed leader goes quiet: one warning line per component, no traceback
+    assert "Traceback" not in fleet.log("a").read_text()
+    deposed = [e for e in fleet.logged("a") if e.get("event") == "deposed"]
+    assert {e["level"] for e in deposed} == {"warning"}
+    stops = [e["stops"] for e in deposed]
+    assert stops.count("the sender") == 1
+    assert len(stops) == len(set(stops))  # one line per component
+    sender = next(e for e in deposed if e["stops"] == "the sender")
+    assert sender["refused"] == (
+        "refused under stale epoch 1: b leads with epoch 2 "
+        f"(message opened #{owed[0].id} to {CHAT})"
+    )
+
+
+async def _message_refusals(fleet: Fleet) -> list[JournalEntry]:
+    entries = await _journal(fleet)
+    return [e for e in entries if e.event == "refused" and e.detail.startswith("message ")]
+
+
+async def _has(rows: Awaitable[Sized]) -> bool:
+    return len(await rows) > 0
