@@ -70,6 +70,8 @@ def test_handover_smoke(tmp_path: Path) -> None:
     assert [r[1] for r in rows.values()] == ["2", "2"]
     after = rows["| LISTEN/NOTIFY (after)"]
     assert float(after[4].removesuffix(" s |")) < 0.5  # released -> took_over: one claim
+
+
 NEWEST_50 = "SELECT * FROM incidents ORDER BY opened_at DESC, id DESC LIMIT 50"
 
 
