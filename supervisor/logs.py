@@ -38,7 +38,9 @@ def expected_ends(
 ) -> MutableMapping[str, Any]:
     """An error that is an expected end, not a crash (its class says `expected_end = True`: a
     deposed leader's refused write, `StaleEpochError`), logged from wherever it surfaces: a
-    warning that names it (`refused`), without traceback."""
+    warning that names it (`refused`), without traceback. An error whose class says
+    `plain = True` (`StoreError`: its message is one sentence naming the store and why) keeps
+    its level and is that sentence (`error`), without traceback."""
     exc = event.get("exc_info")
     if exc is True:
         exc = sys.exc_info()[1]
@@ -48,6 +50,10 @@ def expected_ends(
         del event["exc_info"]
         event["level"] = "warning"
         event["refused"] = str(exc)
+    elif isinstance(exc, BaseException) and getattr(exc, "plain", False):
+        # an error whose message is the whole story (a `StoreError`): that line, no traceback
+        del event["exc_info"]
+        event["error"] = str(exc)
     return event
 
 

@@ -14,6 +14,7 @@ import pytest
 import structlog
 
 from supervisor import logs
+from supervisor.store import StoreRefusedError
 from supervisor.store.lease import StaleEpochError
 
 
@@ -31,22 +32,38 @@ def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
 
 
 STALE = StaleEpochError(mine=1, current=2, holder="b", what="message opened #4 to 1001")
+GONE = StoreRefusedError(
+    "cannot write to store postgresql+asyncpg://fleet@db/fleet: connection is closed"
+)
 
 
 @pytest.mark.parametrize(
-    ("error", "level", "refused", "traceback"),
+    ("error", "level", "refused", "said", "traceback"),
     [
         (
             STALE,
             "warning",
             "refused under stale epoch 1: b leads with epoch 2 (message opened #4 to 1001)",
+            None,
             False,
         ),
-        (RuntimeError("boom"), "error", None, True),
+        (  # a store error is its one sentence (a woken leader whose session the server ended)
+            GONE,
+            "error",
+            None,
+            "cannot write to store postgresql+asyncpg://fleet@db/fleet: connection is closed",
+            False,
+        ),
+        (RuntimeError("boom"), "error", None, None, True),
     ],
 )
 def test_an_expected_end_is_one_warning_line_and_a_crash_keeps_its_traceback(
-    stream: io.StringIO, error: Exception, level: str, refused: str | None, traceback: bool
+    stream: io.StringIO,
+    error: Exception,
+    level: str,
+    refused: str | None,
+    said: str | None,
+    traceback: bool,
 ) -> None:
     log = structlog.get_logger("supervisor.test")
     try:
@@ -55,6 +72,7 @@ def test_an_expected_end_is_one_warning_line_and_a_crash_keeps_its_traceback(
         log.exception("event failed", item="ProbeTick")
     [line] = _lines(stream)
     assert (line["event"], line["level"], line.get("refused")) == ("event failed", level, refused)
+    assert line.get("error") == said
     assert ("exception" in line) is traceback
     assert ("Traceback" in stream.getvalue()) is traceback
 

@@ -9,7 +9,12 @@ class StoreError(Exception):
     ``no store at /x/state/supervisor.db (has the daemon run yet?)``,
     ``cannot open store /x: unable to open database file``,
     ``store /x is not a fleet-supervisor database (user_version 0)``, ``no incident 42``.
+
+    Logged from wherever it surfaces, it is that line (`error`), not a traceback
+    (`supervisor.logs`): the sentence says all there is to say.
     """
+
+    plain = True
 
 
 class StoreRefusedError(StoreError):
