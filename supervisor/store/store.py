@@ -1,29 +1,24 @@
 """The Store: one SQLite file of states, incidents, their append-only timeline and probe samples.
 
 Every public call is one transaction, so a daemon killed between any two calls leaves the file
-consistent. Several processes may read the file while one writes (WAL).
+consistent. Several processes may read the file while one writes (WAL). How a call becomes a
+(fenced) transaction is `transact.py`; the statements are `writes.py` and `queries.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from sqlalchemy import delete, insert, select, update
-from sqlalchemy.exc import StatementError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from supervisor.events import ProbeResult
-from supervisor.store import lease, queries
-from supervisor.store.dialect import upsert
-from supervisor.store.engine import open_engine, reason, transaction
-from supervisor.store.errors import StoreError, StoreRefusedError
-from supervisor.store.lease import StaleEpochError
-from supervisor.store.listen import TIMELINE, notify
+from supervisor.store import queries, writes
+from supervisor.store.engine import open_engine
+from supervisor.store.errors import StoreError
 from supervisor.store.records import (
     AttemptRow,
     IncidentRow,
@@ -33,25 +28,18 @@ from supervisor.store.records import (
     TimelineEntry,
     TimelineRow,
 )
-from supervisor.store.schema import attempts, incidents, samples, snapshots, timeline
+from supervisor.store.schema import attempts, incidents, samples
 from supervisor.store.target import StoreTarget
-from supervisor.timeline import Diagnosis, encode
+from supervisor.store.transact import StoreTransactions
 
 
-class Store:
+class Store(StoreTransactions):
     """Open with ``await Store.open(path)``; use as ``async with await Store.open(p) as s``."""
 
     def __init__(self, engine: AsyncEngine, path: StoreTarget) -> None:
-        self._engine = engine
-        self.path = path
+        super().__init__(engine, path)
         #: called after each committed timeline entry (the notifier's composer wakes on it)
         self.on_timeline: list[Callable[[], None]] = []
-        #: the leader's epoch: set, every write is fenced by it (`supervisor.store.lease`)
-        self.fence_epoch: int | None = None
-        self.fence_holder = ""  #: who we are, for the journal of refusals
-        self.fence_host = ""
-        #: called once with the error when the fence refused us (we are deposed)
-        self.on_deposed: list[Callable[[StaleEpochError], None]] = []
 
     def _appended(self) -> None:
         for listener in list(self.on_timeline):
@@ -62,63 +50,6 @@ class Store:
         """create=True makes parent dirs and tables; create=False needs an existing store."""
         return cls(await open_engine(path, create=create), path)
 
-    async def close(self) -> None:
-        await self._engine.dispose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    @asynccontextmanager
-    async def _tx(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
-        """One transaction; driver errors become a StoreError naming the file."""
-        try:
-            async with transaction(self._engine, write=write) as conn:
-                if write and self.fence_epoch is not None:
-                    await lease.check(conn, epoch=self.fence_epoch, what="a store write")
-                yield conn
-        except StaleEpochError as err:
-            await self._refused(err)
-            raise
-        except (StatementError, OSError, TimeoutError) as err:  # OSError: a server gone
-            verb = "write to" if write else "read"
-            raise StoreRefusedError(f"cannot {verb} store {self.path}: {reason(err)}") from None
-
-    async def check_fence(self, what: str) -> None:
-        """Before an outside effect (a command, a message): raise `StaleEpochError` (recorded
-        in the leadership journal) unless we still hold the lease's epoch. Unfenced: no-op."""
-        if self.fence_epoch is None:
-            return
-        async with self._tx(write=False) as conn:
-            await lease.check(conn, epoch=self.fence_epoch, what=what)
-
-    async def _refused(self, err: StaleEpochError) -> None:
-        """Write the refusal to the journal (its own transaction: the refused one rolled back;
-        if the store cannot take it either, the refusal still stands), then tell listeners."""
-        with suppress(StatementError, OSError, TimeoutError):
-            async with transaction(self._engine, write=True) as conn:
-                await lease.write_journal(
-                    conn,
-                    epoch=err.mine,
-                    holder=self.fence_holder,
-                    host=self.fence_host,
-                    event="refused",
-                    detail=f"{err.what}: {err.holder} leads with epoch {err.current}",
-                )
-        for listener in list(self.on_deposed):
-            listener(err)
-
-    def tx(self, *, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
-        """One transaction for store add-ons (`supervisor.store.outbox`): same errors as ours."""
-        return self._tx(write=write)
-
     # write side
 
     async def save_snapshot(self, snapshot: Snapshot, *, sample: ProbeResult | None = None) -> None:
@@ -126,10 +57,10 @@ class Store:
         led to it in the same transaction (one write per probe, not two)."""
         async with self._tx(write=True) as conn:
             if snapshot.incident_id is not None:
-                await _require_incident(conn, snapshot.incident_id)
-            await _upsert_snapshot(conn, snapshot)
+                await writes.require_incident(conn, snapshot.incident_id)
+            await writes.upsert_snapshot(conn, snapshot)
             if sample is not None:
-                await _insert_sample(conn, sample)
+                await writes.insert_sample(conn, sample)
 
     async def transition(
         self,
@@ -170,10 +101,10 @@ class Store:
                         last_state=snapshot.state,
                     )
                 )
-                incident_id = _new_id(created.inserted_primary_key)
+                incident_id = writes.new_id(created.inserted_primary_key)
             still_open = incident_id
             if incident_id is not None:
-                await _insert_entry(conn, incident_id, entry)
+                await writes.insert_entry(conn, incident_id, entry)
                 changes: dict[str, Any] = {"last_state": snapshot.state}
                 if close_resolution is not None:
                     changes |= {"closed_at": entry.at, "resolution": close_resolution}
@@ -181,7 +112,7 @@ class Store:
                 await conn.execute(
                     update(incidents).where(incidents.c.id == incident_id).values(**changes)
                 )
-            await _upsert_snapshot(conn, replace(snapshot, incident_id=still_open))
+            await writes.upsert_snapshot(conn, replace(snapshot, incident_id=still_open))
         if incident_id is not None:
             self._appended()
         return incident_id
@@ -189,14 +120,14 @@ class Store:
     async def append(self, incident_id: int, entry: TimelineEntry) -> int:
         """Append to an incident's timeline (closed ones too); returns the new row's id."""
         async with self._tx(write=True) as conn:
-            await _require_incident(conn, incident_id)
-            row = await _insert_entry(conn, incident_id, entry)
+            await writes.require_incident(conn, incident_id)
+            row = await writes.insert_entry(conn, incident_id, entry)
         self._appended()
         return row
 
     async def add_sample(self, result: ProbeResult) -> None:
         async with self._tx(write=True) as conn:
-            await _insert_sample(conn, result)
+            await writes.insert_sample(conn, result)
 
     async def prune_samples(self, older_than: datetime) -> int:
         """Delete samples taken before `older_than`; returns how many went."""
@@ -218,7 +149,7 @@ class Store:
                     epoch=self.fence_epoch,
                 )
             )
-            return _new_id(created.inserted_primary_key)
+            return writes.new_id(created.inserted_primary_key)
 
     async def finish_attempt(self, attempt_id: int, *, at: datetime, outcome: str) -> None:
         async with self._tx(write=True) as conn:
@@ -291,81 +222,3 @@ class Store:
 def _check_limit(limit: int) -> None:
     if limit < 0:
         raise StoreError(f"limit must be 0 or more, got {limit}")
-
-
-async def _require_incident(conn: AsyncConnection, incident_id: int) -> None:
-    if await queries.incident_one(conn, incident_id) is None:
-        raise StoreError(f"no incident {incident_id}")
-
-
-def _new_id(key: Any) -> int:
-    return int(key[0])
-
-
-async def _insert_entry(conn: AsyncConnection, incident_id: int, entry: TimelineEntry) -> int:
-    """Append the entry's record (tag, version, payload, rendered summary); a diagnosis that
-    matched a rule becomes its incident's `diagnosis` (what `cause` shows from then on)."""
-    record = entry.record
-    result = await conn.execute(
-        insert(timeline).values(
-            incident_id=incident_id,
-            at=entry.at,
-            kind=record.kind.value,
-            subject=entry.subject,
-            summary=record.summary,
-            data=encode(record),
-            type=record.tag,
-            version=record.version,
-        )
-    )
-    if isinstance(record, Diagnosis) and record.cause:
-        await conn.execute(
-            update(incidents).where(incidents.c.id == incident_id).values(diagnosis=record.cause)
-        )
-    entry_id = _new_id(result.inserted_primary_key)
-    await notify(conn, TIMELINE, str(entry_id))  # on commit: followers' pages stream it
-    return entry_id
-
-
-async def _upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
-    values = {
-        "kind": snapshot.kind.value,
-        "name": snapshot.name,
-        "state": snapshot.state,
-        "since": snapshot.since,
-        "incident_id": snapshot.incident_id,
-        "fail_streak": snapshot.fail_streak,
-        "degraded_streak": snapshot.degraded_streak,
-        "grace_until": snapshot.grace_until,
-        "last_ok_at": snapshot.last_ok_at,
-        "last_ttft_s": snapshot.last_ttft_s,
-        "last_tok_s": snapshot.last_tok_s,
-        "last_reason": snapshot.last_reason,
-        "updated_at": snapshot.updated_at,
-    }
-    statement = upsert(conn, snapshots).values(values)
-    keys = ("kind", "name")
-    await conn.execute(
-        statement.on_conflict_do_update(
-            index_elements=[snapshots.c.kind, snapshots.c.name],
-            set_={k: statement.excluded[k] for k in values if k not in keys},
-        )
-    )
-
-
-async def _insert_sample(conn: AsyncConnection, result: ProbeResult) -> None:
-    await conn.execute(
-        insert(samples).values(
-            endpoint=result.endpoint,
-            at=result.at,
-            tier=result.tier.value,
-            check=result.check,
-            outcome=result.outcome.value,
-            reason=result.reason,
-            latency_s=result.latency_s,
-            http_status=result.http_status,
-            ttft_s=result.ttft_s,
-            tok_s=result.tok_s,
-            tokens=result.tokens,
-        )
-    )

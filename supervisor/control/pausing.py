@@ -1,0 +1,88 @@
+"""Pauses: automatic repair off and on again, fleet-wide or for one endpoint; the repair
+runner asks `paused(name)`."""
+
+from __future__ import annotations
+
+from supervisor.control import entries
+from supervisor.control.common import ControlCommon, log
+from supervisor.control.model import FLEET, Actor, Answer, Code, PauseRow
+from supervisor.machine import State
+
+
+class PauseControl(ControlCommon):
+    def paused(self, endpoint: str) -> str:
+        """Why automatic action on `endpoint` is paused, or '' (the repair runner asks)."""
+        if FLEET in self._pauses:
+            return entries.pause_reason(None)
+        if endpoint in self._pauses:
+            return entries.pause_reason(endpoint)
+        return ""
+
+    @property
+    def fleet_paused(self) -> bool:
+        return FLEET in self._pauses
+
+    def pauses(self) -> list[PauseRow]:
+        return sorted(self._pauses.values(), key=lambda p: p.scope)
+
+    async def pause(self, *, actor: Actor, endpoint: str | None = None, why: str = "") -> Answer:
+        """Automatic repair off (fleet-wide, or for `endpoint`) until `resume`."""
+        scope, refused = await self._scope("pause", endpoint, actor, why)
+        if refused is not None:
+            return refused
+        row = PauseRow(
+            scope=scope, who=actor.who, via=actor.via.value, why=why, at=self._clock.now()
+        )
+        await self.tables.pause(row)
+        self._pauses[scope] = row
+        await self._note_pause(actor, scope=scope, why=why, paused=True)
+        log.warning("automatic action paused", scope=scope, by=str(actor), why=why)
+        answer = Answer(
+            code=Code.DONE, text=entries.paused_text(endpoint), subjects=self._in(scope)
+        )
+        return await self._journal("pause", scope, actor, why, answer)
+
+    async def resume(self, *, actor: Actor, endpoint: str | None = None, why: str = "") -> Answer:
+        """Automatic repair on again; endpoints left down meanwhile are taken on now."""
+        scope, refused = await self._scope("resume", endpoint, actor, why)
+        if refused is not None:
+            return refused
+        if not await self.tables.resume(scope):
+            text = entries.not_paused_text(endpoint)
+            return await self._refused("resume", scope, actor, why, Code.REFUSED, text)
+        self._pauses.pop(scope, None)
+        await self._note_pause(actor, scope=scope, why=why, paused=False)
+        log.warning("automatic action resumed", scope=scope, by=str(actor), why=why)
+        if self._remediator is not None:
+            for name in self._in(scope):
+                worker = self._workers[name]
+                actionable = worker.state in (State.DOWN, State.DEGRADED, State.UNREACHABLE)
+                if actionable and not self.paused(name):
+                    self._remediator.schedule(worker)
+        answer = Answer(
+            code=Code.DONE, text=entries.resumed_text(endpoint), subjects=self._in(scope)
+        )
+        return await self._journal("resume", scope, actor, why, answer)
+
+    async def _scope(
+        self, action: str, endpoint: str | None, actor: Actor, why: str
+    ) -> tuple[str, Answer | None]:
+        if self._remediator is None:
+            text = entries.PAUSE_NOT_AVAILABLE
+            return "", await self._refused(
+                action, endpoint or FLEET, actor, why, Code.REFUSED, text
+            )
+        if endpoint is None:
+            return FLEET, None
+        if endpoint not in self._workers:
+            text = self._unknown(endpoint)
+            return "", await self._refused(action, endpoint, actor, why, Code.NOT_FOUND, text)
+        return endpoint, None
+
+    async def _note_pause(self, actor: Actor, *, scope: str, why: str, paused: bool) -> None:
+        now = self._clock.now()
+        for name in self._in(scope):
+            worker = self._workers[name]
+            if worker.incident_id is not None:
+                entry = entries.pause_entry(name, now, actor, paused=paused, scope=scope, why=why)
+                await worker.record(entry)

@@ -1,0 +1,115 @@
+"""Silences: maintenance for the endpoints a target names until a time, ended by unsilence,
+and put back in force on start (`ControlApi.start`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from supervisor.control import entries
+from supervisor.control.common import ControlCommon
+from supervisor.control.matchers import MatchError, covers
+from supervisor.control.model import Actor, Answer, Code, SilenceRow
+from supervisor.machine import State, Trigger
+
+
+class SilenceControl(ControlCommon):
+    async def restore_silences(self) -> list[str]:
+        """Endpoints a stored silence covers that are not in maintenance now (a new endpoint a
+        glob names, a store whose snapshot was lost) are silenced again; returns them."""
+        now = self._clock.now()
+        restored = []
+        for row in await self.tables.silences(active_at=now):
+            for name, worker in list(self._workers.items()):
+                if worker.state is State.MAINTENANCE or not covers(row.target, name, self._hosts()):
+                    continue
+                note = entries.restored_note(row.id, row.who)
+                data = {"until": row.until.isoformat(), "silence": str(row.id)}
+                if await worker.apply(Trigger.SILENCE, note, data=data, until=row.until):
+                    restored.append(name)
+        return restored
+
+    async def silences(self) -> list[SilenceRow]:
+        """The silences in force now."""
+        return await self.tables.silences(active_at=self._clock.now())
+
+    async def silence(
+        self,
+        target: str,
+        *,
+        actor: Actor,
+        why: str = "",
+        length: timedelta | None = None,
+        until: datetime | None = None,
+    ) -> Answer:
+        """Maintenance until `until` (or for `length`) for what `target` names."""
+        now = self._clock.now()
+        if length is not None:
+            until = now + length
+        if until is None:
+            text = entries.NO_END
+            return await self._refused("silence", target, actor, why, Code.BAD_REQUEST, text)
+        if length is not None and length <= timedelta(0):
+            text = entries.NOT_LONGER_THAN_ZERO
+            return await self._refused("silence", target, actor, why, Code.BAD_REQUEST, text)
+        if until <= now:
+            text = entries.past_until_text(until)
+            return await self._refused("silence", target, actor, why, Code.BAD_REQUEST, text)
+        try:
+            subjects = self._select(target)
+        except MatchError as err:
+            return await self._refused("silence", target, actor, why, err.code, err.text)
+        quiet = [n for n in subjects if self._workers[n].state is not State.MAINTENANCE]
+        if not quiet:
+            text = entries.already_silenced_text(subjects)
+            return await self._refused("silence", target, actor, why, Code.REFUSED, text, subjects)
+        silence_id = await self.tables.add_silence(
+            target=target, who=actor.who, via=actor.via.value, why=why, at=now, until=until
+        )
+        length_text = entries.length_text(now, until)
+        note = entries.silence_note(actor, length=length_text, why=why)
+        data = entries.silence_data(silence_id, actor, until=until, target=target, why=why)
+        silenced = []
+        for name in quiet:
+            change = await self._workers[name].apply(Trigger.SILENCE, note, data=data, until=until)
+            if change is not None:
+                silenced.append(name)
+        answer = Answer(
+            code=Code.DONE,
+            text=entries.silenced_text(silenced, length_text),
+            subjects=tuple(silenced),
+        )
+        return await self._journal("silence", target, actor, why, answer, until=until)
+
+    async def unsilence(self, target: str, *, actor: Actor, why: str = "") -> Answer:
+        """End the silences covering what `target` names; every endpoint no other silence
+        covers leaves maintenance and is judged afresh."""
+        try:
+            subjects = self._select(target)
+        except MatchError as err:
+            return await self._refused("unsilence", target, actor, why, err.code, err.text)
+        now, hosts = self._clock.now(), self._hosts()
+        active = await self.tables.silences(active_at=now)
+        ending = [s for s in active if any(covers(s.target, n, hosts) for n in subjects)]
+        staying = [s for s in active if s not in ending]
+        freed = list(subjects)
+        for row in ending:
+            freed += [n for n in self._workers if covers(row.target, n, hosts) and n not in freed]
+        freed = [n for n in freed if not any(covers(s.target, n, hosts) for s in staying)]
+        if ending:
+            await self.tables.end_silences([s.id for s in ending], at=now, by=actor.who)
+        unsilenced = []
+        for name in freed:
+            worker = self._workers.get(name)
+            if worker is None:
+                continue
+            if await worker.apply(Trigger.UNSILENCE, entries.unsilence_note(actor)) is not None:
+                unsilenced.append(name)
+        if not unsilenced:
+            text = entries.not_silenced_text(subjects)
+            return await self._refused(
+                "unsilence", target, actor, why, Code.REFUSED, text, subjects
+            )
+        answer = Answer(
+            code=Code.DONE, text=entries.unsilenced_text(unsilenced), subjects=tuple(unsilenced)
+        )
+        return await self._journal("unsilence", target, actor, why, answer)
