@@ -79,6 +79,9 @@ class EndpointWorker(ProbingEndpoint):
         )
         #: set when nothing waits in the queue and nothing is being handled
         self.idle = self._queue.idle
+        #: a command served while a probe was in flight met the fence: the worker ends once
+        #: the item in hand is done (one `deposed` line, from `run`)
+        self._deposed: StaleEpochError | None = None
 
     def submit(self, event: Event) -> None:
         """Queue an event (`WorkerQueue.submit`: a lost host's news first, ticks not twice)."""
@@ -95,6 +98,8 @@ class EndpointWorker(ProbingEndpoint):
                     return
                 try:
                     await self._handle(item)
+                    if self._deposed is not None:
+                        raise self._deposed
                 except StaleEpochError as err:  # deposed (the fence refused a write): it ends
                     self._log.warning("deposed", stops="the worker", refused=str(err))
                     if isinstance(item, _COMMANDS) and not item.reply.done():
@@ -117,6 +122,10 @@ class EndpointWorker(ProbingEndpoint):
     async def _serve(self, command: Command) -> None:
         try:
             await self._command(command)
+        except StaleEpochError as err:  # deposed: `run` ends the worker after the item in hand
+            self._deposed = err
+            if not command.reply.done():
+                command.reply.set_exception(err)
         except Exception as exc:  # as in `run`: one bad command never ends the worker
             self._log.exception("command failed", command=type(command).__name__)
             if not command.reply.done():

@@ -9,11 +9,15 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+import structlog
+
 from supervisor.clock import SystemClock
 from supervisor.config import Endpoint
 from supervisor.events import Outcome, ProbeResult, ProbeTick, Tier
 from supervisor.machine import FleetMachine, Trigger
 from supervisor.store import Store
+from supervisor.store.lease import StaleEpochError, claim
 from supervisor.worker import EndpointWorker
 from supervisor.worker_state import restored_from
 from tests.helpers import eventually
@@ -80,3 +84,49 @@ async def test_commands_are_served_while_a_probe_is_in_flight_and_before_waiting
                 gate.set()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_command_refused_by_the_fence_while_a_probe_is_in_flight_ends_the_worker(
+    tmp_path: Path,
+) -> None:
+    """Deposed mid-probe: the command served meanwhile meets the fence (its caller gets the
+    refusal), and the worker ends once the probe in hand is done, probing nothing more, saying
+    so in one `deposed` warning (not a `command failed` as well)."""
+    clock = SystemClock()
+    now = clock.now()
+    prober = GatedProber()
+    path = tmp_path / "s.db"
+    async with await Store.open(path) as store, await Store.open(path) as other:
+        async with store.tx(write=True) as conn:
+            await claim(conn, holder="a", host="forge", epoch=None, lease_ms=0)
+        store.fence_epoch, store.fence_holder, store.fence_host = 1, "a", "forge"
+        worker = EndpointWorker(
+            ENDPOINT,
+            machine=FleetMachine(),
+            store=store,
+            prober=prober,
+            clock=clock,
+            restored=restored_from(None, now=now, grace_until=now - timedelta(seconds=1)),
+            unreachable_hosts=set(),
+        )
+        task = asyncio.create_task(worker.run())
+        try:
+            with structlog.testing.capture_logs() as logged:
+                worker.submit(ProbeTick(endpoint="ds4", tier=Tier.LIVENESS, at=now))
+                await asyncio.wait_for(prober.started.wait(), 5)  # the probe is in flight
+                async with other.tx(write=True) as conn:  # meanwhile b takes the lease over
+                    await claim(conn, holder="b", host="spark1", epoch=None, lease_ms=60_000)
+                worker.submit(ProbeTick(endpoint="ds4", tier=Tier.DEEP, at=now))  # waits
+                with pytest.raises(StaleEpochError) as refused:
+                    await asyncio.wait_for(worker.apply(Trigger.SILENCE, "silenced by alice"), 5)
+                prober.gates[0].set()
+                await asyncio.wait_for(task, 5)  # the worker ended after the probe in hand
+        finally:
+            for gate in prober.gates:
+                gate.set()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert str(refused.value) == "refused under stale epoch 1: b leads with epoch 2 (a store write)"
+    assert prober.asked == [Tier.LIVENESS]  # the waiting deep tick was never probed
+    said = [(e["event"], e["log_level"], e.get("stops")) for e in logged]
+    assert [e for e in said if e[1] != "info"] == [("deposed", "warning", "the worker")]
