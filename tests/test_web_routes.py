@@ -93,6 +93,27 @@ async def test_the_page_is_read_only_without_a_token_file(tmp_path: Path, sim: V
 
 
 @pytest.mark.parametrize(
+    ("headers", "cookie"),
+    [
+        ({}, "fleet_session=SID; HttpOnly; Path=/; SameSite=Strict"),
+        (
+            {"X-Forwarded-Proto": "https"},  # behind a TLS proxy
+            "fleet_session=SID; HttpOnly; Path=/; SameSite=Strict; Secure",
+        ),
+    ],
+)
+async def test_the_session_cookie_is_secure_when_the_browser_came_over_https(
+    open_daemon: Supervisor, headers: dict[str, str], cookie: str
+) -> None:
+    async with _client(open_daemon) as client:
+        response = await client.post("/login", data={"who": "ann", "token": ""}, headers=headers)
+    assert response.status_code == 303
+    said = response.headers["Set-Cookie"]
+    sid = said.split(";", 1)[0].split("=", 1)[1]
+    assert said.replace(sid, "SID") == cookie
+
+
+@pytest.mark.parametrize(
     ("origin", "answer"),
     [
         (None, "refused: the request does not say where it comes from (no Origin): refused"),

@@ -204,7 +204,10 @@ class Page:
         except RefusedError as exc:
             return self.render(request, "login.html", status=403, problem=str(exc))
         response = web.HTTPSeeOther("/")
-        response.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/")
+        # Secure once the browser came over HTTPS (here, or to a TLS proxy that says so): a
+        # stricter cookie only, so the proxy's word is taken as it is
+        https = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
+        response.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/", secure=https)
         raise response
 
     async def logout(self, request: web.Request) -> web.Response:
