@@ -12,7 +12,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import yaml
+
 from supervisor.aio import poll
+from supervisor.store.target import PgTarget
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -82,3 +85,22 @@ def write_section(title: str, body: str, results: Path | None) -> None:
     kept = [s for s in sections if not s.startswith(f"## {title}\n")]
     kept.append(section)
     results.write_text(head.rstrip() + "\n\n" + "\n".join(s.rstrip() + "\n" for s in kept))
+
+
+def instance_config(folder: Path, target: PgTarget, instance: str, lease: str) -> Path:
+    """One instance's config on the shared PostgreSQL store: a dry-run supervisor of one
+    health endpoint, no HTTP (the leadership benches run two of them)."""
+    folder.mkdir(parents=True)
+    (folder / "playbooks").mkdir()
+    document = {
+        "store": {"url": target.url, "instance": instance, "lease": lease},
+        "playbook": {"path": "playbooks"},
+        "http": {"enabled": False},
+        "remediation": {"dry_run": True},
+        "defaults": {"probe": {"liveness_interval": "1s", "jitter": "0s"}},
+        "hosts": {"forge": {"local": True}},
+        "endpoints": {"m": {"kind": "health", "url": "http://127.0.0.1:9/h"}},
+    }
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path

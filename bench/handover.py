@@ -21,37 +21,18 @@ import time
 from pathlib import Path
 
 import structlog
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import RESULTS, median, until, write_section
+from bench.common import RESULTS, instance_config, median, until, write_section
 from supervisor.app import Supervisor
 from supervisor.config import load_config
 from supervisor.leader.gate import Gate
 from supervisor.store import Store
 from supervisor.store.lease import journal
-from supervisor.store.target import PgTarget
 from tests.pgserver import PgServer, unavailable
 
 TITLE = "Clean stop: the follower leads"
-
-
-def _config(folder: Path, target: PgTarget, instance: str, lease: float) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "playbooks").mkdir()
-    document = {
-        "store": {"url": target.url, "instance": instance, "lease": f"{lease:g}s"},
-        "playbook": {"path": "playbooks"},
-        "http": {"enabled": False},
-        "remediation": {"dry_run": True},
-        "defaults": {"probe": {"liveness_interval": "1s", "jitter": "0s"}},
-        "hosts": {"forge": {"local": True}},
-        "endpoints": {"m": {"kind": "health", "url": "http://127.0.0.1:9/h"}},
-    }
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
 
 
 class Instance:
@@ -83,7 +64,7 @@ async def handovers(
     rng = random.Random(14)
     walls: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        configs = {n: _config(Path(tmp) / n, target, n, lease) for n in "ab"}
+        configs = {n: instance_config(Path(tmp) / n, target, n, f"{lease:g}s") for n in "ab"}
         leader = Instance(configs["a"], listen=listen)
         await until(leader.leading, within=60, what="a leading")
         follower = Instance(configs["b"], listen=listen)

@@ -18,35 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import fanout, queries
-from bench.common import RESULTS, median, ms, percentile, write_section
+from bench.common import RESULTS, instance_config, median, ms, percentile, write_section
 from supervisor.store import Store, StoreError
 from supervisor.store.lease import db_now_ms, journal
 from supervisor.store.target import PgTarget, StoreTarget
 from tests.pgserver import PgServer, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _config(folder: Path, target: PgTarget, instance: str, lease: str) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "playbooks").mkdir()
-    document = {
-        "store": {"url": target.url, "instance": instance, "lease": lease},
-        "playbook": {"path": "playbooks"},
-        "http": {"enabled": False},
-        "remediation": {"dry_run": True},
-        "defaults": {"probe": {"liveness_interval": "1s", "jitter": "0s"}},
-        "hosts": {"forge": {"local": True}},
-        "endpoints": {"m": {"kind": "health", "url": "http://127.0.0.1:9/h"}},
-    }
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
 
 
 async def _spawn(config: Path) -> asyncio.subprocess.Process:
@@ -97,7 +78,9 @@ async def takeovers(server: PgServer, kills: int, lease_s: float) -> list[float]
     out: list[float] = []
     rng = random.Random(14)
     with tempfile.TemporaryDirectory() as tmp:
-        configs = {name: _config(Path(tmp) / name, target, name, f"{lease_s:g}s") for name in "ab"}
+        configs = {
+            name: instance_config(Path(tmp) / name, target, name, f"{lease_s:g}s") for name in "ab"
+        }
         procs = {"a": await _spawn(configs["a"])}
         holder, epoch, _ = await _wait(target, 0, 60)
         procs["b"] = await _spawn(configs["b"])
