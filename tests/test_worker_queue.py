@@ -50,6 +50,20 @@ class GatedProber:
         )
 
 
+def _worker(store: Store, prober: GatedProber, clock: SystemClock) -> EndpointWorker:
+    """ds4's worker, healthy and out of its grace, probing through `prober`."""
+    now = clock.now()
+    return EndpointWorker(
+        ENDPOINT,
+        machine=FleetMachine(),
+        store=store,
+        prober=prober,
+        clock=clock,
+        restored=restored_from(None, now=now, grace_until=now - timedelta(seconds=1)),
+        unreachable_hosts=set(),
+    )
+
+
 async def test_commands_are_served_while_a_probe_is_in_flight_and_before_waiting_ticks(
     tmp_path: Path,
 ) -> None:
@@ -57,15 +71,7 @@ async def test_commands_are_served_while_a_probe_is_in_flight_and_before_waiting
     now = clock.now()
     prober = GatedProber()
     async with await Store.open(tmp_path / "s.db") as store:
-        worker = EndpointWorker(
-            ENDPOINT,
-            machine=FleetMachine(),
-            store=store,
-            prober=prober,
-            clock=clock,
-            restored=restored_from(None, now=now, grace_until=now - timedelta(seconds=1)),
-            unreachable_hosts=set(),
-        )
+        worker = _worker(store, prober, clock)
         task = asyncio.create_task(worker.run())
         try:
             worker.submit(ProbeTick(endpoint="ds4", tier=Tier.LIVENESS, at=now))
@@ -100,15 +106,7 @@ async def test_a_command_refused_by_the_fence_while_a_probe_is_in_flight_ends_th
         async with store.tx(write=True) as conn:
             await claim(conn, holder="a", host="forge", epoch=None, lease_ms=0)
         store.fence_epoch, store.fence_holder, store.fence_host = 1, "a", "forge"
-        worker = EndpointWorker(
-            ENDPOINT,
-            machine=FleetMachine(),
-            store=store,
-            prober=prober,
-            clock=clock,
-            restored=restored_from(None, now=now, grace_until=now - timedelta(seconds=1)),
-            unreachable_hosts=set(),
-        )
+        worker = _worker(store, prober, clock)
         task = asyncio.create_task(worker.run())
         try:
             with structlog.testing.capture_logs() as logged:
