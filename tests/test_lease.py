@@ -6,10 +6,11 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from supervisor.leader.elector import Elector, Me
 from supervisor.store import Snapshot, Store, StoreError, SubjectKind
 from supervisor.store.lease import Lease, StaleEpochError, claim, current, journal, release
 from supervisor.store.target import StoreTarget
@@ -184,3 +185,41 @@ async def test_a_leader_frozen_inside_a_transaction_does_not_hold_off_the_takeov
         never.set()  # the frozen leader wakes: its session is gone, its write never lands
         with pytest.raises(StoreError, match=r"^cannot write to store "):
             await stuck
+
+
+async def test_a_stuck_transaction_of_a_leader_whose_lease_ran_out_is_ended_by_the_follower(
+    pg_server: PgServer,
+) -> None:
+    """Frozen where no server timeout runs (between two messages of one statement: its session
+    `active`, waiting on its client; here an idle transaction with a limit far off stands in
+    for it) inside a fenced write: once the lease ran out, the follower's elector ends that
+    session and takes over, instead of waiting on its lock (`supervisor.store.stuck`)."""
+    target = replace(pg_server.database(), idle_in_transaction_s=60)
+    async with await Store.open(target) as frozen, await Store.open(target) as follower:
+        await _claim(frozen, "a", None, lease_ms=0)  # run out, not yet taken over
+        frozen.fence_epoch, frozen.fence_holder, frozen.fence_host = 1, "a", "a-host"
+        inside, never = asyncio.Event(), asyncio.Event()
+
+        async def write_then_freeze() -> None:
+            async with frozen.tx(write=True):  # the fence's FOR SHARE read is done here
+                inside.set()
+                await never.wait()
+
+        stuck = asyncio.create_task(write_then_freeze())
+        try:
+            await inside.wait()
+            elector = Elector(follower, Me(holder="b", host="b-host"), timedelta(seconds=0.3))
+            async with asyncio.timeout(5):
+                while not elector.is_leading:  # its transaction gets older than lease / 3
+                    await elector.step()
+            assert elector.epoch == 2
+            never.set()
+            with pytest.raises(StoreError, match=r"^cannot write to store "):
+                await stuck  # its session was ended: the write never lands
+        finally:
+            never.set()
+            await asyncio.gather(stuck, return_exceptions=True)
+        assert await _events(follower) == [
+            (1, "a", "took_over", "first lease"),
+            (2, "b", "took_over", "from a on a-host (epoch 1, expired)"),
+        ]

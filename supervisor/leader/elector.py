@@ -21,7 +21,8 @@ from datetime import timedelta
 import structlog
 
 from supervisor.store import Store, StoreError
-from supervisor.store.lease import Lease, claim, release
+from supervisor.store.lease import Lease, claim, current, release
+from supervisor.store.stuck import end_stuck_sessions
 
 log = structlog.get_logger("supervisor.leader")
 
@@ -79,15 +80,17 @@ class Elector:
             return
         try:
             async with asyncio.timeout(self._valid_until - started if leading else self.lease_s):
-                async with self.store.tx(write=True) as conn:
-                    seen = await claim(
-                        conn,
-                        holder=self.me.holder,
-                        host=self.me.host,
-                        epoch=self.epoch if leading else None,
-                        lease_ms=int(self.lease_s * 1000),
-                        pid=os.getpid(),
-                    )
+                seen = None if leading else await self._peek()
+                if seen is None:
+                    async with self.store.tx(write=True) as conn:
+                        seen = await claim(
+                            conn,
+                            holder=self.me.holder,
+                            host=self.me.host,
+                            epoch=self.epoch if leading else None,
+                            lease_ms=int(self.lease_s * 1000),
+                            pid=os.getpid(),
+                        )
         except (StoreError, TimeoutError) as err:
             self.errors += 1
             why = str(err) or "timed out"
@@ -107,6 +110,20 @@ class Elector:
             self.epoch, self.won = seen.epoch, seen
             log.info("leading", epoch=seen.epoch, took_over=seen.took_over)
             self.leading.set()
+
+    async def _peek(self) -> Lease | None:
+        """A follower's look at the lease, taking no lock (so a frozen leader's lock cannot hold
+        it up): the lease when another instance holds it and it is current (nothing to claim);
+        else None, once a frozen leader's stuck transaction is ended if the lease ran out
+        (`supervisor.store.stuck`), and the caller claims."""
+        async with self.store.tx(write=False) as conn:
+            lease = await current(conn)
+            if lease is not None and not lease.expired and lease.holder != self.me.holder:
+                return lease
+            ended = await end_stuck_sessions(conn, stuck_s=self.lease_s / 3)
+        if ended:
+            log.warning("ended a frozen leader's stuck transaction", pids=ended)
+        return None
 
     async def run(self) -> None:
         while not self.lost.is_set():
