@@ -33,13 +33,11 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
   follower cannot take over before the lease ran out on the database's clock, which is later.
   Writes it tried meanwhile fail (no connection) and are not acted on; once reconnected, they
   meet the fence.
-- **Frozen inside a transaction**: a leader stopped between the fence's ``FOR SHARE`` read and
-  its commit keeps its session open, and with it the share lock on the lease row, which would
-  block a follower's ``FOR UPDATE`` claim for as long as the freeze lasts. Every session of a
-  PostgreSQL store is opened with ``idle_in_transaction_session_timeout`` at a third of the
-  lease (`supervisor.store.pgengine`): the server ends the frozen session, the lock goes with
-  it, and the follower takes over when the lease runs out. The woken leader's write fails (its
-  connection is gone); it never lands.
+- **Frozen inside a transaction**: its open session keeps the lease row's share lock, which
+  would hold off every claim for the whole freeze. The server ends a session idle in a
+  transaction for a third of the lease (`supervisor.store.pgengine`); one frozen mid-statement,
+  where no server timeout runs, the follower ends once the lease ran out
+  (`supervisor.store.stuck`). The woken leader's write fails (its connection is gone).
 """
 
 from __future__ import annotations
