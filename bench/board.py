@@ -27,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import insert
 
 from bench.common import RESULTS, median, percentile, until, write_section
-from supervisor import logs
-from supervisor.app import Supervisor
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.machine import State
-from supervisor.store import Store
-from supervisor.store.engine import make_engine, transaction
-from supervisor.store.schema import samples
+from supervisor.core import logs
+from supervisor.judge.machine import State
+from supervisor.record.store import Store
+from supervisor.record.store.engine import make_engine, transaction
+from supervisor.record.store.schema import samples
 
 HERE = Path(__file__).resolve().parent
 SIMS = 4  #: vLLM-shaped servers, in their own process (`bench/sim_pool.py`)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from supervisor.aio import poll
-from supervisor.store.target import PgTarget
+from supervisor.core.aio import poll
+from supervisor.record.store.target import PgTarget
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

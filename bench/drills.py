@@ -21,10 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, median, write_section
-from fleet_lab import drill_config, drills, faults, fleet
+from fleet_lab import fleet
+from fleet_lab.drills import config as drill_config
+from fleet_lab.drills import faults
+from fleet_lab.drills import run as drills
+from fleet_lab.drills.report import DrillReport
 from fleet_lab.lab import Lab, LabError, check_root
-from fleet_lab.report import DrillReport
-from supervisor import logs
+from supervisor.core import logs
 
 TITLE = "Lab drills"
 SMOKE_DRILL = "engine-death-clean-exit"
@@ -127,7 +130,7 @@ def events_table(all_runs: list[Runs], results: Path) -> str:
         f"daemon at the production intervals: liveness every {probe['liveness_interval']}, a "
         f"real completion every {probe['completion_interval']}, down after "
         f"{probe['failures_to_down']} failures and a re-probe, timeout {probe['timeout']}; "
-        "systemd's unit events streamed from each host (`supervisor/unitevents.py`). Detect: "
+        "systemd's unit events streamed from each host (`supervisor/hear/units.py`). Detect: "
         "fault injected -> down (a death event plus one failed probe). Heal: fault injected -> "
         "healthy (repaired and proven by a real completion). Median (min-max). Polling only, "
         "these intervals need at least 2 minutes (3 failed liveness checks a minute apart, then a "

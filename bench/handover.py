@@ -1,5 +1,5 @@
 """A clean stop on PostgreSQL: how long from the leader's stop to the follower leading, with the
-store's notifications (LISTEN/NOTIFY, `supervisor/store/listen.py`) and without them (the
+store's notifications (LISTEN/NOTIFY, `supervisor/record/store/listen.py`) and without them (the
 follower's claim loop alone, as before). Two leadership Gates in one process on a temporary
 PostgreSQL cluster (`tests/pgserver.py`); the leader is stopped at a random phase of the
 follower's claims, the stopped one comes back as the follower, and the next round stops the new
@@ -25,11 +25,11 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, instance_config, median, until, write_section
-from supervisor.app import Supervisor
+from supervisor.app.leader.gate import Gate
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.leader.gate import Gate
-from supervisor.store import Store
-from supervisor.store.lease import journal
+from supervisor.record.store import Store
+from supervisor.record.store.lease import journal
 from tests.pgserver import PgServer, unavailable
 
 TITLE = "Clean stop: the follower leads"

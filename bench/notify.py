@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, median, ms, percentile, until, write_section
 from fleet_lab.botapi import BotApiStub, Sent
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.notify.timing import Timing
-from supervisor.store import EntryKind, Store
-from supervisor.store.outbox import OutboxStore
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from supervisor.record.store import EntryKind, Store
+from supervisor.record.store.outbox import OutboxStore
+from supervisor.tell.telegram.timing import Timing
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "123456:bench-token"  # noqa: S105 (the local stub's, not a secret)

@@ -23,11 +23,11 @@ from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.common import RESULTS, median, ms, percentile, write_section
-from supervisor.store import Store
-from supervisor.store.engine import open_engine, transaction
-from supervisor.store.schema import incidents, timeline
-from supervisor.store.target import StoreTarget
-from supervisor.timeline import Probe, ProbeSample, encode
+from supervisor.record.store import Store
+from supervisor.record.store.engine import open_engine, transaction
+from supervisor.record.store.schema import incidents, timeline
+from supervisor.record.store.target import StoreTarget
+from supervisor.record.timeline import Probe, ProbeSample, encode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PROBE = Probe(

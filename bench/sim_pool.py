@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 
 
 async def serve(count: int, model: str) -> None:

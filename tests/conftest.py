@@ -11,8 +11,8 @@ from typing import Protocol
 
 import pytest
 
-from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
-from supervisor.store.target import StoreTarget
+from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
+from supervisor.record.store.target import StoreTarget
 from tests.pgserver import PgServer
 from tests.pgserver import unavailable as pg_unavailable
 from tests.skips import reason, skip_line

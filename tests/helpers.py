@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from supervisor.aio import poll
+from supervisor.core.aio import poll
 
 #: Probe settings that make a whole outage take well under a second.
 FAST_PROBE: dict[str, Any] = {

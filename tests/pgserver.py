@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from supervisor.store.target import PgTarget
+from supervisor.record.store.target import PgTarget
 
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 RUN_AS = "postgres"

@@ -23,15 +23,11 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from fleet_lab.vllm_sim import SimBehaviour
-from supervisor.actions.base import Action, ActionContext, ActionOutcome, ActionParams, Target
-from supervisor.actions.dedupe import DedupeError, plan_dedupe
-from supervisor.actions.registry import ACTIONS, build_registry
-from supervisor.actions.steps import shorten
-from supervisor.clock import SystemClock
+from fleet_lab.vllm_sim.server import SimBehaviour
 from supervisor.config import Endpoint, Host, UnitRef
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.executor import (
+from supervisor.core.clock import SystemClock
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.execute import (
     CommandResult,
     DryRunExecutor,
     Executor,
@@ -39,7 +35,17 @@ from supervisor.executor import (
     SshExecutor,
     command_line,
 )
-from supervisor.probes import make_client, run_probe
+from supervisor.playbook.actions.base import (
+    Action,
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    Target,
+)
+from supervisor.playbook.actions.dedupe import DedupeError, plan_dedupe
+from supervisor.playbook.actions.registry import ACTIONS, build_registry
+from supervisor.playbook.actions.steps import shorten
+from supervisor.probe import make_client, run_probe
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually
 from tests.sshd import Sshd
@@ -141,7 +147,7 @@ def test_registry_has_every_action_of_the_design() -> None:
 
 
 def test_a_name_defined_twice_is_refused() -> None:
-    from supervisor.actions import shell
+    from supervisor.playbook.actions import shell
 
     twin = ACTIONS["shell"]
     other = Action(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.actions.base import ActionContext
 from supervisor.config import Endpoint, Host, UnitRef
-from supervisor.executor import Executor, LocalExecutor
+from supervisor.execute import Executor, LocalExecutor
+from supervisor.playbook.actions.base import ActionContext
 from tests.macfakes import MacTools, mac_tools
 from tests.test_actions import act, dry, plan
 from tests.test_actions import context as actions_context

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from supervisor.aio import poll, wait_event
+from supervisor.core.aio import poll, wait_event
 
 
 async def test_a_set_event_is_seen_and_a_timeout_is_false() -> None:

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench import queries
-from supervisor.store.engine import open_engine
+from supervisor.record.store.engine import open_engine
 from tests.helpers import bench_smoke
 from tests.pgserver import PgServer
 from tests.pgserver import unavailable as pg_unavailable

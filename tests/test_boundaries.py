@@ -39,12 +39,14 @@ def reach_ins(source: str, module: str) -> list[str]:
 
 CASES = [
     pytest.param(
-        "from supervisor.daemon import _current\n",
-        ["line 1: from supervisor.daemon import _current"],
+        "from supervisor.runtime.daemon import _current\n",
+        ["line 1: from supervisor.runtime.daemon import _current"],
         id="private-import",
     ),
     pytest.param(
-        "import supervisor.daemon as d\nd._current\n", ["line 2: d._current"], id="module-attr"
+        "import supervisor.runtime.daemon as d\nd._current\n",
+        ["line 2: d._current"],
+        id="module-attr",
     ),
     pytest.param(
         "def f(daemon):\n    return daemon._schedule\n",
@@ -54,7 +56,7 @@ CASES = [
     pytest.param("class A:\n    def f(self):\n        return self._x\n", [], id="own-attr"),
     pytest.param("from supervisor.x import _y\n", [], id="own-module"),
     pytest.param("def f(row):\n    return row._replace(a=1)\n", [], id="namedtuple-api"),
-    pytest.param("from supervisor.daemon import Daemon\n", [], id="public-import"),
+    pytest.param("from supervisor.runtime.daemon import Daemon\n", [], id="public-import"),
 ]
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.store.cursors import save_streams
-from supervisor.store.lease import claim
-from supervisor.timeline import Transition
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.cursors import save_streams
+from supervisor.record.store.lease import claim
+from supervisor.record.timeline import Transition
 from tests.helpers import write_fleet
 
 T0 = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)

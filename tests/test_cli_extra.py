@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import fleet_lab.demo_cli
-import fleet_lab.lab_cli
+import fleet_lab.cli
+import fleet_lab.demo.cli
 from supervisor.cli import main
 from supervisor.cli.extra import GROUP, discover
 
@@ -33,7 +33,7 @@ def _distribution(folder: Path, name: str, entry_points: str, module: str = "") 
 
 
 def test_the_installed_lab_provides_demo_and_lab() -> None:
-    assert discover() == {"demo": fleet_lab.demo_cli, "lab": fleet_lab.lab_cli}
+    assert discover() == {"demo": fleet_lab.demo.cli, "lab": fleet_lab.cli}
 
 
 def test_a_place_with_no_distribution_provides_no_command(tmp_path: Path) -> None:

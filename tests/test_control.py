@@ -14,11 +14,11 @@ import pytest
 import yaml
 from aiohttp.test_utils import make_mocked_request
 
-from supervisor.app import Supervisor
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.control import Actor, Answer, Code, ControlApi, Via
 from supervisor.control.matchers import MatchError, select
-from supervisor.machine import State
+from supervisor.judge.machine import State
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 

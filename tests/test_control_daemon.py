@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
-from supervisor.store import Store, SubjectKind
+from supervisor.record.store import Store, SubjectKind
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
 

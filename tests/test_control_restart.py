@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.app import Supervisor
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.control import Actor, Code, Via
-from supervisor.machine import State
-from supervisor.store import EntryKind, TimelineRow
-from supervisor.worker import EndpointWorker
+from supervisor.judge.machine import State
+from supervisor.record.store import EntryKind, TimelineRow
+from supervisor.worker.endpoint import EndpointWorker
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 

@@ -16,7 +16,7 @@ import pytest
 
 from supervisor.cli.diagnose import stored_last_ok
 from supervisor.config import load_config
-from supervisor.store import Snapshot, Store, SubjectKind
+from supervisor.record.store import Snapshot, Store, SubjectKind
 from tests.conftest import free_port
 from tests.helpers import write_fleet
 from tests.sshd import Sshd

@@ -24,10 +24,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.evidence.base import (
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.execute import CommandResult, Executor, command_line
+from supervisor.execute.containers import ContainerNameError, in_container
+from supervisor.execute.local import LocalExecutor
+from supervisor.judge.progress.load import MetricsFormatError
+from supervisor.playbook.diagnose import diagnose
+from supervisor.playbook.evidence.base import (
     CollectContext,
     CollectorParams,
     Evidence,
@@ -35,22 +40,17 @@ from supervisor.evidence.base import (
     NoParams,
     Scope,
 )
-from supervisor.evidence.declare import collector, found
-from supervisor.evidence.execstart import docker_exec, parse_exec_start, split_argv
-from supervisor.evidence.journal import journal_since, parse_journal, since_text
-from supervisor.evidence.memory import parse_meminfo
-from supervisor.evidence.metrics import parse_metrics
-from supervisor.evidence.network import parse_pid_args, parse_ss
-from supervisor.evidence.processes import parse_ps, select
-from supervisor.evidence.registry import COLLECTORS, collectors_of
-from supervisor.evidence.settling import may_be_mid_attempt
-from supervisor.evidence.systemd import parse_main_pid, parse_unit_status
-from supervisor.executor import CommandResult, Executor, command_line
-from supervisor.executor.containers import ContainerNameError, in_container
-from supervisor.executor.local import LocalExecutor
-from supervisor.playbook.diagnose import diagnose
+from supervisor.playbook.evidence.declare import collector, found
+from supervisor.playbook.evidence.execstart import docker_exec, parse_exec_start, split_argv
+from supervisor.playbook.evidence.journal import journal_since, parse_journal, since_text
+from supervisor.playbook.evidence.memory import parse_meminfo
+from supervisor.playbook.evidence.metrics import parse_metrics
+from supervisor.playbook.evidence.network import parse_pid_args, parse_ss
+from supervisor.playbook.evidence.processes import parse_ps, select
+from supervisor.playbook.evidence.registry import COLLECTORS, collectors_of
+from supervisor.playbook.evidence.settling import may_be_mid_attempt
+from supervisor.playbook.evidence.systemd import parse_main_pid, parse_unit_status
 from supervisor.playbook.loader import load_playbook
-from supervisor.progress.load import MetricsFormatError
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually
 

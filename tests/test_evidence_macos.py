@@ -14,20 +14,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.config import Endpoint, Host, UnitRef
-from supervisor.evidence.base import CollectContext, Evidence, FactValue, Scope
-from supervisor.evidence.launchctl import (
+from supervisor.playbook.evidence.base import CollectContext, Evidence, FactValue, Scope
+from supervisor.playbook.evidence.launchctl import (
     NOT_LOADED_FACTS,
     job_facts,
     log_paths,
     parse_print,
 )
-from supervisor.evidence.macos import (
+from supervisor.playbook.evidence.macos import (
     parse_lsof,
     parse_memory_pressure,
     parse_pressure_level,
     parse_vm_stat,
 )
-from supervisor.evidence.registry import COLLECTORS
+from supervisor.playbook.evidence.registry import COLLECTORS
 from tests.test_evidence import Answer, ScriptedExecutor
 
 DATA = Path(__file__).parent / "data" / "evidence" / "macos"

@@ -14,7 +14,7 @@ import pytest
 import structlog
 
 from supervisor.config import Host
-from supervisor.executor import (
+from supervisor.execute import (
     CommandResult,
     DryRunExecutor,
     FleetExecutor,
@@ -23,8 +23,8 @@ from supervisor.executor import (
     UnknownHostError,
     command_line,
 )
-from supervisor.executor.local import MAX_OUTPUT
-from supervisor.executor.ssh import MAX_SESSIONS
+from supervisor.execute.local import MAX_OUTPUT
+from supervisor.execute.ssh import MAX_SESSIONS
 from tests.helpers import eventually
 from tests.sshd import Sshd, free_port
 

@@ -22,12 +22,12 @@ from sqlalchemy import update
 from supervisor.cli import main
 from supervisor.cli.status import collect
 from supervisor.config import load_config
-from supervisor.ops.follower import FollowerServer
-from supervisor.ops.stored import StoredFleet, health_text, leader_words
-from supervisor.store import Snapshot, Store, SubjectKind
-from supervisor.store.lease import claim
-from supervisor.store.lease_view import LeaderView
-from supervisor.store.schema import leader_lease
+from supervisor.record.store import Snapshot, Store, SubjectKind
+from supervisor.record.store.lease import claim
+from supervisor.record.store.lease_view import LeaderView
+from supervisor.record.store.schema import leader_lease
+from supervisor.tell.web.follower import FollowerServer
+from supervisor.tell.web.stored import StoredFleet, health_text, leader_words
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 from tests.pgserver import PgServer

@@ -12,13 +12,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from supervisor.clock import SystemClock
 from supervisor.config import Endpoint
 from supervisor.config.loader import parse_config
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.probes import make_client, run_probe
-from supervisor.probes.context import ProbeError
-from supervisor.probes.transcript import Transcript, read_sse, read_whole
+from supervisor.core.clock import SystemClock
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.probe import make_client, run_probe
+from supervisor.probe.context import ProbeError
+from supervisor.probe.transcript import Transcript, read_sse, read_whole
 
 FUZZ = settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None

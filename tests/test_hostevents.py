@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from supervisor.config import FleetConfig, Host
-from supervisor.hostevents import (
+from supervisor.hear.streams import (
     HostEvents,
     HostStream,
     LocalTransport,
@@ -21,11 +21,11 @@ from supervisor.hostevents import (
     StreamSettings,
     units_by_host,
 )
-from supervisor.hostevents.backoff import Backoff
-from supervisor.hostevents.events import EventKind, UnitEvent
-from supervisor.hostevents.journal import follow_argv, head_cursor, parse_entry
-from supervisor.hostevents.poll import UnitState, changes, parse_show
-from supervisor.hostevents.recognise import Recognised, Recogniser
+from supervisor.hear.streams.backoff import Backoff
+from supervisor.hear.streams.events import EventKind, UnitEvent
+from supervisor.hear.streams.journal import follow_argv, head_cursor, parse_entry
+from supervisor.hear.streams.poll import UnitState, changes, parse_show
+from supervisor.hear.streams.recognise import Recognised, Recogniser
 from tests.conftest import free_port
 
 DATA = Path(__file__).parent / "data" / "hostevents"

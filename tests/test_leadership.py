@@ -15,13 +15,13 @@ import httpx
 import pytest
 import yaml
 
-from supervisor.app import Supervisor
+from supervisor.app.leader.elector import Me
+from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.words import takeover_text
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.leader.elector import Me
-from supervisor.leader.gate import Gate
-from supervisor.leader.words import takeover_text
-from supervisor.store import Store
-from supervisor.store.lease import Lease, journal
+from supervisor.record.store import Store
+from supervisor.record.store.lease import Lease, journal
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 

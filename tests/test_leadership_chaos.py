@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from fleet_lab.botapi import BotApiStub
-from supervisor.store import AttemptRow, Store, StoreError
-from supervisor.store.lease import JournalEntry, db_now_ms, journal
-from supervisor.store.target import PgTarget
+from supervisor.record.store import AttemptRow, Store, StoreError
+from supervisor.record.store.lease import JournalEntry, db_now_ms, journal
+from supervisor.record.store.target import PgTarget
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
 from tests.pgserver import PgServer

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Sized
 
 import pytest
 
-from supervisor.store import Store
-from supervisor.store.lease import JournalEntry, journal
-from supervisor.store.outbox import OutboxRow, OutboxStore
+from supervisor.record.store import Store
+from supervisor.record.store.lease import JournalEntry, journal
+from supervisor.record.store.outbox import OutboxRow, OutboxStore
 from tests import test_leadership_chaos as chaos
 from tests.helpers import eventually
 from tests.test_leadership_chaos import CHAT, LEASE_S, RULE, Fleet, _start

@@ -15,7 +15,13 @@ from tests.helpers import write_fleet
 
 pytestmark = pytest.mark.slow
 
-WATCHED = ("telegram", "asyncssh", "cryptography", "fleet_lab.demo", "fleet_lab.vllm_sim")
+WATCHED = (
+    "telegram",
+    "asyncssh",
+    "cryptography",
+    "fleet_lab.demo.command",
+    "fleet_lab.vllm_sim.server",
+)
 
 #: `run` under the real CLI, stopped by SIGTERM after a second; prints the watched modules loaded
 RUN = f"""
@@ -66,7 +72,7 @@ EXECUTOR = """
 import asyncio, sys
 from datetime import timedelta
 from supervisor.config import Host
-from supervisor.executor import FleetExecutor
+from supervisor.execute import FleetExecutor
 forge = Host(name="forge", local=True)
 fleet = FleetExecutor({"forge": forge})
 result = asyncio.run(fleet.run(forge, ["true"], timeout=timedelta(seconds=5)))

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from supervisor.leader.elector import Elector, Me
-from supervisor.store import Snapshot, Store, StoreError, SubjectKind
-from supervisor.store.lease import Lease, StaleEpochError, claim, current, journal, release
-from supervisor.store.target import StoreTarget
+from supervisor.app.leader.elector import Elector, Me
+from supervisor.record.store import Snapshot, Store, StoreError, SubjectKind
+from supervisor.record.store.lease import Lease, StaleEpochError, claim, current, journal, release
+from supervisor.record.store.target import StoreTarget
 from tests.pgserver import PgServer
 
 LONG = 60_000
@@ -193,7 +193,7 @@ async def test_a_stuck_transaction_of_a_leader_whose_lease_ran_out_is_ended_by_t
     """Frozen where no server timeout runs (between two messages of one statement: its session
     `active`, waiting on its client; here an idle transaction with a limit far off stands in
     for it) inside a fenced write: once the lease ran out, the follower's elector ends that
-    session and takes over, instead of waiting on its lock (`supervisor.store.stuck`)."""
+    session and takes over, instead of waiting on its lock (`supervisor.record.store.stuck`)."""
     target = replace(pg_server.database(), idle_in_transaction_s=60)
     async with await Store.open(target) as frozen, await Store.open(target) as follower:
         await _claim(frozen, "a", None, lease_ms=0)  # run out, not yet taken over

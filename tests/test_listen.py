@@ -18,13 +18,13 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from supervisor.leader.elector import Elector, Me
-from supervisor.ops.page import feed
-from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.store.lease import claim, journal, release
-from supervisor.store.listen import CHANNELS, LEASE, TIMELINE, Listener, notify
-from supervisor.store.target import PgTarget
-from supervisor.timeline import Note, Transition
+from supervisor.app.leader.elector import Elector, Me
+from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.lease import claim, journal, release
+from supervisor.record.store.listen import CHANNELS, LEASE, TIMELINE, Listener, notify
+from supervisor.record.store.target import PgTarget
+from supervisor.record.timeline import Note, Transition
+from supervisor.tell.web.page import feed
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 from tests.pgserver import PgServer

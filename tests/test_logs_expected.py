@@ -1,7 +1,7 @@
 """A deposed leader's refused write (`StaleEpochError`) is an expected end, not a crash: logged
 from wherever it surfaces (`log.exception` in a worker, a job), it is one warning line naming
 the refusal, without traceback. Any other error keeps its traceback. The daemon's real log
-set-up (`supervisor.logs.configure`), JSON lines on a real stream."""
+set-up (`supervisor.core.logs.configure`), JSON lines on a real stream."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import structlog
 
-from supervisor import logs
-from supervisor.store import StoreRefusedError
-from supervisor.store.lease import StaleEpochError
+from supervisor.core import logs
+from supervisor.record.store import StoreRefusedError
+from supervisor.record.store.lease import StaleEpochError
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The lab's stand-ins for macOS's tools (fleet_lab.mac_launchctl, fleet_lab.mac_tools) answer in
+"""The lab's stand-ins for macOS's tools (fleet_lab.mac.launchctl, fleet_lab.mac.tools) answer in
 the shapes the supervisor's parsers read from recorded macOS output, and really start and stop a
 job's program: here the mlx_lm-shaped server, on loopback, as real processes."""
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervisor.evidence.launchctl import is_not_found, job_facts, parse_print
-from supervisor.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
+from supervisor.playbook.evidence.launchctl import is_not_found, job_facts, parse_print
+from supervisor.playbook.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -44,10 +44,10 @@ class Mac:
         )
 
     def launchctl(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return self.run("fleet_lab.mac_launchctl", *argv)
+        return self.run("fleet_lab.mac.launchctl", *argv)
 
     def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return self.run("fleet_lab.mac_tools", *argv)
+        return self.run("fleet_lab.mac.tools", *argv)
 
     def plist(self, *, run_at_load: bool) -> Path:
         path = self.folder / "com.fleet.mlx-kimi.plist"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.machine import TRANSITIONS, FleetMachine, State, Trigger, destination
+from supervisor.judge.machine import TRANSITIONS, FleetMachine, State, Trigger, destination
 
 S, T = State, Trigger
 

@@ -15,15 +15,15 @@ import pytest
 import yaml
 
 from fleet_lab.botapi import BotApiStub, Sent
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.app import Supervisor
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.machine import State
-from supervisor.notify.notifier import Notifier
-from supervisor.notify.timing import Pacing, Timing
+from supervisor.judge.machine import State
 from supervisor.playbook.model import All, Mode, Rule, Severity
-from supervisor.store.outbox import OutboxStore
-from supervisor.worker import EndpointWorker
+from supervisor.record.store.outbox import OutboxStore
+from supervisor.tell.telegram.notifier import Notifier
+from supervisor.tell.telegram.timing import Pacing, Timing
+from supervisor.worker.endpoint import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
 TOKEN = "123456:SECRET-token-never-logged"

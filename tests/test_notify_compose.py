@@ -8,16 +8,11 @@ from typing import Any
 
 import pytest
 
-from supervisor.actions.base import ActionOutcome
 from supervisor.config.models import TelegramConfig
-from supervisor.notify.auth import NotifyError, allowed, load_token
-from supervisor.notify.compose import Memory, Settings, compose, tick
-from supervisor.notify.texts import split
-from supervisor.remediation.records import step_entry
-from supervisor.remediation.steps import StepRun
-from supervisor.store import IncidentRow, SubjectKind, TimelineRow
-from supervisor.store.outbox import Draft
-from supervisor.timeline import (
+from supervisor.playbook.actions.base import ActionOutcome
+from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
+from supervisor.record.store.outbox import Draft
+from supervisor.record.timeline import (
     Decision,
     Diagnosis,
     Escalation,
@@ -27,6 +22,11 @@ from supervisor.timeline import (
     Transition,
     Verification,
 )
+from supervisor.repair.records import step_entry
+from supervisor.repair.steps import StepRun
+from supervisor.tell.telegram.auth import NotifyError, allowed, load_token
+from supervisor.tell.telegram.compose import Memory, Settings, compose, tick
+from supervisor.tell.telegram.texts import split
 
 T0 = datetime(2026, 11, 23, 3, 0, 0, tzinfo=UTC)
 SETTINGS = Settings(

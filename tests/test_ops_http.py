@@ -10,12 +10,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleet_lab.vllm_sim import VllmSim
-from supervisor.app import Supervisor
+from fleet_lab.vllm_sim.server import VllmSim
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.events import Stop
-from supervisor.machine import State
-from supervisor.ops.http import ListenError, parse_listen
+from supervisor.core.events import Stop
+from supervisor.judge.machine import State
+from supervisor.tell.web.http import ListenError, parse_listen
 from tests.helpers import eventually, write_fleet
 
 

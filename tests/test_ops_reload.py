@@ -15,15 +15,15 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from supervisor import daemon as daemon_module
-from supervisor.app import Supervisor
-from supervisor.clock import SystemClock
+from supervisor.app.reload import ReloadResult, reload_from_file
+from supervisor.app.root import Supervisor
 from supervisor.config import Endpoint, load_config
-from supervisor.events import ProbeResult, Tier
-from supervisor.machine import State
-from supervisor.ops.reload import ReloadResult, reload_from_file
-from supervisor.probes import make_client, run_probe
-from supervisor.worker import EndpointWorker
+from supervisor.core.clock import SystemClock
+from supervisor.core.events import ProbeResult, Tier
+from supervisor.judge.machine import State
+from supervisor.probe import make_client, run_probe
+from supervisor.runtime import daemon as daemon_module
+from supervisor.worker.endpoint import EndpointWorker
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
 

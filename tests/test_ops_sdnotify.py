@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from supervisor.ops.sdnotify import HANG_FILE_ENV, Notifier, watchdog_interval
+from supervisor.app.sdnotify import HANG_FILE_ENV, Notifier, watchdog_interval
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

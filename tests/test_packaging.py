@@ -94,9 +94,9 @@ def test_the_runtime_wheel_holds_the_runtime_only(checkout: Path, tmp_path: Path
     assert tops == {"supervisor", "fleet_supervisor-0.1.0.dist-info"}
     assert [name for name in names if "lab" in name.split("/")] == []
     assert "supervisor/py.typed" in names
-    page = Path(__file__).resolve().parents[1] / "supervisor" / "ops" / "page"
+    page = Path(__file__).resolve().parents[1] / "supervisor" / "tell" / "web" / "page"
     files = [*page.glob("templates/*.html"), *page.glob("static/*")]
-    served = {f"supervisor/ops/page/{p.relative_to(page)}" for p in files}
+    served = {f"supervisor/tell/web/page/{p.relative_to(page)}" for p in files}
     assert served <= set(names)  # the fleet page's templates, script and stylesheet
     assert entry_points == "[console_scripts]\nfleet-supervisor = supervisor.cli:main\n"
 
@@ -119,5 +119,5 @@ def test_the_lab_wheel_holds_the_lab_and_registers_its_commands(
     assert typed
     assert requires == ["Requires-Dist: fleet-supervisor"]
     assert entry_points == (
-        "[fleet_supervisor.commands]\ndemo = fleet_lab.demo_cli\nlab = fleet_lab.lab_cli\n"
+        "[fleet_supervisor.commands]\ndemo = fleet_lab.demo.cli\nlab = fleet_lab.cli\n"
     )

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from supervisor.config import UnitRef
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.evidence.base import CollectContext, Collector, Evidence, NoParams
-from supervisor.executor.local import LocalExecutor
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.diagnose import diagnose
+from supervisor.playbook.evidence.base import CollectContext, Collector, Evidence, NoParams
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.playbook.results import Diagnosis
 from tests.test_playbook_support import FileCollectors, action_registry, fleet

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.actions.base import Target
-from supervisor.machine import State
+from supervisor.judge.machine import State
+from supervisor.playbook.actions.base import Target
 from supervisor.playbook.loader import check_playbook, load_playbook, load_rule_files
 from supervisor.playbook.model import All, Leaf, Mode, Not, Severity
 from supervisor.playbook.problems import Level

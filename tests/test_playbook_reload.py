@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from supervisor.app import Supervisor
+from supervisor.app.root import Supervisor
 from supervisor.cli import main
 from supervisor.config import load_config
-from supervisor.machine import State
+from supervisor.judge.machine import State
 from supervisor.playbook.live import LivePlaybook
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet

@@ -16,11 +16,18 @@ from typing import Any
 
 import httpx
 
-from supervisor.actions.base import Action, ActionContext, ActionOutcome, ActionParams, Target
-from supervisor.actions.base import NoParams as NoActionParams
 from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
 from supervisor.config.models import Duration
-from supervisor.evidence.base import (
+from supervisor.execute.local import LocalExecutor
+from supervisor.playbook.actions.base import (
+    Action,
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    Target,
+)
+from supervisor.playbook.actions.base import NoParams as NoActionParams
+from supervisor.playbook.evidence.base import (
     CollectContext,
     Collector,
     CollectorParams,
@@ -28,7 +35,6 @@ from supervisor.evidence.base import (
     FactValue,
     NoParams,
 )
-from supervisor.executor.local import LocalExecutor
 
 STATUS_FACTS = {
     "active_state": "active, failed ...",

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.machine import State, Trigger
-from supervisor.policy import Limits, Streaks, Verdict, judge, wants_progress
-from supervisor.progress import Progress
-from supervisor.progress import Verdict as Seen
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.judge.machine import State, Trigger
+from supervisor.judge.policy import Limits, Streaks, Verdict, judge, wants_progress
+from supervisor.judge.progress import Progress
+from supervisor.judge.progress import Verdict as Seen
 
 NOW = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 LIMITS = Limits(failures_to_down=3, degraded_after=2)

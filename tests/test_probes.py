@@ -15,18 +15,18 @@ from typing import Any, get_args
 import httpx
 import pytest
 
-from fleet_lab.vllm_sim import Flavour, SimBehaviour, VllmSim
-from fleet_lab.vllm_sim_chat import plan_reply
-from supervisor.clock import SystemClock
+from fleet_lab.vllm_sim.chat import plan_reply
+from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
 from supervisor.config import Endpoint, EndpointKind, ProbeSettings
-from supervisor.durations import parse_duration
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.probes import CHECKS, make_client, run_probe
-from supervisor.probes.completion import CompletionStats, judge, slow_reason
-from supervisor.probes.context import ProbeError
-from supervisor.probes.http import connect_reason, http_error_reason
-from supervisor.probes.liveness import ollama_name
-from supervisor.probes.transcript import Transcript
+from supervisor.core.clock import SystemClock
+from supervisor.core.durations import parse_duration
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.probe import CHECKS, make_client, run_probe
+from supervisor.probe.completion import CompletionStats, judge, slow_reason
+from supervisor.probe.context import ProbeError
+from supervisor.probe.http import connect_reason, http_error_reason
+from supervisor.probe.liveness import ollama_name
+from supervisor.probe.transcript import Transcript
 from tests.conftest import FAST_TOK_S, SimFactory
 from tests.helpers import eventually
 

@@ -13,16 +13,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from fleet_lab.vllm_sim_control import ControlFile
-from supervisor.clock import SystemClock
+from fleet_lab.vllm_sim.control import ControlFile
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config import Endpoint
-from supervisor.evidence.base import CollectContext, Scope
-from supervisor.evidence.registry import COLLECTORS
-from supervisor.executor.local import LocalExecutor
-from supervisor.progress import Load, Progress, Verdict, judge, parse_vllm_metrics
-from supervisor.progress.load import MetricsFormatError
-from supervisor.progress.read import read_progress
+from supervisor.core.clock import SystemClock
+from supervisor.execute.local import LocalExecutor
+from supervisor.judge.progress import Load, Progress, Verdict, judge, parse_vllm_metrics
+from supervisor.judge.progress.load import MetricsFormatError
+from supervisor.judge.progress.read import read_progress
+from supervisor.playbook.evidence.base import CollectContext, Scope
+from supervisor.playbook.evidence.registry import COLLECTORS
 from tests.conftest import SimFactory
 from tests.helpers import eventually
 

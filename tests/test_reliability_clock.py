@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import Endpoint, load_config
-from supervisor.events import ProbeResult, ProbeTick, Stop, Tier
-from supervisor.machine import FleetMachine, State
-from supervisor.probes import make_client, run_probe
-from supervisor.remediation.guards import check_budget
-from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.timeline import Transition
-from supervisor.worker import EndpointWorker
-from supervisor.worker_state import restored_from
+from supervisor.core.events import ProbeResult, ProbeTick, Stop, Tier
+from supervisor.judge.machine import FleetMachine, State
+from supervisor.probe import make_client, run_probe
+from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.timeline import Transition
+from supervisor.repair.guards import check_budget
+from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker.state import restored_from
 from tests.conftest import free_port
 from tests.helpers import write_fleet
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour
-from supervisor.app import Supervisor
+from fleet_lab.vllm_sim.server import SimBehaviour
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.machine import State
+from supervisor.judge.machine import State
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
 

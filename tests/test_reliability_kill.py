@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.store import AttemptRow, EntryKind, Store, StoreError, SubjectKind
-from supervisor.timeline import INTERRUPTED, AttemptFinished
+from supervisor.record.store import AttemptRow, EntryKind, Store, StoreError, SubjectKind
+from supervisor.record.timeline import INTERRUPTED, AttemptFinished
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from supervisor.app import Supervisor
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.store import EntryKind, TimelineRow
+from supervisor.record.store import EntryKind, TimelineRow
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
 from tests.sshd import ADDRESS, SSHD, Sshd, descendants, free_port, kill_trees

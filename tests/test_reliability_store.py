@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.app import Supervisor
-from supervisor.clock import SystemClock
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from supervisor.app.root import Supervisor
 from supervisor.config import Endpoint, load_config
-from supervisor.events import ProbeResult, Tier
-from supervisor.machine import State
-from supervisor.probes import make_client, run_probe
-from supervisor.store import EntryKind, Store, StoreError, StoreRefusedError, TimelineEntry
-from supervisor.store import engine as store_engine
-from supervisor.store.resilient import ResilientStore, refused
-from supervisor.timeline import Note
+from supervisor.core.clock import SystemClock
+from supervisor.core.events import ProbeResult, Tier
+from supervisor.judge.machine import State
+from supervisor.probe import make_client, run_probe
+from supervisor.record.store import EntryKind, Store, StoreError, StoreRefusedError, TimelineEntry
+from supervisor.record.store import engine as store_engine
+from supervisor.record.store.resilient import ResilientStore, refused
+from supervisor.record.timeline import Note
 from tests.helpers import eventually, write_fleet
 
 pytestmark = pytest.mark.slow

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.app import Supervisor
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.control import Actor, Via
-from supervisor.machine import State, Trigger
+from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
-from supervisor.remediation.guards import HostLocks
-from supervisor.store import EntryKind
-from supervisor.worker import EndpointWorker
+from supervisor.record.store import EntryKind
+from supervisor.repair.guards import HostLocks
+from supervisor.worker.endpoint import EndpointWorker
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 from tests.sshd import Sshd

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.store import Store, StoreError, SubjectKind
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from supervisor.record.store import Store, StoreError, SubjectKind
 from tests.helpers import eventually, spawn_daemon, write_fleet
 
 pytestmark = pytest.mark.slow

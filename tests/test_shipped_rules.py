@@ -16,8 +16,8 @@ import pytest
 
 from supervisor.cli import main
 from supervisor.config import Endpoint, FleetConfig, Host
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.evidence.base import Collector, CollectorParams, Evidence, Scope
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, Scope
 from supervisor.playbook.fixturefile import load_fixture
 from supervisor.playbook.fixtures import FixtureReport, run_fixtures
 from supervisor.playbook.loader import Playbook, load_playbook
@@ -25,7 +25,7 @@ from supervisor.playbook.matching import match_rules
 from supervisor.playbook.model import EvidenceItem
 from supervisor.playbook.registries import collectors_or_default
 from supervisor.playbook.scopes import scopes_of
-from supervisor.remediation.rulefacts import ask_text
+from supervisor.repair.rulefacts import ask_text
 
 PLAYBOOK = Path(__file__).resolve().parent.parent / "playbooks"
 FIXTURES = sorted(PLAYBOOK.joinpath("tests").glob("*.yaml"))

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-import supervisor.store
-from supervisor.events import Outcome, ProbeResult, Tier
-from supervisor.store import (
+import supervisor.record.store
+from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.record.store import (
     EntryKind,
     IncidentRow,
     JSONValue,
@@ -28,12 +28,12 @@ from supervisor.store import (
     SubjectKind,
     TimelineEntry,
 )
-from supervisor.store.target import StoreTarget
-from supervisor.timeline import Legacy
+from supervisor.record.store.target import StoreTarget
+from supervisor.record.timeline import Legacy
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CEST = timezone(timedelta(hours=2))
-REPO = Path(supervisor.store.__file__).resolve().parents[2]
+REPO = Path(supervisor.record.store.__file__).resolve().parents[3]
 
 
 def at(minutes: float) -> datetime:
@@ -110,7 +110,7 @@ async def close_incident_at(store: Store, name: str, minutes: float) -> int | No
 
 
 def test_exports() -> None:
-    assert sorted(supervisor.store.__all__) == sorted(
+    assert sorted(supervisor.record.store.__all__) == sorted(
         [
             "Store",
             "StoreError",
@@ -465,8 +465,8 @@ _KILLED_WRITER = """
 import asyncio, os, signal, sys
 from datetime import UTC, datetime
 from pathlib import Path
-from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.timeline import Transition
+from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.timeline import Transition
 
 async def main() -> None:
     store = await Store.open(Path(sys.argv[1]))
@@ -790,7 +790,7 @@ async def test_two_writers_on_one_file_do_not_lock_each_other_out(
 _READER = """
 import asyncio, json, sys
 from pathlib import Path
-from supervisor.store import Store
+from supervisor.record.store import Store
 
 async def main() -> None:
     async with await Store.open(Path(sys.argv[1]), create=False) as store:

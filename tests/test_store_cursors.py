@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from supervisor.store import Store
-from supervisor.store.cursors import Streams, read_streams, save_streams
-from supervisor.store.lease import StaleEpochError, claim
-from supervisor.store.target import StoreTarget
+from supervisor.record.store import Store
+from supervisor.record.store.cursors import Streams, read_streams, save_streams
+from supervisor.record.store.lease import StaleEpochError, claim
+from supervisor.record.store.target import StoreTarget
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 C1 = "s=7f1c;i=2a;b=9d0e;m=1f;t=62a;x=11"

@@ -17,10 +17,10 @@ from sqlalchemy import text
 from supervisor.config import ConfigError, parse_config
 from supervisor.control.model import PauseRow
 from supervisor.control.tables import ControlStore
-from supervisor.store import Snapshot, Store, StoreError, SubjectKind, TimelineEntry
-from supervisor.store.outbox import Draft, OutboxStore
-from supervisor.store.target import PgTarget, StoreTarget, store_target
-from supervisor.timeline import Note, Transition
+from supervisor.record.store import Snapshot, Store, StoreError, SubjectKind, TimelineEntry
+from supervisor.record.store.outbox import Draft, OutboxStore
+from supervisor.record.store.target import PgTarget, StoreTarget, store_target
+from supervisor.record.timeline import Note, Transition
 from tests.conftest import free_port
 from tests.pgserver import PgServer
 

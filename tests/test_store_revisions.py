@@ -10,8 +10,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, create_engine
 
-from supervisor.store import Store, SubjectKind, revise, schema
-from supervisor.store.target import StoreTarget
+from supervisor.record.store import Store, SubjectKind, revise, schema
+from supervisor.record.store.target import StoreTarget
 
 CONTROL_AND_NOTIFY = {
     "notify_cursor",

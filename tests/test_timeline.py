@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import supervisor
-from supervisor.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.store.coltypes import dump_json
-from supervisor.store.target import StoreTarget
-from supervisor.timeline import (
+from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.coltypes import dump_json
+from supervisor.record.store.target import StoreTarget
+from supervisor.record.timeline import (
     REGISTRY,
     Acked,
     AttemptFinished,
@@ -404,7 +404,7 @@ def test_what_cannot_be_typed_is_read_as_unknown(
 
 PACKAGE = Path(supervisor.__file__).parent
 #: The one place allowed to read the old sentences: the migration of schema-1 stores, once.
-MIGRATION = PACKAGE / "timeline" / "migrate.py"
+MIGRATION = PACKAGE / "record" / "timeline" / "migrate.py"
 #: A summary (or a transition's note) taken apart, or tested for words.
 SENTENCE_READ = re.compile(
     r"\.(summary|note)\)?\.(startswith|endswith|split|rsplit|partition|rpartition|removeprefix"
@@ -412,7 +412,7 @@ SENTENCE_READ = re.compile(
     r"|\bin \w+(\.\w+)*\.(summary|note)\b"
     r"|(?<![\w.])re\.\w+\([^)]*\b(summary|note)\b"
 )
-READS_TIMELINE = ("TimelineRow", "supervisor.timeline", ".timeline(")
+READS_TIMELINE = ("TimelineRow", "supervisor.record.timeline", ".timeline(")
 
 
 def _sources() -> list[Path]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.cli import main
-from supervisor.store import EntryKind, Store, SubjectKind, TimelineEntry
-from supervisor.timeline import (
+from supervisor.record.store import EntryKind, Store, SubjectKind, TimelineEntry
+from supervisor.record.timeline import (
     INTERRUPTED,
     Acked,
     AttemptFinished,

@@ -15,20 +15,20 @@ from typing import Any
 
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from supervisor.app import Supervisor
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from supervisor.app.root import Supervisor
 from supervisor.cli.status import polling_warnings
 from supervisor.config import FleetConfig, Host, load_config
-from supervisor.events import UnitSignal
-from supervisor.hostevents import Backoff, LocalTransport, StreamSettings
-from supervisor.hostevents.journal import parse_entry
-from supervisor.machine import State
+from supervisor.core.events import UnitSignal
+from supervisor.hear.streams import Backoff, LocalTransport, StreamSettings
+from supervisor.hear.streams.journal import parse_entry
+from supervisor.hear.units import CURSORS_FILE, UnitEvents
+from supervisor.judge.machine import State
 from supervisor.playbook.scopes import builtin_facts, scopes_of
-from supervisor.store import Store
-from supervisor.store.cursors import Streams, read_streams, save_streams
-from supervisor.timeline import Transition, UnitHeard
-from supervisor.unitevents import CURSORS_FILE, UnitEvents
-from supervisor.worker import EndpointWorker
+from supervisor.record.store import Store
+from supervisor.record.store.cursors import Streams, read_streams, save_streams
+from supervisor.record.timeline import Transition, UnitHeard
+from supervisor.worker.endpoint import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
 DATA = Path(__file__).parent / "data" / "hostevents"

@@ -18,14 +18,14 @@ from typing import Any
 import httpx
 import pytest
 
-from fleet_lab.vllm_sim import SimBehaviour, VllmSim
-from fleet_lab.vllm_sim_chat import CONTENT_TEXT, REASONING_TEXT, split_pieces
-from fleet_lab.vllm_sim_cli import main
-from supervisor.clock import SystemClock
+from fleet_lab.vllm_sim.chat import CONTENT_TEXT, REASONING_TEXT, split_pieces
+from fleet_lab.vllm_sim.cli import main
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config import Endpoint, ProbeSettings
-from supervisor.durations import parse_duration
-from supervisor.events import Outcome, Tier
-from supervisor.probes import make_client, run_probe
+from supervisor.core.clock import SystemClock
+from supervisor.core.durations import parse_duration
+from supervisor.core.events import Outcome, Tier
+from supervisor.probe import make_client, run_probe
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually
 

@@ -1,4 +1,4 @@
-"""A follower's warm connections (`supervisor.hostevents.warm`) against a real OpenSSH server
+"""A follower's warm connections (`supervisor.hear.streams.warm`) against a real OpenSSH server
 (tests/sshd.py): one login per host, kept open, opened again when the server drops it, handed
 over open; a host that does not answer says why."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import FleetConfig, Host
-from supervisor.hostevents import Backoff, StreamSettings
-from supervisor.hostevents.warm import WarmTransports
+from supervisor.hear.streams import Backoff, StreamSettings
+from supervisor.hear.streams.warm import WarmTransports
 from tests.conftest import free_port
 from tests.helpers import eventually
 from tests.sshd import Sshd

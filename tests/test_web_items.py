@@ -7,11 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from supervisor.ops.page.app import ago
-from supervisor.ops.page.items import Command, item
-from supervisor.ops.page.spark import sparkline
-from supervisor.store import TimelineRow
-from supervisor.timeline import (
+from supervisor.record.store import TimelineRow
+from supervisor.record.timeline import (
     Acked,
     CommandRun,
     Diagnosis,
@@ -23,6 +20,9 @@ from supervisor.timeline import (
     Transition,
     Verification,
 )
+from supervisor.tell.web.page.app import ago
+from supervisor.tell.web.page.items import Command, item
+from supervisor.tell.web.page.spark import sparkline
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SAMPLE = ProbeSample(

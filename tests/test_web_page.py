@@ -21,7 +21,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from fleet_lab.vllm_sim import VllmSim
+from fleet_lab.vllm_sim.server import VllmSim
 from tests.browser import chromium, missing, wait_for
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet

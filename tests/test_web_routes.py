@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from fleet_lab.vllm_sim import VllmSim
-from supervisor.app import Supervisor
+from fleet_lab.vllm_sim.server import VllmSim
+from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.machine import State
-from supervisor.timeline import Acked
+from supervisor.judge.machine import State
+from supervisor.record.timeline import Acked
 from tests.helpers import eventually, write_fleet
 
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import structlog
 
-from supervisor.clock import SystemClock
 from supervisor.config import Endpoint
-from supervisor.events import Outcome, ProbeResult, ProbeTick, Tier
-from supervisor.machine import FleetMachine, Trigger
-from supervisor.store import Store
-from supervisor.store.lease import StaleEpochError, claim
-from supervisor.worker import EndpointWorker
-from supervisor.worker_state import restored_from
+from supervisor.core.clock import SystemClock
+from supervisor.core.events import Outcome, ProbeResult, ProbeTick, Tier
+from supervisor.judge.machine import FleetMachine, Trigger
+from supervisor.record.store import Store
+from supervisor.record.store.lease import StaleEpochError, claim
+from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker.state import restored_from
 from tests.helpers import eventually
 
 ENDPOINT = Endpoint(name="ds4", kind="openai", url="http://127.0.0.1:9", model="m")

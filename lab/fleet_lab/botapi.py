@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
-from fleet_lab.vllm_sim_http import Request, Responder, read_request
+from fleet_lab.vllm_sim.http import Request, Responder, read_request
 
 BOT_ID = 4242
 BOT_USERNAME = "fleet_test_bot"

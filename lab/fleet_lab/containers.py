@@ -5,7 +5,7 @@ overlay root, never on the machine) that implements exactly one command, `docker
 NAME CMD...`. The container `NAME` is the tree `/var/lib/lab/containers/NAME`: the command runs in
 a new mount namespace in which every path of the tree that the host lacks is bind-mounted over
 the host's root (`/workspace`, `/usr/local/lib/python3.12/...`), then `exec`s `CMD` in place.
-So `supervisor.executor.containers.in_container` stays exactly what it is for a real fleet, and
+So `supervisor.execute.containers.in_container` stays exactly what it is for a real fleet, and
 everything that says `docker exec` (units, drop-ins written by the playbook, evidence) really
 runs.
 

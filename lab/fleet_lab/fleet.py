@@ -9,7 +9,7 @@
   /workspace/vllm-worker.sh` (a headless worker that joins the head's 29501);
   `ollama.service` (the sim as Ollama on :11434) and `parakeet.service` (health only, :8765).
 
-- m3ultra (127.0.0.13): the Mac, a stand-in with no macOS (see `fleet_lab.mac_host`): Kimi's
+- m3ultra (127.0.0.13): the Mac, a stand-in with no macOS (see `fleet_lab.mac.host`): Kimi's
   launchd job `com.fleet.mlx-kimi` runs the sim as mlx_lm on :8013.
 
 Both `vllm_ds4` trees hold the launch scripts, a known-good copy under `/workspace/known-good/`
@@ -22,11 +22,11 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from fleet_lab import mac_host
 from fleet_lab.boot import INSIDE
 from fleet_lab.containers import write_tree
 from fleet_lab.lab import ADDRESSES, Lab
 from fleet_lab.launch import DROP_CACHES, MXFP4
+from fleet_lab.mac import host as mac_host
 
 DS4_MODEL = "deepseek-v4-flash"
 CONTAINER = "vllm_ds4"
@@ -38,7 +38,7 @@ QWEN_MODEL = "qwen"
 QWEN_UNIT = "vllm-qwen.service"
 QWEN_SCRIPT = f"{INSIDE}/scripts/vllm-qwen.sh"
 QWEN_KNOWN_GOOD = f"{INSIDE}/known-good/vllm-qwen.sh"
-#: The single node's control file (`fleet_lab.vllm_sim_control`): a drill saturates or hangs it
+#: The single node's control file (`fleet_lab.vllm_sim.control`): a drill saturates or hangs it
 #: without restarting the unit. In the host's own folder.
 QWEN_CONTROL = "qwen-control.json"
 #: The host's GPU (see `launch.claim_gpu`): a file in the host's own folder.

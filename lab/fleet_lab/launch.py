@@ -23,7 +23,7 @@ It walks vLLM's start-up in vLLM's order and fails from the same real causes, wi
 5. start the engine's workers: with `VLLM_WORKER_MULTIPROC_METHOD=fork` in the environment (a
    launch drifted from the known-good script) the shared-memory broadcast fails with vLLM's
    `AttributeError: 'ShmRingBuffer' object has no attribute 'shared_memory'`.
-6. `head`/`single`: exec the vLLM-shaped server (`fleet_lab.vllm_sim`), which inherits the
+6. `head`/`single`: exec the vLLM-shaped server (`fleet_lab.vllm_sim.server`), which inherits the
    rendezvous socket so the port stays bound while it serves; `worker`: stay up until SIGTERM.
 """
 

@@ -23,8 +23,8 @@ from supervisor.cli import (
 )
 from supervisor.cli.common import CliError, add_config_option
 from supervisor.config import ConfigError
-from supervisor.durations import DurationError, parse_duration
-from supervisor.store import StoreError
+from supervisor.core.durations import DurationError, parse_duration
+from supervisor.record.store import StoreError
 
 
 def _duration(text: str) -> object:

@@ -6,8 +6,8 @@ import argparse
 import os
 
 from supervisor.config import FleetConfig, load_config, resolve_config_path
-from supervisor.store import Store
-from supervisor.store.target import store_target
+from supervisor.record.store import Store
+from supervisor.record.store.target import store_target
 
 
 class CliError(Exception):

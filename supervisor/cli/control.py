@@ -17,7 +17,7 @@ import httpx
 from supervisor.cli.common import CliError, load
 from supervisor.config import FleetConfig
 from supervisor.control.routes import VIA_HEADER, WHO_HEADER
-from supervisor.ops.listen import ListenError, parse_listen
+from supervisor.tell.web.listen import ListenError, parse_listen
 
 TIMEOUT = 30.0
 """Seconds a control call may take (a restart answers once its units restarted)."""

@@ -8,18 +8,18 @@ import argparse
 import asyncio
 from datetime import datetime
 
-from supervisor import logs
-from supervisor.actions.registry import ACTIONS
 from supervisor.cli.common import CliError, load, open_store
-from supervisor.clock import SystemClock
 from supervisor.config import Endpoint, FleetConfig
-from supervisor.events import ProbeResult, Tier
-from supervisor.executor.fleet import FleetExecutor
+from supervisor.core import logs
+from supervisor.core.clock import SystemClock
+from supervisor.core.events import ProbeResult, Tier
+from supervisor.execute.fleet import FleetExecutor
+from supervisor.playbook.actions.registry import ACTIONS
 from supervisor.playbook.loader import load_playbook
-from supervisor.probes import make_client, run_probe
-from supervisor.remediation.diagnosis import DiagnosisService
-from supervisor.remediation.report import report
-from supervisor.store import StoreError, SubjectKind
+from supervisor.probe import make_client, run_probe
+from supervisor.record.store import StoreError, SubjectKind
+from supervisor.repair.diagnosis import DiagnosisService
+from supervisor.repair.report import report
 
 STATES = ("down", "degraded", "unreachable")
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from supervisor.cli.common import CliError, load, open_store
 from supervisor.cli.render import dump, iso, table, when
-from supervisor.clock import utcnow
 from supervisor.config import FleetConfig
-from supervisor.durations import format_duration
-from supervisor.store import IncidentRow, TimelineRow
-from supervisor.timeline import Transition
+from supervisor.core.clock import utcnow
+from supervisor.core.durations import format_duration
+from supervisor.record.store import IncidentRow, TimelineRow
+from supervisor.record.timeline import Transition
 
 
 def incident_doc(row: IncidentRow) -> dict[str, Any]:

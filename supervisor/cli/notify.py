@@ -10,7 +10,7 @@ import os
 
 from supervisor.cli.common import CliError, load
 from supervisor.config.models import TelegramConfig
-from supervisor.notify.auth import NotifyError, load_token, quiet_http_logs
+from supervisor.tell.telegram.auth import NotifyError, load_token, quiet_http_logs
 
 TEXT = "fleet-supervisor: test message. Alerts and commands will come through this chat."
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from supervisor.cli.common import CliError, load
 from supervisor.cli.render import dump
-from supervisor.clock import SystemClock
 from supervisor.config import Endpoint
-from supervisor.events import ProbeResult, Tier
-from supervisor.probes import make_client, run_probe
-from supervisor.summaries import probe_data, probe_line
+from supervisor.core.clock import SystemClock
+from supervisor.core.events import ProbeResult, Tier
+from supervisor.probe import make_client, run_probe
+from supervisor.record.summaries import probe_data, probe_line
 
 
 def main(args: argparse.Namespace) -> int:

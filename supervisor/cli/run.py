@@ -6,10 +6,10 @@ import argparse
 import asyncio
 import signal
 
-from supervisor import logs
-from supervisor.app import Supervisor
+from supervisor.app.leader.gate import Gate
+from supervisor.app.root import Supervisor
 from supervisor.cli.common import load
-from supervisor.leader.gate import Gate
+from supervisor.core import logs
 
 
 def main(args: argparse.Namespace) -> int:
@@ -22,7 +22,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _run(gate: Gate) -> None:
-    """Follow until this instance leads, then run the supervisor (see `supervisor.leader`)."""
+    """Follow until this instance leads, then run the supervisor (see `supervisor.app.leader`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,11 +8,11 @@ from typing import Any
 
 from supervisor.cli.common import load, open_store
 from supervisor.cli.render import ago, dump, iso, num, table
-from supervisor.clock import utcnow
 from supervisor.config import FleetConfig
-from supervisor.store import Snapshot, SubjectKind
-from supervisor.store.cursors import read_streams
-from supervisor.store.lease_view import leader_view, leadership_document, leadership_line
+from supervisor.core.clock import utcnow
+from supervisor.record.store import Snapshot, SubjectKind
+from supervisor.record.store.cursors import read_streams
+from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
 
 
 def main(args: argparse.Namespace) -> int:

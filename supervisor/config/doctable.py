@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from supervisor.config.messages import model_at
 from supervisor.config.models import Endpoint, FleetConfig
-from supervisor.docgen import field_default
+from supervisor.core.docgen import field_default
 
 _SKIPPED = frozenset({"name", "source"})  # filled by the loader, not written in the file
 _DEFAULT_TEXT: Mapping[str, str] = {

@@ -15,7 +15,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from supervisor.config.messages import render_value
-from supervisor.durations import DurationError, format_duration, parse_duration
+from supervisor.core.durations import DurationError, format_duration, parse_duration
 
 
 def fail(kind: str, message: str) -> PydanticCustomError:

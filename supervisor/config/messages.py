@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
-from supervisor.durations import format_duration
+from supervisor.core.durations import format_duration
 
 _MAX_SHOWN = 60
 

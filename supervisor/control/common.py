@@ -8,14 +8,14 @@ from datetime import datetime
 
 import structlog
 
-from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.control.matchers import select
 from supervisor.control.model import FLEET, Actor, Answer, Code, JournalRow, PauseRow
 from supervisor.control.tables import ControlStore
-from supervisor.remediation.runner import Remediator
-from supervisor.store import Store
-from supervisor.worker import EndpointWorker
+from supervisor.core.clock import Clock
+from supervisor.record.store import Store
+from supervisor.repair.runner import Remediator
+from supervisor.worker.endpoint import EndpointWorker
 
 log = structlog.get_logger("supervisor.control")
 

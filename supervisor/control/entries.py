@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from supervisor.control.model import Actor, Via
-from supervisor.durations import format_duration
-from supervisor.store import TimelineEntry
-from supervisor.timeline import Acked, Paused, Record, Resumed
+from supervisor.core.durations import format_duration
+from supervisor.record.store import TimelineEntry
+from supervisor.record.timeline import Acked, Paused, Record, Resumed
 
 
 def _names(subjects: Sequence[str]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from supervisor.control import entries
 from supervisor.control.common import ControlCommon, log
 from supervisor.control.model import FLEET, Actor, Answer, Code, PauseRow
-from supervisor.machine import State
+from supervisor.judge.machine import State
 
 
 class PauseControl(ControlCommon):

@@ -22,7 +22,7 @@ from typing import Any
 
 from supervisor.control.api import ControlApi
 from supervisor.control.model import Actor, Answer, Code, Via
-from supervisor.durations import DurationError, parse_duration
+from supervisor.core.durations import DurationError, parse_duration
 
 STATUS = {Code.DONE: 200, Code.REFUSED: 409, Code.NOT_FOUND: 404, Code.BAD_REQUEST: 400}
 PREFIX = "/control/"

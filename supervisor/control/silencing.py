@@ -9,7 +9,7 @@ from supervisor.control import entries
 from supervisor.control.common import ControlCommon
 from supervisor.control.matchers import MatchError, covers
 from supervisor.control.model import Actor, Answer, Code, SilenceRow
-from supervisor.machine import State, Trigger
+from supervisor.judge.machine import State, Trigger
 
 
 class SilenceControl(ControlCommon):

@@ -24,9 +24,9 @@ from sqlalchemy import (
 )
 
 from supervisor.control.model import JournalRow, PauseRow, SilenceRow
-from supervisor.store.coltypes import UTCDateTime
-from supervisor.store.dialect import schema_lock, upsert
-from supervisor.store.store import Store
+from supervisor.record.store.coltypes import UTCDateTime
+from supervisor.record.store.dialect import schema_lock, upsert
+from supervisor.record.store.store import Store
 
 control_metadata = MetaData()
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from supervisor.clock import Clock
 from supervisor.config import FleetConfig
 from supervisor.control.api import ControlApi
-from supervisor.remediation.runner import Remediator
-from supervisor.store import Store
-from supervisor.worker import EndpointWorker
+from supervisor.core.clock import Clock
+from supervisor.record.store import Store
+from supervisor.repair.runner import Remediator
+from supervisor.worker.endpoint import EndpointWorker
 
 
 async def start_control(

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import ValidationError
 
-from supervisor.actions.base import Target
 from supervisor.config.errors import Loc
+from supervisor.playbook.actions.base import Target
 from supervisor.playbook.model import (
     BUILTIN_NAMESPACES,
     EVIDENCE_ID,

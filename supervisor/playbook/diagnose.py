@@ -15,10 +15,16 @@ from typing import Any
 import httpx
 
 from supervisor.config import Endpoint, FleetConfig
-from supervisor.durations import format_duration
-from supervisor.events import ProbeResult, UnitSignal
-from supervisor.evidence.base import CollectContext, Collector, CollectorParams, Evidence, Scope
-from supervisor.executor import Executor
+from supervisor.core.durations import format_duration
+from supervisor.core.events import ProbeResult, UnitSignal
+from supervisor.execute import Executor
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    Collector,
+    CollectorParams,
+    Evidence,
+    Scope,
+)
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.matching import match_rules
 from supervisor.playbook.model import EvidenceItem

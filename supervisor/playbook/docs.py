@@ -15,8 +15,8 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
-from supervisor.actions.base import Target
-from supervisor.docgen import field_default
+from supervisor.core.docgen import field_default
+from supervisor.playbook.actions.base import Target
 from supervisor.playbook.model import AppliesTo, Budget, EvidenceItem, Rule, Step, Verify
 from supervisor.playbook.operators import operators_markdown
 from supervisor.playbook.registries import (

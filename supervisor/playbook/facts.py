@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from supervisor.evidence.base import FactValue
+from supervisor.playbook.evidence.base import FactValue
 from supervisor.playbook.operators import MISSING, Actual
 
 

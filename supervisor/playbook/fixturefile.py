@@ -29,9 +29,9 @@ from supervisor.config.errors import ConfigError, Loc
 from supervisor.config.messages import render_value
 from supervisor.config.models import EndpointKind, Flag, Text
 from supervisor.config.yamlsource import LineMap, parse_yaml
-from supervisor.events import Outcome
-from supervisor.evidence.base import FactValue
-from supervisor.machine import State
+from supervisor.core.events import Outcome
+from supervisor.judge.machine import State
+from supervisor.playbook.evidence.base import FactValue
 from supervisor.playbook.problems import Problems, RuleProblem
 
 MAX_BYTES = 10_000_000

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.config import Endpoint, FleetConfig, Host
-from supervisor.events import ProbeResult, Tier
-from supervisor.evidence.base import Collector, CollectorParams, Evidence, FactValue, Scope
+from supervisor.core.events import ProbeResult, Tier
+from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, FactValue, Scope
 from supervisor.playbook.fixturefile import Case, LoadedFixture, load_fixture
 from supervisor.playbook.loader import Playbook, load_rule_files
 from supervisor.playbook.matching import evaluate_rule, match_rules

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from supervisor.events import ProbeResult, UnitSignal
-from supervisor.evidence.base import Collector, CollectorParams, Evidence, Scope
+from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.playbook.conditions import evaluate
+from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, Scope
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import EvidenceItem, Rule
 from supervisor.playbook.params import ParamsError, resolve_params

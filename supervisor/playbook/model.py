@@ -16,9 +16,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from supervisor.actions.base import Target
 from supervisor.config.models import Count, EndpointKind, PositiveDuration, Text
-from supervisor.machine import State
+from supervisor.judge.machine import State
+from supervisor.playbook.actions.base import Target
 
 RULE_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 EVIDENCE_ID = re.compile(r"[a-z][a-z0-9_]*")

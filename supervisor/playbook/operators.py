@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from supervisor.evidence.base import FactValue
+from supervisor.playbook.evidence.base import FactValue
 
 
 class Missing:

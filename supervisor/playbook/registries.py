@@ -10,8 +10,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any, cast
 
-from supervisor.actions.base import Action
-from supervisor.evidence.base import Collector
+from supervisor.playbook.actions.base import Action
+from supervisor.playbook.evidence.base import Collector
 
 Collectors = Mapping[str, Collector[Any]]
 Actions = Mapping[str, Action[Any]]
@@ -20,12 +20,12 @@ Actions = Mapping[str, Action[Any]]
 def collectors_or_default(collectors: Collectors | None) -> Collectors:
     if collectors is not None:
         return collectors
-    module = importlib.import_module("supervisor.evidence.registry")
+    module = importlib.import_module("supervisor.playbook.evidence.registry")
     return cast(Collectors, module.COLLECTORS)
 
 
 def actions_or_default(actions: Actions | None) -> Actions:
     if actions is not None:
         return actions
-    module = importlib.import_module("supervisor.actions.registry")
+    module = importlib.import_module("supervisor.playbook.actions.registry")
     return cast(Actions, module.ACTIONS)

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from supervisor.config import Host, UnitRef
-from supervisor.evidence.base import Evidence, Scope
 from supervisor.playbook.conditions import Trace, explain, first_failure
+from supervisor.playbook.evidence.base import Evidence, Scope
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import Rule
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from supervisor.config import Endpoint, FleetConfig
-from supervisor.events import ProbeResult, UnitSignal
-from supervisor.evidence.base import FactValue, Scope
+from supervisor.core.events import ProbeResult, UnitSignal
+from supervisor.playbook.evidence.base import FactValue, Scope
 
 BUILTIN_FACTS: Mapping[str, str] = {
     "endpoint.name": "the endpoint's name in the fleet config",

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from fleet_lab import procs
+from fleet_lab.demo.lab import HEADLINE
 from fleet_lab.lab import ADDRESSES, Lab
-from fleet_lab.lab_demo import HEADLINE
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab import drills, faults, fleet, mac_host
+from fleet_lab import fleet
+from fleet_lab.drills import faults
+from fleet_lab.drills import run as drills
+from fleet_lab.drills.report import DrillReport
 from fleet_lab.lab import Lab, LabError
-from fleet_lab.report import DrillReport
+from fleet_lab.mac import host as mac_host
 
 pytestmark = pytest.mark.slow
 

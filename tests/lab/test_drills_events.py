@@ -12,10 +12,10 @@ import re
 
 import pytest
 
-from fleet_lab import drills
-from fleet_lab.drill_config import PRODUCTION
+from fleet_lab.drills import run as drills
+from fleet_lab.drills.config import PRODUCTION
 from fleet_lab.lab import Lab
-from supervisor.timeline import Diagnosis, Transition, UnitHeard
+from supervisor.record.timeline import Diagnosis, Transition, UnitHeard
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import pytest
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
 from supervisor.config import Host
-from supervisor.hostevents import (
+from supervisor.hear.streams import (
     Backoff,
     EventKind,
     HostStream,

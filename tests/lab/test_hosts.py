@@ -12,7 +12,7 @@ import pytest
 
 from fleet_lab import procs
 from fleet_lab.lab import Lab, LabError, LabHost
-from supervisor.executor.ssh import SshExecutor
+from supervisor.execute.ssh import SshExecutor
 
 pytestmark = pytest.mark.slow
 

@@ -19,14 +19,14 @@ import yaml
 
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
-from supervisor.app import Supervisor
+from supervisor.app.leader.gate import Gate
+from supervisor.app.root import Supervisor
 from supervisor.config import FleetConfig, load_config
-from supervisor.hostevents.warm import WarmTransports
-from supervisor.leader.gate import Gate
-from supervisor.store import Store
-from supervisor.store.cursors import read_streams
-from supervisor.store.target import PgTarget, StoreTarget
-from supervisor.timeline import UnitHeard
+from supervisor.hear.streams.warm import WarmTransports
+from supervisor.record.store import Store
+from supervisor.record.store.cursors import read_streams
+from supervisor.record.store.target import PgTarget, StoreTarget
+from supervisor.record.timeline import UnitHeard
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 

@@ -29,11 +29,11 @@ from pathlib import Path
 
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 
-from supervisor.clock import utcnow
 from supervisor.config import load_config
-from supervisor.daemon import Daemon, close_interrupted
-from supervisor.machine import State
-from supervisor.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.core.clock import utcnow
+from supervisor.judge.machine import State
+from supervisor.record.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.runtime.daemon import Daemon, close_interrupted
 from tests.helpers import eventually, write_fleet
 
 RULE = """\

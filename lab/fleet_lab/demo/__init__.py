@@ -1,0 +1,1 @@
+"""`fleet-supervisor demo`: the lab demo as root on Linux, the loopback demo elsewhere."""

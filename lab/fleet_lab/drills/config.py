@@ -1,0 +1,160 @@
+"""The fleet config a drill's daemon runs on: the lab's hosts over SSH with the lab's key, short
+probes, remediation for real, and the one endpoint the drill is about: the DeepSeek pair `ds4`
+(the worker on spark2, then the head on spark1, in `vllm_ds4` containers) or the single-node
+`qwen` on spark1 (a launch script on the host, no container), or Kimi (`kimi`) on the Mac
+stand-in m3ultra (a launchd job; see `fleet_lab.mac.host`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from fleet_lab import fleet
+from fleet_lab.drills.steps import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCRIPT, WORKER_UNIT
+from fleet_lab.lab import ADDRESSES, Lab
+from fleet_lab.mac import host as mac_host
+
+PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks"
+#: The probes every drill's daemon runs (the figures are measured against these).
+PROBE = {
+    "liveness_interval": "500ms",
+    "completion_interval": "2s",
+    "failures_to_down": 2,
+    "timeout": "2s",
+    "jitter": "0s",
+}
+#: The production intervals (README): the event path must find a death without them.
+PRODUCTION = {
+    "liveness_interval": "60s",
+    "completion_interval": "300s",
+    "failures_to_down": 3,
+    "timeout": "30s",
+    "jitter": "0s",
+}
+
+
+@dataclass(frozen=True)
+class Unit:
+    host: str
+    unit: str
+    known_good: str | None
+    container: str | None = None
+    domain: str | None = None  #: a launchd job's domain
+    plist: str | None = None  #: a launchd job's plist
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    model: str
+    units: tuple[Unit, ...]
+    expect_reasoning: bool = True
+
+
+ENDPOINTS: Mapping[str, Endpoint] = {
+    "ds4": Endpoint(
+        f"http://{ADDRESSES['spark1']}:8000",
+        fleet.DS4_MODEL,
+        (
+            Unit("spark2", WORKER_UNIT, WORKER_SCRIPT, CONTAINER),
+            Unit("spark1", HEAD_UNIT, HEAD_SCRIPT, CONTAINER),
+        ),
+    ),
+    "qwen": Endpoint(
+        f"http://{ADDRESSES['spark1']}:8001",
+        fleet.QWEN_MODEL,
+        (Unit("spark1", fleet.QWEN_UNIT, fleet.QWEN_KNOWN_GOOD),),
+    ),
+    "kimi": Endpoint(
+        mac_host.url(),
+        mac_host.MODEL,
+        (Unit(mac_host.HOST, mac_host.LABEL, None, None, mac_host.DOMAIN, mac_host.PLIST),),
+        expect_reasoning=False,
+    ),
+}
+
+
+def completes(name: str) -> bool:
+    """Endpoint `name` answers a real chat completion now."""
+    endpoint = ENDPOINTS[name]
+    body = {"model": endpoint.model, "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        reply = httpx.post(
+            f"{endpoint.url}/v1/chat/completions", json={**body, "max_tokens": 8}, timeout=5
+        )
+    except httpx.HTTPError:
+        return False
+    return reply.status_code == 200
+
+
+def _units(endpoint: Endpoint) -> list[dict[str, str]]:
+    units = []
+    for unit in endpoint.units:
+        entry = {"host": unit.host, "unit": unit.unit}
+        optional = {
+            "known_good": unit.known_good,
+            "container": unit.container,
+            "domain": unit.domain,
+            "plist": unit.plist,
+        }
+        entry |= {key: value for key, value in optional.items() if value is not None}
+        units.append(entry)
+    return units
+
+
+def write_config(
+    lab: Lab,
+    folder: Path,
+    *,
+    playbook: Path = PLAYBOOK,
+    startup_grace: str = "20s",
+    notify: Mapping[str, object] | None = None,
+    endpoint: str = "ds4",
+    probe: Mapping[str, object] | None = None,
+) -> Path:
+    """The config for a drill about `endpoint` in `folder` (store in `folder/state`); `notify`
+    is the config's `notify` section (none: no Telegram)."""
+    hosts: dict[str, object] = {"forge": {"local": True}}
+    for name in [*ADDRESSES, *mac_host.ADDRESSES]:
+        host = lab.fleet_host(name)
+        entry: dict[str, object] = {
+            "address": host.address,
+            "port": host.port,
+            "user": host.user,
+            "key": str(host.key),
+            "known_hosts": str(host.known_hosts),
+        }
+        if name in mac_host.ADDRESSES:
+            entry["service_manager"] = "launchd"
+        hosts[name] = entry
+    chosen = ENDPOINTS[endpoint]
+    document: dict[str, object] = {
+        "store": {"path": "state/supervisor.db"},
+        "playbook": {"path": str(playbook)},
+        "http": {"enabled": False},
+        "remediation": {"dry_run": False, "verify_every": "500ms"},
+        "defaults": {
+            "probe": {**PROBE, **(probe or {})},
+            "startup_grace": startup_grace,
+        },
+        "hosts": hosts,
+        "endpoints": {
+            endpoint: {
+                "kind": "openai",
+                "url": chosen.url,
+                "model": chosen.model,
+                "expect_reasoning": chosen.expect_reasoning,
+                "units": _units(chosen),
+            }
+        },
+    }
+    if notify is not None:
+        document["notify"] = dict(notify)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path

@@ -1,0 +1,242 @@
+"""Drills: inject a catalogue failure into the running lab for real, run the daemon in-process
+against it, and report what it detected, diagnosed, did and verified, with the time to detect
+(fault injected -> down) and the time to heal (down -> healthy).
+
+Each drill settles the lab first (the pair serving a real completion), starts a `Supervisor` on a
+fleet config generated into the lab's folder (`drills/NAME/fleet.yaml`, a fresh store each run)
+whose Telegram notifier talks to a Bot API stub the drill serves, waits for the drilled endpoint
+(`ds4`, or `qwen` for a host-script unit) to be healthy, injects the fault, waits for the
+incident to open and for what the fault expects (healed; left alone yet healthy again;
+escalated, then a quiet spell in which nothing more happens), and always undoes its fault
+afterwards so the next drill (or test) finds a healthy lab.
+
+The daemon hears systemd too (`supervisor.hear.units`): a drill injects its fault only once every
+host's unit-event stream is streaming. `run_drill(..., probe=PRODUCTION)` runs a drill with the
+production intervals, where only the event path finds a death in seconds. A `busy` drill
+(`saturated`) holds its fault for `hold_s` and checks that nothing was done: no attempt, the
+unit's MainPID unchanged, the endpoint shown busy, a person told once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+
+from fleet_lab.drills import faults
+from fleet_lab.drills.bot import DELIVER_WITHIN_S, TIMING, DrillBot
+from fleet_lab.drills.config import ENDPOINTS, PROBE, completes, write_config
+from fleet_lab.drills.report import DETECTED, DrillReport, DrillStep, at, first, seconds, steps_of
+from fleet_lab.fleet import prepare
+from fleet_lab.lab import Lab, LabError
+from supervisor.app.root import Supervisor
+from supervisor.config import FleetConfig, load_config
+from supervisor.core.aio import poll
+from supervisor.judge.machine import State
+from supervisor.record.store import SubjectKind
+from supervisor.record.timeline import Diagnosis, Escalation, Transition
+
+SETTLE_WITHIN_S = 40.0
+DRILL_WITHIN_S = 60.0
+#: After an escalation: how long nothing more must happen (several probe rounds).
+QUIET_S = 3.0
+
+
+def _last_message(fault: faults.Fault) -> str:
+    """The message that ends a drill's thread: the recovery, or the call for a person."""
+    if fault.expect is faults.Expect.BUSY:
+        return f"🟡 <b>{fault.endpoint}</b>"
+    return "🆘" if fault.expect is faults.Expect.ESCALATE else f"✅ <b>{fault.endpoint}</b>"
+
+
+__all__ = ["PROBE", "DrillReport", "DrillStep", "run_drill", "settle", "write_config"]
+
+
+def settle(lab: Lab, within: float = SETTLE_WITHIN_S) -> None:
+    """Undo every drill's fault and return once every drilled endpoint serves a real completion
+    (restarting the pair in order once if ds4 does not)."""
+    prepare(lab)
+    faults.reset(lab)
+    deadline = time.monotonic() + within
+    restarted = False
+    while not all(completes(name) for name in ENDPOINTS):
+        if not restarted and time.monotonic() > deadline - within / 2:
+            faults.restart_pair(lab)
+            restarted = True
+        if time.monotonic() > deadline:
+            raise LabError(f"the lab's ds4 pair does not serve a completion after {within:g}s")
+        time.sleep(0.2)
+
+
+async def _until(predicate: Callable[[], bool], within: float, what: str) -> str:
+    if await poll(predicate, within, every=0.05):
+        return ""
+    return f"timed out after {within:g}s waiting for {what}"
+
+
+def _queued(daemon: Supervisor) -> Callable[[], Awaitable[bool]]:
+    async def queued() -> bool:
+        return daemon.notifier is not None and bool(await daemon.notifier.outbox.pending())
+
+    return queued
+
+
+async def _escalated(daemon: Supervisor, name: str, within: float) -> str:
+    """Wait until `name` is escalated and the repair finished; then nothing more may happen for
+    `QUIET_S` (several probe rounds): still escalated, no new repair."""
+    worker = daemon.workers[name]
+    assert daemon.remediator is not None
+    problem = await _until(
+        lambda: worker.state is State.ESCALATED, within, f"{name} to be escalated"
+    )
+    if problem:
+        return problem
+    await daemon.remediator.wait()
+    await asyncio.sleep(QUIET_S)  # the absence of action is what is checked: a fixed spell
+    if worker.state is not State.ESCALATED:
+        return f"{name} left escalated within {QUIET_S:g}s: now {worker.state}"
+    return ""
+
+
+async def _healed(daemon: Supervisor, name: str, within: float) -> str:
+    worker = daemon.workers[name]
+    assert daemon.remediator is not None
+    problem = await _until(lambda: worker.incident_id is not None, within, "an incident")
+    if not problem:
+        healed = lambda: worker.incident_id is None and worker.state is State.HEALTHY  # noqa: E731
+        problem = await _until(healed, within, f"{name} to heal")
+    if not problem:
+        await daemon.remediator.wait()
+    return problem
+
+
+async def _busy(daemon: Supervisor, name: str, within: float, until: float) -> str:
+    """Shown busy within `within`, and still busy with no repair until `until` (monotonic)."""
+    worker = daemon.workers[name]
+    assert daemon.remediator is not None
+    problem = await _until(lambda: worker.state is State.BUSY, within, f"{name} to be busy")
+    if problem:
+        return problem
+    left = lambda: worker.state is not State.BUSY or daemon.remediator.running(name)  # noqa: E731
+    if await poll(left, max(0.0, until - time.monotonic()), every=0.2):
+        return f"{name} left busy before the saturation ended: {worker.state}"
+    return ""
+
+
+async def _streaming(daemon: Supervisor) -> str:
+    """Every host's unit-event stream is following its journal (a death is heard from now)."""
+    assert daemon.daemon is not None
+    events = daemon.daemon.unit_events
+    return await _until(
+        lambda: all(s == "streaming" for s in events.status().values()), 30, "the unit events"
+    )
+
+
+async def run_drill(
+    lab: Lab,
+    name: str,
+    *,
+    folder: Path | None = None,
+    within: float = DRILL_WITHIN_S,
+    probe: Mapping[str, object] | None = None,
+) -> DrillReport:
+    """Run drill `name` against the running `lab`; its config and store go under `folder`
+    (default: the lab's `drills/NAME`). The daemon's Telegram notifier talks to a Bot API stub
+    served for the drill; the report holds what it received about the drill's incident."""
+    fault = faults.get(name)
+    folder = folder or lab.folder / "drills" / name
+    shutil.rmtree(folder / "state", ignore_errors=True)
+    async with DrillBot(folder) as bot:
+        path = write_config(
+            lab,
+            folder,
+            startup_grace=fault.startup_grace,
+            notify={**bot.notify, **fault.notify},
+            endpoint=fault.endpoint,
+            probe={**fault.probe, **(probe or {})},
+        )
+        return await _run(lab, fault, load_config(path), bot, fault.within or within)
+
+
+async def _run(
+    lab: Lab, fault: faults.Fault, config: FleetConfig, bot: DrillBot, within: float
+) -> DrillReport:
+    await asyncio.to_thread(settle, lab)
+    daemon = Supervisor(config)
+    daemon.notify_timing = TIMING
+    await daemon.start()
+    name = fault.endpoint
+    worker = daemon.workers[name]
+    incident: int | None = None
+    host_incident: int | None = None
+    interrupted = True
+    try:
+        problem = await _until(lambda: worker.state is State.HEALTHY, 30, f"{name} to be healthy")
+        problem = problem or await _streaming(daemon)
+        if problem:
+            raise LabError(f"drill {fault.name}: {problem} before the fault")
+        pids = [await asyncio.to_thread(faults.qwen_main_pid, lab)] if name == "qwen" else []
+        injected = daemon.clock.now()
+        started = time.monotonic()
+        await asyncio.to_thread(fault.inject, lab)
+        if fault.expect is faults.Expect.ESCALATE:
+            problem = await _escalated(daemon, name, within)
+        elif fault.expect is faults.Expect.BUSY:
+            problem = await _busy(daemon, name, within + 60, started + fault.hold_s)
+        else:
+            problem = await _healed(daemon, name, within)
+        held = time.monotonic() - started
+        if pids:
+            pids.append(await asyncio.to_thread(faults.qwen_main_pid, lab))
+        assert daemon.store is not None
+        found = await daemon.store.incidents()
+        mine = [i.id for i in found if i.subject_kind is SubjectKind.ENDPOINT]
+        hosts = [i.id for i in found if i.subject_kind is SubjectKind.HOST]
+        incident = mine[-1] if mine else None  # newest first: the drill's first incident
+        host_incident = hosts[-1] if hosts else None
+        # an unreachable endpoint has no incident of its own: the host's holds its timeline
+        shown = incident if incident is not None else host_incident
+        timeline = await daemon.store.timeline(shown) if shown is not None else []
+        attempts = await daemon.store.attempts(name)
+        samples = await daemon.store.samples(name, limit=500)
+        deep = sum(1 for s in samples if s.tier == "deep" and s.at >= injected)
+        final_state = worker.state.value
+        last = _last_message(fault) if incident is not None else "🔴 host"
+        notified = await bot.delivered(shown, last, DELIVER_WITHIN_S, _queued(daemon))
+        interrupted = False
+    finally:
+        await daemon.stop()
+        await asyncio.to_thread(fault.clean, lab)
+        if not interrupted:  # cancelled (Ctrl-C): undo the fault, do not wait for the lab
+            await asyncio.to_thread(settle, lab)
+    own = [r for r in timeline if r.subject == name]  # a host incident holds the host's too
+    down = at(first(own, Transition, lambda t: t.dest in DETECTED))
+    up = at(first(own, Transition, lambda t: t.dest == "healthy"))
+    escalated = at(first(own, Transition, lambda t: t.dest == "escalated"))
+    diagnosis = first(timeline, Diagnosis)
+    escalation = first(timeline, Escalation, lambda e: not e.dry_run)
+    return DrillReport(
+        drill=fault.name,
+        endpoint=name,
+        rule=fault.rule,
+        incident=incident,
+        diagnosis=diagnosis[1].summary if diagnosis else "",
+        steps=steps_of(timeline),
+        outcome=attempts[-1].outcome if attempts else None,
+        detect_s=seconds(injected, down),
+        heal_s=seconds(down, up),
+        problem=problem,
+        expect=fault.expect,
+        escalate_s=seconds(down, escalated),
+        escalation=escalation[1].note if escalation else "",
+        host_incident=host_incident,
+        final_state=final_state,
+        attempts=len(attempts),
+        notified=notified,
+        timeline=tuple(timeline),
+        main_pids=tuple(pids),
+        deep_checks=deep,
+        held_s=held,
+    )

@@ -1,0 +1,187 @@
+"""What an instance runs: following until it wins the lease, then the whole supervisor under
+its epoch, and back to following when it loses the lease (or the fence refuses it).
+
+A follower runs no probe, no repair and no notifier (one Telegram poller at a time); it claims
+the lease every third of it, and at once when the store announces a release or a takeover
+(PostgreSQL's LISTEN/NOTIFY, `supervisor.record.store.listen`: a clean stop hands over at once). The
+new leader's supervisor starts from the store as a restart would (`supervisor.runtime.restore` marks
+attempts the old leader left `interrupted`, and the runner decides afresh), and tells Telegram
+it took over: from whom, after how long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import structlog
+
+from supervisor.app.leader.elector import Elector, Me
+from supervisor.app.leader.words import takeover_text
+from supervisor.app.root import Supervisor
+from supervisor.config import FleetConfig
+from supervisor.hear.units import warm_transports
+from supervisor.record.store import Store
+from supervisor.record.store.lease import StaleEpochError
+from supervisor.record.store.listen import LEASE, Listener
+from supervisor.record.store.outbox import Draft
+from supervisor.record.store.target import StoreTarget, store_target
+from supervisor.tell.web.following import FollowerHttp
+
+if TYPE_CHECKING:
+    from supervisor.hear.streams.warm import WarmTransports
+
+log = structlog.get_logger("supervisor.leader")
+
+
+def me_of(config: FleetConfig) -> Me:
+    host = socket.gethostname()
+    return Me(holder=config.store.instance or host, host=host)
+
+
+class Gate:
+    """`run(stop)`: follow, lead, follow ... until `stop` is set; the lease is released on a
+    clean stop so a follower takes over at once."""
+
+    def __init__(
+        self, config: FleetConfig, make: Callable[[], Supervisor], *, listen: bool = True
+    ) -> None:
+        self.config = config
+        self.me = me_of(config)
+        self._make = make
+        self.target: StoreTarget = store_target(config.store)
+        self.supervisor: Supervisor | None = None  #: while leading
+        self.elector: Elector | None = None
+        self.terms = 0  #: how many times this instance led
+        #: the SSH connections of the hosts' event streams, kept open while following
+        self.warm: WarmTransports | None = None
+        #: the store's notifications (a no-op on SQLite, or with listen=False: the claim loop's
+        #: own pace only)
+        self.listener = Listener(self.target if listen else None)
+
+    def request_reload(self) -> None:
+        """SIGHUP: the leading supervisor reloads; a follower has nothing loaded yet."""
+        if self.supervisor is not None:
+            self.supervisor.request_reload()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        store = await Store.open(self.target)
+        self.warm = warm_transports(self.config)
+        self.listener.start()
+        try:
+            while not stop.is_set():
+                await self._term(store, stop)
+        finally:
+            await self.listener.close()
+            if self.warm is not None:
+                await self.warm.close()
+            await store.close()
+
+    async def _term(self, store: Store, stop: asyncio.Event) -> None:
+        self.elector = elector = Elector(store, self.me, self.config.store.lease)
+        unsubscribe = self.listener.subscribe(LEASE, elector.wake)
+        claims = asyncio.create_task(elector.run(), name="leader:claims")
+        if self.warm is not None:
+            self.warm.start()  # following: the event streams' connections kept open
+        following = FollowerHttp(  # read-only HTTP
+            self.config, store, me=self.me.holder, listener=self.listener
+        )
+        try:
+            if await _first(elector.claimed, stop) and not elector.leading.is_set():
+                await following.start()  # it follows: served until it leads
+            if not await _first(elector.leading, stop):
+                return
+            await following.stop()  # before the supervisor binds the same address
+            assert elector.epoch is not None
+            deposed = asyncio.Event()
+            supervisor = self._make()
+            supervisor.fence = (elector.epoch, self.me.holder, self.me.host)
+            supervisor.on_deposed = lambda _err: deposed.set()
+            if self.warm is not None:  # the streams run on the connections kept open
+                supervisor.transports = await self.warm.hand_over()
+            self.supervisor = supervisor
+            self.terms += 1
+            try:
+                await supervisor.start()
+                await self._announce(supervisor, elector)
+                await _first(elector.lost, stop, deposed)
+            except StaleEpochError as err:  # deposed while starting: an expected end
+                log.warning("deposed", stops="the supervisor's start", refused=str(err))
+            except Exception:  # the store dropped mid-start, say: stop, follow, try again
+                log.exception("leading failed; following again")
+                await _first(stop, _later(elector.lease_s / 3))
+            finally:
+                # a clean stop: the journal cursors saved, the supervisor stopped (its last
+                # writes under our epoch, the lease still renewed), then the lease released; a
+                # follower takes it at once, so nothing of ours may write after that
+                clean = stop.is_set() and not elector.lost.is_set()
+                if clean:
+                    await supervisor.step_down()
+                else:
+                    claims.cancel()
+                self.supervisor = None
+                await _stop(supervisor)
+                claims.cancel()
+                if clean:
+                    await elector.release()
+            if not stop.is_set():
+                log.warning("following again", why=elector.lost_why or "fenced")
+        finally:
+            unsubscribe()
+            claims.cancel()
+            await following.stop()
+
+    async def _announce(self, supervisor: Supervisor, elector: Elector) -> None:
+        """Tell Telegram how this instance came to lead (a takeover, or a restart after an
+        unclean stop); nothing when the lease was free (a clean stop, the first start)."""
+        won = elector.won
+        notifier = supervisor.notifier
+        telegram = supervisor.config.notify.telegram
+        if won is None:
+            return
+        text = takeover_text(won, self.me)
+        log.info("took over", text=text)
+        if text is None or notifier is None or telegram is None:
+            return
+        try:
+            await notifier.outbox.commit(
+                drafts=[Draft(kind="leader", text=text)],
+                chat_ids=telegram.chat_ids,
+                states={},
+                at=datetime.now(UTC),
+            )
+        except StaleEpochError:
+            return
+        notifier.sender.kick()
+
+
+async def _stop(supervisor: Supervisor) -> None:
+    """Stop what this term started. A deposed leader's teardown meets the fence at every write
+    (its snapshots, its attempts): what fails there is logged, and the instance follows on."""
+    try:
+        await supervisor.stop()
+    except StaleEpochError as err:
+        log.warning("deposed", stops="the supervisor's teardown", refused=str(err))
+    except Exception:
+        log.exception("stopping the deposed supervisor failed; following on")
+
+
+def _later(seconds: float) -> asyncio.Event:
+    """An event set after `seconds` (a pause that a stop cuts short, with `_first`)."""
+    event = asyncio.Event()
+    asyncio.get_running_loop().call_later(seconds, event.set)
+    return event
+
+
+async def _first(*events: asyncio.Event) -> bool:
+    """Wait until one of `events` is set; True when it was the first one."""
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    return events[0].is_set() and not any(e.is_set() for e in events[1:])

@@ -1,0 +1,49 @@
+"""An executor that asks the leadership fence before every command: a deposed leader (its
+epoch no longer the lease's) runs nothing; the refusal is recorded by the store and the command
+comes back refused, like any other command that could not run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from supervisor.config import Host
+from supervisor.execute.base import CommandResult, Executor, command_line
+from supervisor.record.store import Store
+from supervisor.record.store.lease import StaleEpochError
+
+
+class FencedExecutor:
+    def __init__(self, inner: Executor, store: Store) -> None:
+        self.inner = inner
+        self.store = store
+
+    async def run(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        timeout: timedelta,
+        sudo: bool = False,
+        mutating: bool = False,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        line = command_line(argv, sudo=sudo)
+        try:
+            await self.store.check_fence(f"command {line} on {host.name}")
+        except StaleEpochError as err:
+            return CommandResult(
+                host=host.name,
+                command=line,
+                exit_status=None,
+                stdout="",
+                stderr="",
+                duration_s=0.0,
+                error=f"not run: {err}",
+            )
+        return await self.inner.run(
+            host, argv, timeout=timeout, sudo=sudo, mutating=mutating, stdin=stdin
+        )
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -1,0 +1,176 @@
+"""The endpoint state machine: which states exist and which trigger may move between them.
+
+One `transitions` AsyncMachine (queued per model) holds every endpoint as a model; `Fleet
+Machine.fire` is the only way a state changes. What trigger to fire is decided by
+`supervisor.judge.policy` from probe results; this module only knows the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from transitions import MachineError
+from transitions.extensions.asyncio import AsyncMachine
+
+
+class State(StrEnum):
+    """The states of one endpoint."""
+
+    UNKNOWN = "unknown"  #: not probed yet since the daemon (re)started without a stored state
+    STARTING = "starting"  #: inside its startup grace: failures are recorded, never acted on
+    HEALTHY = "healthy"  #: the real check (completion, embedding, health URL) passes
+    DEGRADED = "degraded"  #: answers, but without reasoning text or far under its tok/s baseline
+    BUSY = "busy"  #: a real check failed or was slow while tokens flow with requests queued: load
+    DOWN = "down"  #: confirmed failing (consecutive failures plus an immediate re-probe)
+    UNREACHABLE = "unreachable"  #: a host that serves it stopped answering; the host is the cause
+    REMEDIATING = "remediating"  #: a repair is running
+    VERIFYING = "verifying"  #: a repair ran; waiting for a real completion to pass
+    ESCALATED = "escalated"  #: a person is needed; automatic action paused
+    MAINTENANCE = "maintenance"  #: silenced by a person; nothing is acted on
+
+
+class Trigger(StrEnum):
+    """Everything that may move an endpoint between states."""
+
+    PASS = "pass_check"  # noqa: S105 - a trigger name  #: the real check passed
+    DOWN = "confirm_down"  #: failures confirmed
+    DEGRADE = "confirm_degraded"  #: degradation confirmed
+    BUSY = "confirm_busy"  #: a failed or slow real check, the server making progress under load
+    GRACE = "begin_grace"  #: first failure of an endpoint whose state is unknown
+    RESTARTED = "restarted"  #: its serving process (re)started: a new startup grace
+    HOST_LOST = "host_lost"  #: a host serving it stopped answering
+    HOST_BACK = "host_back"  #: every host serving it answers again
+    REMEDIATE = "remediate"  #: a repair starts
+    VERIFY = "verify"  #: the repair's steps finished; verification starts
+    VERIFY_FAILED = "verify_failed"  #: verification ran out of time
+    ESCALATE = "escalate"  #: a person is needed
+    SILENCE = "silence"  #: a person put it in maintenance
+    UNSILENCE = "unsilence"  #: maintenance ended: judge it afresh
+
+
+S = State
+_ALL = tuple(State)
+
+#: (trigger, sources, destination): the whole graph, read by the tests and the README.
+TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
+    (
+        Trigger.PASS,
+        (
+            S.UNKNOWN,
+            S.STARTING,
+            S.DEGRADED,
+            S.BUSY,
+            S.DOWN,
+            S.VERIFYING,
+            S.ESCALATED,
+            S.UNREACHABLE,
+        ),
+        S.HEALTHY,
+    ),
+    (Trigger.DOWN, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED, S.BUSY), S.DOWN),
+    (
+        Trigger.DEGRADE,
+        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.BUSY, S.DOWN, S.VERIFYING),
+        S.DEGRADED,
+    ),
+    (Trigger.BUSY, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED), S.BUSY),
+    (Trigger.GRACE, (S.UNKNOWN,), S.STARTING),
+    (
+        Trigger.RESTARTED,
+        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED, S.BUSY, S.DOWN, S.ESCALATED, S.VERIFYING),
+        S.STARTING,
+    ),
+    (
+        Trigger.HOST_LOST,
+        tuple(s for s in _ALL if s not in (S.MAINTENANCE, S.UNREACHABLE)),
+        S.UNREACHABLE,
+    ),
+    (Trigger.HOST_BACK, (S.UNREACHABLE,), S.STARTING),
+    (Trigger.REMEDIATE, (S.DOWN, S.DEGRADED), S.REMEDIATING),
+    (Trigger.VERIFY, (S.REMEDIATING,), S.VERIFYING),
+    (Trigger.VERIFY_FAILED, (S.VERIFYING,), S.DOWN),
+    (
+        Trigger.ESCALATE,
+        (S.STARTING, S.DEGRADED, S.DOWN, S.REMEDIATING, S.VERIFYING, S.UNREACHABLE),
+        S.ESCALATED,
+    ),
+    (Trigger.SILENCE, tuple(s for s in _ALL if s is not S.MAINTENANCE), S.MAINTENANCE),
+    (Trigger.UNSILENCE, (S.MAINTENANCE,), S.UNKNOWN),
+)
+
+#: States in which an incident is open because of the endpoint itself.
+INCIDENT_STATES = frozenset({S.DOWN, S.DEGRADED, S.BUSY, S.REMEDIATING, S.VERIFYING, S.ESCALATED})
+#: States in which nothing automatic may act on the endpoint (busy: restarting a saturated
+#: server kills every request in flight, so load is reported, never repaired).
+HANDS_OFF_STATES = frozenset({S.STARTING, S.BUSY, S.UNREACHABLE, S.ESCALATED, S.MAINTENANCE})
+
+
+def destination(state: State, trigger: Trigger) -> State | None:
+    """Where `trigger` leads from `state`, or None when it may not fire there."""
+    for name, sources, dest in TRANSITIONS:
+        if name is trigger and state in sources:
+            return dest
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """A state change that happened."""
+
+    endpoint: str
+    source: State
+    dest: State
+    trigger: Trigger
+
+
+class _Model:
+    """What transitions attaches its state and trigger methods to."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.state: str = State.UNKNOWN.value
+
+
+class FleetMachine:
+    """One AsyncMachine for every endpoint; `fire` is the only way a state changes."""
+
+    def __init__(self) -> None:
+        self._machine = AsyncMachine(
+            model=None,
+            states=[s.value for s in State],
+            transitions=[
+                {"trigger": t.value, "source": [s.value for s in sources], "dest": dest.value}
+                for t, sources, dest in TRANSITIONS
+            ],
+            initial=State.UNKNOWN.value,
+            queued="model",
+            auto_transitions=False,
+        )
+        self._models: dict[str, _Model] = {}
+
+    def add(self, endpoint: str, state: State) -> None:
+        model = _Model(endpoint)
+        self._machine.add_model(model, initial=state.value)
+        self._models[endpoint] = model
+
+    def remove(self, endpoint: str) -> None:
+        model = self._models.pop(endpoint)
+        self._machine.remove_model(model)
+
+    def state(self, endpoint: str) -> State:
+        return State(self._models[endpoint].state)
+
+    async def fire(self, endpoint: str, trigger: Trigger) -> Change | None:
+        """Fire `trigger`; None (and no change) when the graph does not allow it here."""
+        model = self._models[endpoint]
+        source = State(model.state)
+        if destination(source, trigger) is None:
+            return None
+        try:
+            fire: Callable[[str], Awaitable[bool]] = getattr(model, "trigger")  # noqa: B009 - added by transitions
+            await fire(trigger.value)
+        except MachineError:  # pragma: no cover - guarded by destination() above
+            return None
+        return Change(endpoint=endpoint, source=source, dest=State(model.state), trigger=trigger)

@@ -1,0 +1,84 @@
+"""The action seam: a small async function with a typed params model.
+
+The runner calls an action once per target (see `Target`); the action runs its commands
+through `ctx.executor` (quoted argument lists, `sudo=True` for privileged ones, `mutating=True`
+for anything that changes the host) and returns what happened. In a dry run the executor only
+records mutating commands, so the same code prints the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.core.clock import Clock
+from supervisor.core.events import ProbeResult
+from supervisor.execute import CommandResult, Executor
+from supervisor.playbook.evidence.base import FactValue
+
+
+class Target(StrEnum):
+    """Whom one rule step acts on."""
+
+    UNIT = "unit"  #: once per matched unit (ctx.unit and ctx.host set)
+    UNITS = "units"  #: once, over every unit of the endpoint in restart order (ctx.units)
+    HOST = "host"  #: once per distinct host of the matched units
+    HOSTS = "hosts"  #: once per distinct host of the endpoint
+    ENDPOINT = "endpoint"  #: once (ctx.host is None unless the endpoint has one host)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionContext:
+    endpoint: Endpoint
+    host: Host | None
+    unit: UnitRef | None
+    units: tuple[tuple[Host, UnitRef], ...]  #: the endpoint's units in restart order
+    executor: Executor
+    timeout: timedelta  #: per command
+    facts: Mapping[str, FactValue]  #: this scope's facts, "EVIDENCE_ID.FACT" -> value
+    dry_run: bool
+    clock: Clock
+    probe: Callable[[], Awaitable[ProbeResult]]  #: the endpoint's real check, now
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionOutcome:
+    ok: bool
+    summary: str  #: one plain line: what was done, or why it stopped
+    commands: tuple[CommandResult, ...] = ()
+    needs_person: str = ""  #: set when a person must act (ask_person, a guard refused)
+
+
+class ActionParams(BaseModel):
+    """Base of every action's params model: frozen, unknown keys refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NoParams(ActionParams):
+    pass
+
+
+P = TypeVar("P", bound=ActionParams)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action(Generic[P]):
+    name: str
+    params: type[P]
+    run: Callable[[ActionContext, P], Awaitable[ActionOutcome]]
+    target: Target  #: the default target; a rule step may name another
+    doc: str  #: one line for the README's action table
+    targets: frozenset[Target] = frozenset(Target)  #: targets this action accepts
+
+
+def facts_view(facts: Mapping[str, FactValue], prefix: str) -> Mapping[str, FactValue]:
+    """The facts of one evidence item: `facts_view(f, "listeners")["pids"]`."""
+    start = prefix + "."
+    return {k[len(start) :]: v for k, v in facts.items() if k.startswith(start)}

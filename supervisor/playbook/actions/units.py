@@ -1,0 +1,158 @@
+"""Units: stop, start and restart them in the endpoint's order, through their host's service
+manager (`MANAGERS`: systemd here, launchd in `supervisor.playbook.actions.launchd`); repoint a
+systemd unit's ExecStart."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from supervisor.config import UnitRef
+from supervisor.config.models import Flag
+from supervisor.playbook.actions.base import (
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    NoParams,
+    Target,
+)
+from supervisor.playbook.actions.declare import Stop, action
+from supervisor.playbook.actions.launchd import LAUNCHD
+from supervisor.playbook.actions.managers import UnitManager, Units, manager_of
+from supervisor.playbook.actions.steps import Steps, unit_of, units_of
+
+#: `on: units` (the default: every unit of the endpoint, in order) or `on: unit` (one unit).
+UNIT_TARGETS = frozenset({Target.UNITS, Target.UNIT})
+
+DROPIN_NAME = "50-fleet-supervisor-execstart.conf"
+
+
+class RestartParams(ActionParams):
+    reset_failed: Flag = Field(
+        default=True,
+        description="`systemctl reset-failed` each unit before starting it (systemd only)",
+    )
+
+
+class DropInParams(ActionParams):
+    command: str = Field(description="the known-good command, e.g. `{unit.known_good}`")
+    dropin_name: str = Field(default=DROPIN_NAME, description="the drop-in's file name")
+    systemd_dir: str = Field(default="/etc/systemd/system", description="where units live")
+
+    @field_validator("dropin_name")
+    @classmethod
+    def _file_name(cls, value: str) -> str:
+        if "/" in value or value.startswith(".") or not value.endswith(".conf"):
+            raise ValueError(f"must be a file name ending in .conf, got {value!r}")
+        return value
+
+    @field_validator("systemd_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value
+
+
+def _listing(units: Units) -> str:
+    return ", then ".join(f"{unit.unit} on {host.name}" for host, unit in units)
+
+
+async def _systemctl(steps: Steps, verb: str, units: Units) -> None:
+    for host, unit in units:
+        await steps.must(host, ["systemctl", verb, unit_name(unit)], sudo=True, mutating=True)
+
+
+async def _systemd_restart(steps: Steps, units: Units, reset_failed: bool) -> None:
+    await _systemctl(steps, "stop", tuple(reversed(units)))
+    await _systemd_start(steps, units, reset_failed)
+
+
+async def _systemd_stop(steps: Steps, units: Units) -> None:
+    await _systemctl(steps, "stop", units)
+
+
+async def _systemd_start(steps: Steps, units: Units, reset_failed: bool) -> None:
+    if reset_failed:
+        await _systemctl(steps, "reset-failed", units)
+    await _systemctl(steps, "start", units)
+
+
+SYSTEMD = UnitManager(restart=_systemd_restart, stop=_systemd_stop, start=_systemd_start)
+#: service manager (a host's `service_manager`) -> its unit verbs
+MANAGERS: dict[str, UnitManager] = {"systemd": SYSTEMD, "launchd": LAUNCHD}
+
+
+def unit_name(unit: UnitRef, *, file: bool = False) -> str:
+    """The unit's name, refused when it could be read as an option (or, for a `file` name, as
+    a path)."""
+    if unit.unit.startswith("-") or (file and ("/" in unit.unit or unit.unit.startswith("."))):
+        raise Stop(f"not a unit name: {unit.unit!r}")
+    return unit.unit
+
+
+@action(
+    "restart_units",
+    params=RestartParams,
+    target=Target.UNITS,
+    targets=UNIT_TARGETS,
+    doc="stop the units in reverse restart order, reset-failed each, start them in order "
+    "(launchd: `launchctl kickstart -k` each, in order)",
+)
+async def restart_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
+    steps = Steps(ctx)
+    units = units_of(ctx)
+    await manager_of(MANAGERS, units).restart(steps, units, params.reset_failed)
+    return steps.done(f"{steps.said('restarted', 'would restart')} {_listing(units)}")
+
+
+@action(
+    "stop_units",
+    params=NoParams,
+    target=Target.UNITS,
+    targets=UNIT_TARGETS,
+    doc="stop the units in reverse restart order (launchd: `launchctl bootout`)",
+)
+async def stop_units(ctx: ActionContext, params: NoParams) -> ActionOutcome:
+    steps = Steps(ctx)
+    units = tuple(reversed(units_of(ctx)))
+    await manager_of(MANAGERS, units).stop(steps, units)
+    return steps.done(f"{steps.said('stopped', 'would stop')} {_listing(units)}")
+
+
+@action(
+    "start_units",
+    params=RestartParams,
+    target=Target.UNITS,
+    targets=UNIT_TARGETS,
+    doc="reset-failed and start the units in restart order (launchd: `launchctl bootstrap` "
+    "the plist if not loaded, then `launchctl kickstart`)",
+)
+async def start_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
+    steps = Steps(ctx)
+    units = units_of(ctx)
+    await manager_of(MANAGERS, units).start(steps, units, params.reset_failed)
+    return steps.done(f"{steps.said('started', 'would start')} {_listing(units)}")
+
+
+@action(
+    "write_execstart_dropin",
+    params=DropInParams,
+    target=Target.UNIT,
+    doc="write a drop-in that clears ExecStart and sets the known-good command, daemon-reload",
+)
+async def write_execstart_dropin(ctx: ActionContext, params: DropInParams) -> ActionOutcome:
+    steps = Steps(ctx)
+    host, unit = unit_of(ctx)
+    name = unit_name(unit, file=True)
+    command = params.command.strip()
+    if not command:
+        raise steps.refuse(f"no known-good command for {name}: set units[].known_good")
+    if "\n" in command or "\r" in command:
+        raise steps.refuse(f"the command for {name} holds a line break: not writing it")
+    path = f"{params.systemd_dir.rstrip('/')}/{name}.d/{params.dropin_name}"
+    text = f"[Service]\nExecStart=\nExecStart={command}\n"
+    install = ["install", "-D", "-m", "0644", "/dev/stdin", path]
+    await steps.must(host, install, sudo=True, mutating=True, stdin=text)
+    await steps.must(host, ["systemctl", "daemon-reload"], sudo=True, mutating=True)
+    wrote = steps.said("wrote", "would write")
+    return steps.done(f"{wrote} {path} on {host.name} (ExecStart={command}), then daemon-reload")

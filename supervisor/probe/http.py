@@ -1,0 +1,123 @@
+"""HTTP helpers for the checks: requests with the probe's timeout, and failures in plain words."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from typing import Any
+
+import httpx
+
+from supervisor.core.durations import format_duration
+from supervisor.probe.context import ProbeContext, ProbeError
+
+_EXCERPT = 60
+_ERROR_TEXT = 200
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def excerpt(text: str, limit: int = _EXCERPT) -> str:
+    """The first `limit` characters of `text` on one line, with `…` when cut."""
+    flat = one_line(text)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ProbeError(f"bad JSON in response: {excerpt(text) or '(empty)'}") from None
+
+
+def error_message(body: str) -> str:
+    """What the server said went wrong: `error.message`, `detail` or `message`, else the text."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return one_line(body)[:_ERROR_TEXT].rstrip()
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return one_line(error["message"])
+        for value in (error, data.get("detail"), data.get("message")):
+            if isinstance(value, str) and value.strip():
+                return one_line(value)
+    return one_line(body)[:_ERROR_TEXT].rstrip()
+
+
+def http_error_reason(status: int, body: str, *, where: str | None = None) -> str:
+    """`HTTP 503 from /health`, `HTTP 500: EngineCore encountered an issue. …`, `HTTP 503`."""
+    head = f"HTTP {status}" if where is None else f"HTTP {status} from {where}"
+    message = error_message(body) if body.strip() else ""
+    return f"{head}: {message}" if message else head
+
+
+def transport_reason(exc: httpx.HTTPError, timeout_s: float) -> str:
+    """A transport-level failure (nothing usable came back) as one plain sentence."""
+    if isinstance(exc, httpx.TimeoutException):
+        return timed_out_reason(timeout_s)
+    if isinstance(exc, httpx.ConnectError):
+        return connect_reason(exc)
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return "connection closed before the response finished"
+    return f"request failed: {one_line(str(exc)) or type(exc).__name__}"
+
+
+def timed_out_reason(timeout_s: float) -> str:
+    return f"timed out after {format_duration(timeout_s)}"
+
+
+def connect_reason(exc: BaseException) -> str:
+    """`connection refused` for ECONNREFUSED, else `cannot connect: <the OS's words>`."""
+    cause = _innermost_os_error(exc)
+    if cause is not None and cause.errno == errno.ECONNREFUSED:
+        return "connection refused"
+    if cause is not None and cause.errno is not None:
+        # the OS's words for the errno: asyncio's strerror is "Connect call failed (addr)"
+        return f"cannot connect: {os.strerror(cause.errno)}"
+    return f"cannot connect: {one_line(str(exc)) or type(exc).__name__}"
+
+
+def _innermost_os_error(exc: BaseException) -> OSError | None:
+    found: OSError | None = None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            found = current
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def where(url: str) -> str:
+    """The path of a URL, for `HTTP 503 from /health`."""
+    return httpx.URL(url).path or "/"
+
+
+async def get_ok(ctx: ProbeContext, url: str) -> httpx.Response:
+    """GET `url`; anything but 2xx is a failure naming the path."""
+    response = await ctx.client.get(url, timeout=ctx.http_timeout)
+    ctx.http_status = response.status_code
+    if not response.is_success:
+        reason = http_error_reason(response.status_code, response.text, where=where(url))
+        raise ProbeError(reason, http_status=response.status_code)
+    return response
+
+
+async def get_json(ctx: ProbeContext, url: str) -> Any:
+    return parse_json((await get_ok(ctx, url)).text)
+
+
+async def post_json(ctx: ProbeContext, url: str, payload: dict[str, Any]) -> Any:
+    """POST a JSON body and return the parsed JSON answer; non-2xx is `HTTP 500: message`."""
+    response = await ctx.client.post(url, json=payload, timeout=ctx.http_timeout)
+    ctx.http_status = response.status_code
+    if not response.is_success:
+        reason = http_error_reason(response.status_code, response.text)
+        raise ProbeError(reason, http_status=response.status_code)
+    return parse_json(response.text)

@@ -1,0 +1,145 @@
+"""One async engine per store file: WAL, busy_timeout, foreign keys, explicit BEGIN.
+
+The sqlite3 driver's own transaction handling is switched off (``isolation_level = None``) and
+SQLAlchemy emits BEGIN itself, so a read sees one snapshot of the file and a write takes the
+write lock up front (``BEGIN IMMEDIATE``), waiting up to `busy_timeout` for another writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, Connection, event
+from sqlalchemy.exc import StatementError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from supervisor.record.store import revise, schema
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.migrate import migrate
+from supervisor.record.store.pgengine import open_pg_engine
+from supervisor.record.store.target import PgTarget, StoreTarget
+
+BUSY_TIMEOUT_MS = 5000
+_BEGIN = "fleet_supervisor_begin"
+"""Execution option naming the BEGIN mode: DEFERRED (reads) or IMMEDIATE (writes)."""
+
+
+def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN (see `_on_begin`)
+    cursor = dbapi_conn.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _on_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get(_BEGIN, "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def make_engine(path: Path) -> AsyncEngine:
+    engine = create_async_engine(URL.create("sqlite+aiosqlite", database=str(path)))
+    event.listen(engine.sync_engine, "connect", _on_connect)
+    event.listen(engine.sync_engine, "begin", _on_begin)
+    return engine
+
+
+def reason(err: BaseException) -> str:
+    """The driver's own words for what went wrong (e.g. 'database is locked')."""
+    if isinstance(err, StatementError):
+        return str(err.orig) if err.orig is not None else str(err)
+    return str(err) or type(err).__name__
+
+
+@asynccontextmanager
+async def transaction(engine: AsyncEngine, *, write: bool) -> AsyncIterator[AsyncConnection]:
+    """One transaction on a pooled connection: committed on success, rolled back on error
+    (PostgreSQL: READ COMMITTED, SQLAlchemy's own BEGIN)."""
+    async with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            await conn.execution_options(**{_BEGIN: "IMMEDIATE" if write else "DEFERRED"})
+        async with conn.begin():
+            yield conn
+
+
+async def open_engine(where: StoreTarget, *, create: bool) -> AsyncEngine:
+    """An engine on a checked store (a SQLite file, or PostgreSQL); with `create`, makes the
+    file and tables if missing."""
+    if isinstance(where, PgTarget):
+        return await open_pg_engine(where, create=create)
+    return await _open_sqlite(where, create=create)
+
+
+async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
+    if not create and not await asyncio.to_thread(path.exists):
+        raise StoreError(f"no store at {path} (has the daemon run yet?)")
+    if create:
+        try:
+            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+        except OSError as err:
+            raise StoreError(f"cannot open store {path}: {err.strerror or err}") from None
+    engine = make_engine(path)
+    try:
+        async with transaction(engine, write=create) as conn:
+            older = await _check_or_create(conn, path, create=create)
+            behind = older is None and await conn.run_sync(revise.current) != revise.head()
+        if older is not None or behind:
+            async with transaction(engine, write=True) as conn:
+                await _bring_up(conn, older)
+    except StoreError:
+        await engine.dispose()
+        raise
+    except StatementError as err:
+        await engine.dispose()
+        raise StoreError(f"cannot open store {path}: {reason(err)}") from None
+    return engine
+
+
+async def _bring_up(conn: AsyncConnection, older: int | None) -> None:
+    """Inside one write transaction: a store made before Alembic is typed (1 -> 2) and stamped;
+    then every revision it lacks runs. Nothing happens twice if another process did it first."""
+    version = await _pragma(conn, "user_version")
+    if older is not None and version == older:
+        if version < 2:
+            await conn.run_sync(migrate, version, 2)
+        await conn.run_sync(partial(revise.upgrade, stamp=revise.SCHEMA_2))
+        await conn.exec_driver_sql(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
+    elif version == schema.SCHEMA_VERSION:
+        await conn.run_sync(revise.upgrade)
+
+
+async def _pragma(conn: AsyncConnection, name: str) -> int:
+    return int((await conn.exec_driver_sql(f"PRAGMA {name}")).scalar_one())
+
+
+async def _check_or_create(conn: AsyncConnection, path: Path, *, create: bool) -> int | None:
+    """Check the file's marks (creating the tables in an empty file); returns the version of an
+    older store that must be migrated, else None."""
+    version = await _pragma(conn, "user_version")
+    app_id = await _pragma(conn, "application_id")
+    if app_id == schema.APPLICATION_ID and version == schema.SCHEMA_VERSION:
+        return None
+    if app_id == schema.APPLICATION_ID and 1 <= version < schema.SCHEMA_VERSION:
+        return version
+    if app_id == schema.APPLICATION_ID and version > schema.SCHEMA_VERSION:
+        raise StoreError(
+            f"store {path} has schema version {version}, newer than this fleet-supervisor "
+            f"understands ({schema.SCHEMA_VERSION})"
+        )
+    tables = (
+        await conn.exec_driver_sql("SELECT count(*) FROM sqlite_master WHERE type = 'table'")
+    ).scalar_one()
+    if tables == 0 and version == 0 and app_id == 0:
+        if not create:
+            raise StoreError(f"no store at {path} (has the daemon run yet?)")
+        await conn.run_sync(revise.upgrade)
+        await conn.exec_driver_sql(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+        await conn.exec_driver_sql(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
+        return None
+    raise StoreError(f"store {path} is not a fleet-supervisor database (user_version {version})")

@@ -1,0 +1,154 @@
+"""PostgreSQL LISTEN/NOTIFY: what one process commits wakes the others at once.
+
+Two channels, each written in the transaction whose commit it announces (PostgreSQL delivers a
+notification only once that transaction commits, and not at all if it rolls back):
+
+- `LEASE` (payload: the epoch): the lease was released (a clean stop) or taken over
+  (`supervisor.record.store.lease`). A follower's claim loop claims at once instead of at its next
+  third of the lease.
+- `TIMELINE` (payload: the entry's id): a timeline entry was committed
+(`supervisor.record.store.store`).
+  A follower's fleet page streams it as the leader's does.
+
+A `Listener` owns one dedicated connection that LISTENs on both and hands each notification to
+the callbacks subscribed to its channel. It is a hint, never the source of truth: the claim loop
+still claims every third of the lease and the page still ticks, so a lost notification or a
+dropped connection only costs the old delay. A dropped connection is opened again with a backoff
+(and every subscriber is called once it is back: it may have missed something); a connection
+that went silent is found by a ping. On a SQLite store it is a no-op: nothing is ever called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+import structlog
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from supervisor.record.store.pgengine import CONNECT_TIMEOUT_S
+from supervisor.record.store.target import PgTarget, StoreTarget, parse_pg_url
+
+log = structlog.get_logger("supervisor.store")
+
+LEASE = "fleet_supervisor_lease"
+TIMELINE = "fleet_supervisor_timeline"
+CHANNELS = (LEASE, TIMELINE)
+
+BACKOFF_S = (0.2, 5.0)  #: the first pause before reconnecting, and the longest
+PING_S = 10.0  #: how often a quiet connection is asked whether it is still there
+
+Callback = Callable[[str], None]
+
+
+async def notify(conn: AsyncConnection, channel: str, payload: str) -> None:
+    """Announce `payload` on `channel` when the caller's transaction commits (PostgreSQL only;
+    a SQLite store has nobody to tell)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
+
+
+def dsn(target: PgTarget) -> str:
+    """The target's URL as asyncpg takes it (the password, if any, is passed on its own)."""
+    return parse_pg_url(target.url).set(drivername="postgresql").render_as_string()
+
+
+class Listener:
+    """`subscribe(channel, callback)`, `start()`, ..., `await close()`."""
+
+    def __init__(
+        self, target: StoreTarget | None, *, backoff: tuple[float, float] = BACKOFF_S
+    ) -> None:
+        #: None (a SQLite file, or none given): a no-op, nothing is ever called
+        self.target = target if isinstance(target, PgTarget) else None
+        self._backoff = backoff
+        self._subscribers: dict[str, list[Callback]] = {c: [] for c in CHANNELS}
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()  #: LISTENing now
+        self.connects = 0  #: how many times it connected (the specs watch reconnects)
+        self.backend_pid: int | None = None  #: the server process of the connection, while up
+
+    def subscribe(self, channel: str, callback: Callback) -> Callable[[], None]:
+        """Call `callback(payload)` on each notification of `channel`; returns the unsubscribe."""
+        if channel not in self._subscribers:
+            raise ValueError(f"no channel {channel!r}: one of {', '.join(CHANNELS)}")
+        callbacks = self._subscribers[channel]
+        callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in callbacks:
+                callbacks.remove(callback)
+
+        return unsubscribe
+
+    def start(self) -> None:
+        if self.target is not None and self._task is None:
+            self._task = asyncio.create_task(self._run(self.target), name="store:listen")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    def _deliver(self, channel: str, payload: str) -> None:
+        for callback in list(self._subscribers.get(channel, ())):
+            try:
+                callback(payload)
+            except Exception:  # one subscriber's bug must not silence the others
+                log.exception("listen: a subscriber failed", channel=channel)
+
+    def _on_notification(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+        self._deliver(channel, payload)
+
+    async def _run(self, target: PgTarget) -> None:
+        """Connect and listen until closed; a failure to connect doubles the pause before the
+        next try (up to the longest), a connection that was up starts over from the first."""
+        import asyncpg  # the driver, only for a PostgreSQL store
+
+        pause = self._backoff[0]
+        while True:
+            try:
+                conn = await asyncpg.connect(
+                    dsn(target), password=target.password, timeout=CONNECT_TIMEOUT_S
+                )
+            except Exception as err:  # refused, timed out, a bad password: tried again later
+                log.warning("listen: cannot connect", error=str(err) or type(err).__name__)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, self._backoff[1])
+                continue
+            try:
+                await self._listen(conn)
+                pause = self._backoff[0]
+            except Exception as err:  # a ping unanswered, the connection dropped mid-LISTEN
+                log.warning("listen: connection lost", error=str(err) or type(err).__name__)
+            finally:
+                self.connected.clear()
+                self.backend_pid = None
+                conn.terminate()
+            await asyncio.sleep(pause)
+
+    async def _listen(self, conn: Any) -> None:
+        """LISTEN on every channel, tell every subscriber (it may have missed something while
+        not listening), then ping now and then until the connection is gone."""
+        gone = asyncio.Event()
+        conn.add_termination_listener(lambda _c: gone.set())
+        for channel in CHANNELS:
+            await conn.add_listener(channel, self._on_notification)
+        self.connects += 1
+        self.backend_pid = conn.get_server_pid()
+        self.connected.set()
+        log.info("listen: listening", channels=list(CHANNELS), connects=self.connects)
+        for channel in CHANNELS:
+            self._deliver(channel, "")
+        while not gone.is_set() and not conn.is_closed():
+            with suppress(TimeoutError):
+                async with asyncio.timeout(PING_S):
+                    await gone.wait()
+                    return
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await conn.execute("SELECT 1")

@@ -1,0 +1,101 @@
+"""A PostgreSQL store: one async engine (asyncpg), the schema made on first open.
+
+The schema is the same tables as the SQLite file's (`supervisor.record.store.schema`), with the
+append-only guards as PL/pgSQL triggers. Marks live in `store_meta` (PostgreSQL has no
+`user_version`). Two daemons opening an empty database at once are serialised by a
+transaction-scoped advisory lock, so exactly one creates the tables.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Connection, Integer, MetaData, Table, Text, inspect, select
+from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from supervisor.record.store import revise, schema
+from supervisor.record.store.dialect import schema_lock
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.target import PgTarget
+
+CONNECT_TIMEOUT_S = 5.0
+
+meta_metadata = MetaData()
+store_meta = Table(
+    "store_meta",
+    meta_metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", Integer, nullable=False),
+)
+
+
+def make_pg_engine(target: PgTarget) -> AsyncEngine:
+    return create_async_engine(
+        target.sqlalchemy_url(),
+        pool_pre_ping=True,  # a connection the server dropped (restart) is replaced, not used
+        pool_size=4,
+        connect_args={
+            "timeout": CONNECT_TIMEOUT_S,
+            "command_timeout": 30,
+            # a frozen leader's open transaction must not hold the lease row for a follower's
+            # claim (`supervisor.record.store.lease`): the server ends such a session
+            "server_settings": {
+                "idle_in_transaction_session_timeout": str(
+                    max(1, round(target.idle_in_transaction_s * 1000))
+                )
+            },
+        },
+    )
+
+
+def pg_reason(err: BaseException) -> str:
+    if isinstance(err, StatementError) and err.orig is not None:
+        return str(err.orig).strip().splitlines()[0]
+    return str(err) or type(err).__name__
+
+
+async def open_pg_engine(target: PgTarget, *, create: bool) -> AsyncEngine:
+    engine = make_pg_engine(target)
+    try:
+        async with engine.begin() as conn:
+            await schema_lock(conn)
+            await _check_or_create(conn, target, create=create)
+    except StoreError:
+        await engine.dispose()
+        raise
+    except (DBAPIError, OSError, TimeoutError) as err:
+        await engine.dispose()
+        raise StoreError(f"cannot open store {target}: {pg_reason(err)}") from None
+    return engine
+
+
+def _tables(conn: Connection) -> list[str]:
+    return inspect(conn).get_table_names()
+
+
+async def _check_or_create(conn: AsyncConnection, target: PgTarget, *, create: bool) -> None:
+    tables = await conn.run_sync(_tables)
+    if "store_meta" not in tables:
+        if tables:
+            raise StoreError(f"store {target} is not a fleet-supervisor database")
+        if not create:
+            raise StoreError(f"no store at {target} (has the daemon run yet?)")
+        await conn.run_sync(meta_metadata.create_all)
+        await conn.run_sync(revise.upgrade)
+        await conn.execute(
+            store_meta.insert(),
+            [
+                {"key": "application_id", "value": schema.APPLICATION_ID},
+                {"key": "schema_version", "value": schema.SCHEMA_VERSION},
+            ],
+        )
+        return
+    marks = dict((await conn.execute(select(store_meta.c.key, store_meta.c.value))).all())
+    if marks.get("application_id") != schema.APPLICATION_ID:
+        raise StoreError(f"store {target} is not a fleet-supervisor database")
+    version = marks.get("schema_version", 0)
+    if version > schema.SCHEMA_VERSION:
+        raise StoreError(
+            f"store {target} has schema version {version}, newer than this fleet-supervisor "
+            f"understands ({schema.SCHEMA_VERSION})"
+        )
+    await conn.run_sync(revise.upgrade)  # the revisions it lacks (under the schema lock)

@@ -1,0 +1,222 @@
+"""A Store that survives its file refusing writes for a while (locked by another process,
+made read-only, a full disk): writes are queued in memory, in order, and retried until the file
+takes them again. Probing and alerting go on meanwhile; nothing recorded is lost once it clears.
+
+A write that returns an id (`transition`, `append`, `start_attempt`) while writes are queued
+returns a *placeholder*: a negative number standing for the id the store will give it. Later
+writes that carry the placeholder (an entry appended to that incident, the attempt finished)
+are mapped to the real id when the queue is flushed, so callers never notice. Reads go straight
+to the file (SQLite's WAL lets them through a writer's lock) and do not see queued writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from supervisor.core.events import ProbeResult
+from supervisor.record.store.engine import open_engine
+from supervisor.record.store.errors import StoreError, StoreRefusedError
+from supervisor.record.store.records import Snapshot, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.store.target import StoreTarget
+
+log = structlog.get_logger("supervisor.store")
+
+
+def refused(err: StoreError) -> bool:
+    """Whether `err` is the file refusing (locked, read-only, disk full), worth a retry (as
+    opposed to e.g. 'no incident 42')."""
+    return isinstance(err, StoreRefusedError)
+
+
+@dataclass(frozen=True)
+class _Write:
+    what: str  #: e.g. "add_sample", for the log
+    run: Callable[[], Awaitable[int | None]]
+    placeholder: int | None  #: the id handed out for this write's result, if any
+
+
+class ResilientStore(Store):
+    """`Store` with writes that queue while the file refuses them. Open with
+    ``await ResilientStore.open(path)``. `outage` says why writes are queued ('' when not)."""
+
+    def __init__(self, engine: AsyncEngine, path: StoreTarget, *, retry_every: float = 1.0) -> None:
+        super().__init__(engine, path)
+        self.retry_every = retry_every
+        self.outage = ""  #: the error that made writes queue, '' while they go through
+        self.outages = 0  #: how many times writes started queueing
+        self.on_outage: Callable[[str], None] | None = None  #: called with the error, or ''
+        self._queue: deque[_Write] = deque()
+        self._ids: dict[int, int | None] = {}  #: placeholder -> the real id once flushed
+        self._next = itertools.count(-1, -1)
+        self._retry: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, path: StoreTarget, *, create: bool = True) -> ResilientStore:
+        return cls(await open_engine(path, create=create), path)
+
+    @property
+    def queued(self) -> int:
+        """Writes held in memory, waiting for the file."""
+        return len(self._queue)
+
+    def real_id(self, value: int | None) -> int | None:
+        """The store's id for `value` (itself unless it is a flushed placeholder)."""
+        if value is None or value >= 0:
+            return value
+        return self._ids.get(value, value)
+
+    async def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            await asyncio.gather(self._retry, return_exceptions=True)
+        if self._queue:
+            await self._flush()
+        if self._queue:
+            log.error("store closed with writes unsaved", store=str(self.path), lost=self.queued)
+        await super().close()
+
+    # the queue
+
+    async def _write(
+        self, what: str, run: Callable[[], Awaitable[int | None]], *, returns_id: bool
+    ) -> int | None:
+        if not self._queue:
+            try:
+                return await run()
+            except StoreError as err:
+                if not refused(err):
+                    raise
+                self._begin_outage(str(err))
+        placeholder = next(self._next) if returns_id else None
+        self._queue.append(_Write(what, run, placeholder))
+        return placeholder
+
+    def _begin_outage(self, error: str) -> None:
+        self.outage = error
+        self.outages += 1
+        log.error("store refuses writes: queueing them in memory", error=error)
+        if self.on_outage is not None:
+            self.on_outage(error)
+        if self._retry is None or self._retry.done():
+            self._retry = asyncio.create_task(self._retry_until_clear(), name="store-retry")
+
+    async def _retry_until_clear(self) -> None:
+        while self._queue:
+            await asyncio.sleep(self.retry_every)
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Run the queued writes in order; stop at the first the file still refuses."""
+        while self._queue:
+            head = self._queue[0]
+            try:
+                result = await head.run()
+            except StoreError as err:
+                if refused(err):
+                    self.outage = str(err)
+                    return
+                log.error("queued write failed", write=head.what, error=str(err))
+                result = None
+            if head.placeholder is not None:
+                self._ids[head.placeholder] = result
+            self._queue.popleft()
+        log.warning("store takes writes again: queued writes saved", error=self.outage)
+        self.outage = ""
+        if self.on_outage is not None:
+            self.on_outage("")
+
+    def _snap(self, snapshot: Snapshot) -> Snapshot:
+        return replace(snapshot, incident_id=self.real_id(snapshot.incident_id))
+
+    # the write API, every call through the queue
+
+    async def save_snapshot(self, snapshot: Snapshot, *, sample: ProbeResult | None = None) -> None:
+        parent = super().save_snapshot
+        await self._write(
+            "save_snapshot",
+            lambda: _none(parent(self._snap(snapshot), sample=sample)),
+            returns_id=False,
+        )
+
+    async def transition(
+        self,
+        *,
+        snapshot: Snapshot,
+        entry: TimelineEntry,
+        open_cause: str | None = None,
+        close_resolution: str | None = None,
+        reopen_within: timedelta | None = None,
+    ) -> int | None:
+        parent = super().transition
+
+        def run() -> Awaitable[int | None]:
+            return parent(
+                snapshot=self._snap(snapshot),
+                entry=entry,
+                open_cause=open_cause,
+                close_resolution=close_resolution,
+                reopen_within=reopen_within,
+            )
+
+        may_have_one = open_cause is not None or snapshot.incident_id is not None
+        return await self._write("transition", run, returns_id=may_have_one)
+
+    async def append(self, incident_id: int, entry: TimelineEntry) -> int:
+        parent = super().append
+
+        async def run() -> int | None:
+            target = self.real_id(incident_id)
+            if target is None or target < 0:  # its incident was never opened
+                raise StoreError(f"no incident {incident_id}")
+            return await parent(target, entry)
+
+        return _id(await self._write("append", run, returns_id=True))
+
+    async def add_sample(self, result: ProbeResult) -> None:
+        parent = super().add_sample
+        await self._write("add_sample", lambda: _none(parent(result)), returns_id=False)
+
+    async def prune_samples(self, older_than: datetime) -> int:
+        parent = super().prune_samples
+        return _id(await self._write("prune_samples", lambda: parent(older_than), returns_id=False))
+
+    async def start_attempt(
+        self, *, endpoint: str, rule_id: str, incident_id: int | None, at: datetime
+    ) -> int:
+        parent = super().start_attempt
+
+        def run() -> Awaitable[int]:
+            incident = self.real_id(incident_id)
+            incident = incident if incident is None or incident >= 0 else None
+            return parent(endpoint=endpoint, rule_id=rule_id, incident_id=incident, at=at)
+
+        return _id(await self._write("start_attempt", run, returns_id=True))
+
+    async def finish_attempt(self, attempt_id: int, *, at: datetime, outcome: str) -> None:
+        parent = super().finish_attempt
+
+        async def run() -> None:
+            real = self.real_id(attempt_id)
+            if real is not None and real >= 0:
+                await parent(real, at=at, outcome=outcome)
+
+        await self._write("finish_attempt", run, returns_id=False)
+
+
+async def _none(call: Awaitable[Any]) -> None:
+    await call
+
+
+def _id(value: int | None) -> int:
+    """Ids handed back by calls that always return one (0 for a queued prune's count)."""
+    return 0 if value is None else value

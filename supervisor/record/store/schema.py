@@ -1,0 +1,270 @@
+"""The tables, indexes and triggers of the store (SQLAlchemy Core), and its version marks.
+
+- `snapshots`: the current state of each endpoint and host, one row per (kind, name).
+- `incidents`: at most one open per subject (a partial unique index); `entries` counts its
+  timeline rows and is kept by a trigger, so listing incidents never counts the timeline.
+- `timeline`: append-only (triggers refuse UPDATE and DELETE). Each row holds a typed record
+  (`supervisor.record.timeline`): its `type` tag, its payload `version`, its JSON payload in `data`,
+  its coarse `kind` and the `summary` rendered when it was written (what a reader that cannot
+  type it shows).
+- `samples`: raw probe results, pruned by age.
+- `attempts`: one row per remediation attempt (the budget counts them; an unfinished row is a
+  repair the daemon was stopped in the middle of).
+- `journal_cursors`: each host's journal cursor and event-stream status (the leader's).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
+
+from supervisor.record.store.coltypes import JSONData, UTCDateTime
+
+SCHEMA_VERSION = 3
+"""`PRAGMA user_version` of a store this code reads and writes."""
+
+APPLICATION_ID = 0x46535550  # "FSUP"
+"""`PRAGMA application_id` that marks a fleet-supervisor database."""
+
+APPEND_ONLY_MESSAGE = "timeline is append-only"
+
+metadata = MetaData()
+
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("subject_kind", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("opened_at", UTCDateTime, nullable=False),
+    Column("closed_at", UTCDateTime, nullable=True),
+    Column("cause", Text, nullable=False),  # the symptom that opened it
+    Column("diagnosis", Text, nullable=True),  # the latest matched rule, once there is one
+    Column("resolution", Text, nullable=True),
+    Column("last_state", Text, nullable=False),
+    Column("entries", Integer, nullable=False, server_default="0"),
+)
+Index(
+    "ux_incidents_open",
+    incidents.c.subject_kind,
+    incidents.c.subject,
+    unique=True,
+    sqlite_where=incidents.c.closed_at.is_(None),
+    postgresql_where=incidents.c.closed_at.is_(None),
+)
+Index("ix_incidents_opened_at", incidents.c.opened_at)
+Index("ix_incidents_subject", incidents.c.subject, incidents.c.opened_at)
+
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("since", UTCDateTime, nullable=False),
+    Column("incident_id", Integer, ForeignKey("incidents.id"), nullable=True),
+    Column("fail_streak", Integer, nullable=False),
+    Column("degraded_streak", Integer, nullable=False),
+    Column("grace_until", UTCDateTime, nullable=True),
+    Column("last_ok_at", UTCDateTime, nullable=True),
+    Column("last_ttft_s", Float, nullable=True),
+    Column("last_tok_s", Float, nullable=True),
+    Column("last_reason", Text, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+timeline = Table(
+    "timeline",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("incident_id", Integer, ForeignKey("incidents.id"), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("data", JSONData, nullable=False),
+    Column("type", Text, nullable=False, server_default=""),
+    Column("version", Integer, nullable=False, server_default="1"),
+)
+Index("ix_timeline_incident", timeline.c.incident_id, timeline.c.id)
+
+samples = Table(
+    "samples",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("endpoint", Text, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("tier", Text, nullable=False),
+    Column("check", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("latency_s", Float, nullable=False),
+    Column("http_status", Integer, nullable=True),
+    Column("ttft_s", Float, nullable=True),
+    Column("tok_s", Float, nullable=True),
+    Column("tokens", Integer, nullable=True),
+)
+Index("ix_samples_endpoint_at", samples.c.endpoint, samples.c.at)
+Index("ix_samples_at", samples.c.at)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("endpoint", Text, nullable=False),
+    Column("rule_id", Text, nullable=False),
+    Column("incident_id", Integer, ForeignKey("incidents.id"), nullable=True),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("outcome", Text, nullable=True),
+    Column("epoch", Integer, nullable=True),  # the leader's epoch it ran under (None: unfenced)
+)
+Index("ix_attempts_endpoint", attempts.c.endpoint, attempts.c.started_at)
+
+# leadership (`supervisor.record.store.lease`): the one lease row, and the journal of who led when.
+# Times in milliseconds of the database's clock (PostgreSQL's; the host's for a SQLite file), so
+# two hosts with skewed clocks still agree on when a lease ran out.
+
+leader_lease = Table(
+    "leader_lease",
+    metadata,
+    Column("id", Integer, primary_key=True),  # always 1
+    Column("epoch", Integer, nullable=False),  # +1 at every new holder
+    Column("holder", Text, nullable=False),  # the instance's name
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False, server_default="0"),  # the holder's process
+    Column("acquired_ms", BigInteger, nullable=False),
+    Column("renewed_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("released", Integer, nullable=False, server_default="0"),  # 1: stepped down cleanly
+)
+
+leader_journal = Table(
+    "leader_journal",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("holder", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("event", Text, nullable=False),  # took_over, released, lost, refused
+    Column("detail", Text, nullable=False, server_default=""),
+)
+
+# host events (`supervisor.record.store.cursors`): each host's journal cursor and stream status,
+# written by the leader under the fence, read by the next leader (it resumes there) and by `status`.
+
+journal_cursors = Table(
+    "journal_cursors",
+    metadata,
+    Column("host", Text, primary_key=True),
+    Column("cursor", Text, nullable=True),  # None: the stream has not read an entry yet
+    Column("status", Text, nullable=False, server_default=""),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# notify (Telegram): the composer's cursor, the outbox, one thread per incident and chat, what
+# the composer knows about each incident, and refused chat users. Created on open when missing
+# (see `supervisor.record.store.outbox`), so stores made before them gain them without a bump.
+
+notify_metadata = MetaData()
+"""Kept apart from `metadata`: created by `supervisor.record.store.outbox` when the notifier
+starts."""
+
+notify_cursor = Table(
+    "notify_cursor",
+    notify_metadata,
+    Column("name", Text, primary_key=True),
+    Column("last_id", Integer, nullable=False),
+)
+
+outbox = Table(
+    "outbox",
+    notify_metadata,
+    Column("id", Integer, primary_key=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("chat_id", BigInteger, nullable=False),
+    Column("incident_id", Integer, nullable=True),
+    Column("kind", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("parts_sent", Integer, nullable=False, server_default="0"),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text, nullable=False, server_default=""),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Column("message_id", BigInteger, nullable=True),
+    Column("given_up", Integer, nullable=False, server_default="0"),
+    Column("epoch", Integer, nullable=True),  # the leader's epoch it was composed under
+)
+Index("ix_outbox_pending", outbox.c.sent_at, outbox.c.id)
+
+notify_threads = Table(
+    "notify_threads",
+    notify_metadata,
+    Column("incident_id", Integer, primary_key=True),
+    Column("chat_id", BigInteger, primary_key=True),
+    Column("message_id", BigInteger, nullable=False),
+)
+
+notify_incidents = Table(
+    "notify_incidents",
+    notify_metadata,
+    Column("incident_id", Integer, primary_key=True),
+    Column("state", JSONData, nullable=False),
+    Column("active", Integer, nullable=False, server_default="0"),
+)
+
+notify_refusals = Table(
+    "notify_refusals",
+    notify_metadata,
+    Column("id", Integer, primary_key=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("user_id", BigInteger, nullable=True),
+    Column("chat_id", BigInteger, nullable=True),
+    Column("username", Text, nullable=False),
+    Column("text", Text, nullable=False),
+)
+
+NOTIFY_TABLES = (notify_cursor, outbox, notify_threads, notify_incidents, notify_refusals)
+
+NO_UPDATE = f"""CREATE TRIGGER timeline_no_update BEFORE UPDATE ON timeline
+    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END"""
+
+TRIGGERS = (
+    NO_UPDATE,
+    f"""CREATE TRIGGER timeline_no_delete BEFORE DELETE ON timeline
+    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END""",
+    """CREATE TRIGGER timeline_count AFTER INSERT ON timeline
+    BEGIN UPDATE incidents SET entries = entries + 1 WHERE id = NEW.incident_id; END""",
+)
+"""Append-only guards on the timeline, and the trigger that keeps `incidents.entries`."""
+
+
+PG_TRIGGERS = (
+    f"""CREATE FUNCTION timeline_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION '{APPEND_ONLY_MESSAGE}'; END $$""",
+    """CREATE TRIGGER timeline_no_update BEFORE UPDATE OR DELETE ON timeline
+    FOR EACH ROW EXECUTE FUNCTION timeline_append_only()""",
+    """CREATE FUNCTION timeline_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN UPDATE incidents SET entries = entries + 1 WHERE id = NEW.incident_id;
+    RETURN NEW; END $$""",
+    """CREATE TRIGGER timeline_count AFTER INSERT ON timeline
+    FOR EACH ROW EXECUTE FUNCTION timeline_count()""",
+)
+"""The same guards and counter in PostgreSQL's words (a trigger runs a function there)."""
+
+
+def create(conn: Connection) -> None:
+    """Create every table, index and trigger (inside the caller's transaction)."""
+    metadata.create_all(conn)
+    for sql in PG_TRIGGERS if conn.dialect.name == "postgresql" else TRIGGERS:
+        conn.exec_driver_sql(sql)

@@ -1,0 +1,224 @@
+"""The Store: one SQLite file of states, incidents, their append-only timeline and probe samples.
+
+Every public call is one transaction, so a daemon killed between any two calls leaves the file
+consistent. Several processes may read the file while one writes (WAL). How a call becomes a
+(fenced) transaction is `transact.py`; the statements are `writes.py` and `queries.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from supervisor.core.events import ProbeResult
+from supervisor.record.store import queries, writes
+from supervisor.record.store.engine import open_engine
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.records import (
+    AttemptRow,
+    IncidentRow,
+    SampleRow,
+    Snapshot,
+    SubjectKind,
+    TimelineEntry,
+    TimelineRow,
+)
+from supervisor.record.store.schema import attempts, incidents, samples
+from supervisor.record.store.target import StoreTarget
+from supervisor.record.store.transact import StoreTransactions
+
+
+class Store(StoreTransactions):
+    """Open with ``await Store.open(path)``; use as ``async with await Store.open(p) as s``."""
+
+    def __init__(self, engine: AsyncEngine, path: StoreTarget) -> None:
+        super().__init__(engine, path)
+        #: called after each committed timeline entry (the notifier's composer wakes on it)
+        self.on_timeline: list[Callable[[], None]] = []
+
+    def _appended(self) -> None:
+        for listener in list(self.on_timeline):
+            listener()
+
+    @classmethod
+    async def open(cls, path: StoreTarget, *, create: bool = True) -> Store:
+        """create=True makes parent dirs and tables; create=False needs an existing store."""
+        return cls(await open_engine(path, create=create), path)
+
+    # write side
+
+    async def save_snapshot(self, snapshot: Snapshot, *, sample: ProbeResult | None = None) -> None:
+        """Insert or replace the snapshot of (kind, name), and store the probe `sample` that
+        led to it in the same transaction (one write per probe, not two)."""
+        async with self._tx(write=True) as conn:
+            if snapshot.incident_id is not None:
+                await writes.require_incident(conn, snapshot.incident_id)
+            await writes.upsert_snapshot(conn, snapshot)
+            if sample is not None:
+                await writes.insert_sample(conn, sample)
+
+    async def transition(
+        self,
+        *,
+        snapshot: Snapshot,
+        entry: TimelineEntry,
+        open_cause: str | None = None,
+        close_resolution: str | None = None,
+        reopen_within: timedelta | None = None,
+    ) -> int | None:
+        """Open (or reuse) the subject's incident, append `entry`, maybe close it, save state.
+
+        With `reopen_within`, a problem that comes back within that long of the subject's last
+        incident closing reopens that incident instead of opening a new one (a flapping
+        endpoint is one incident). Returns the id of the incident the entry was appended to, or
+        None if there was none (no incident open and no `open_cause`).
+        """
+        async with self._tx(write=True) as conn:
+            incident_id = await queries.open_incident_id(conn, snapshot.kind, snapshot.name)
+            if incident_id is None and open_cause is not None and reopen_within is not None:
+                since = entry.at - reopen_within
+                incident_id = await queries.recently_closed_id(
+                    conn, snapshot.kind, snapshot.name, since
+                )
+                if incident_id is not None:
+                    await conn.execute(
+                        update(incidents)
+                        .where(incidents.c.id == incident_id)
+                        .values(closed_at=None, resolution=None)
+                    )
+            if incident_id is None and open_cause is not None:
+                created = await conn.execute(
+                    insert(incidents).values(
+                        subject_kind=snapshot.kind.value,
+                        subject=snapshot.name,
+                        opened_at=entry.at,
+                        cause=open_cause,
+                        last_state=snapshot.state,
+                    )
+                )
+                incident_id = writes.new_id(created.inserted_primary_key)
+            still_open = incident_id
+            if incident_id is not None:
+                await writes.insert_entry(conn, incident_id, entry)
+                changes: dict[str, Any] = {"last_state": snapshot.state}
+                if close_resolution is not None:
+                    changes |= {"closed_at": entry.at, "resolution": close_resolution}
+                    still_open = None
+                await conn.execute(
+                    update(incidents).where(incidents.c.id == incident_id).values(**changes)
+                )
+            await writes.upsert_snapshot(conn, replace(snapshot, incident_id=still_open))
+        if incident_id is not None:
+            self._appended()
+        return incident_id
+
+    async def append(self, incident_id: int, entry: TimelineEntry) -> int:
+        """Append to an incident's timeline (closed ones too); returns the new row's id."""
+        async with self._tx(write=True) as conn:
+            await writes.require_incident(conn, incident_id)
+            row = await writes.insert_entry(conn, incident_id, entry)
+        self._appended()
+        return row
+
+    async def add_sample(self, result: ProbeResult) -> None:
+        async with self._tx(write=True) as conn:
+            await writes.insert_sample(conn, result)
+
+    async def prune_samples(self, older_than: datetime) -> int:
+        """Delete samples taken before `older_than`; returns how many went."""
+        async with self._tx(write=True) as conn:
+            result = await conn.execute(delete(samples).where(samples.c.at < older_than))
+            return result.rowcount
+
+    async def start_attempt(
+        self, *, endpoint: str, rule_id: str, incident_id: int | None, at: datetime
+    ) -> int:
+        """Record that a remediation starts; returns the attempt's id."""
+        async with self._tx(write=True) as conn:
+            created = await conn.execute(
+                insert(attempts).values(
+                    endpoint=endpoint,
+                    rule_id=rule_id,
+                    incident_id=incident_id,
+                    started_at=at,
+                    epoch=self.fence_epoch,
+                )
+            )
+            return writes.new_id(created.inserted_primary_key)
+
+    async def finish_attempt(self, attempt_id: int, *, at: datetime, outcome: str) -> None:
+        async with self._tx(write=True) as conn:
+            await conn.execute(
+                update(attempts)
+                .where(attempts.c.id == attempt_id)
+                .values(finished_at=at, outcome=outcome)
+            )
+
+    async def attempts(
+        self, endpoint: str | None = None, *, since: datetime | None = None
+    ) -> list[AttemptRow]:
+        """Attempts started at or after `since`, oldest first (all endpoints when None)."""
+        query = select(attempts).order_by(attempts.c.id)
+        if endpoint is not None:
+            query = query.where(attempts.c.endpoint == endpoint)
+        if since is not None:
+            query = query.where(attempts.c.started_at >= since)
+        async with self._tx(write=False) as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [AttemptRow(**row) for row in rows]
+
+    # read side
+
+    async def snapshots(self, kind: SubjectKind | None = None) -> list[Snapshot]:
+        """All snapshots (or those of one kind), ordered by kind, then name."""
+        async with self._tx(write=False) as conn:
+            return await queries.snapshot_list(conn, kind)
+
+    async def snapshot(self, kind: SubjectKind, name: str) -> Snapshot | None:
+        async with self._tx(write=False) as conn:
+            return await queries.snapshot_one(conn, kind, name)
+
+    async def open_incident(self, kind: SubjectKind, name: str) -> IncidentRow | None:
+        async with self._tx(write=False) as conn:
+            return await queries.open_incident(conn, kind, name)
+
+    async def incident(self, incident_id: int) -> IncidentRow | None:
+        async with self._tx(write=False) as conn:
+            return await queries.incident_one(conn, incident_id)
+
+    async def incidents(
+        self,
+        *,
+        subject: str | None = None,
+        since: datetime | None = None,
+        open_only: bool = False,
+        limit: int | None = None,
+    ) -> list[IncidentRow]:
+        """Newest first; `since` keeps incidents opened or closed at/after it, or still open."""
+        if limit is not None:
+            _check_limit(limit)
+        async with self._tx(write=False) as conn:
+            return await queries.incident_list(
+                conn, subject=subject, since=since, open_only=open_only, limit=limit
+            )
+
+    async def timeline(self, incident_id: int) -> list[TimelineRow]:
+        """The incident's entries in the order they were appended."""
+        async with self._tx(write=False) as conn:
+            return await queries.timeline_of(conn, incident_id)
+
+    async def samples(self, endpoint: str, *, limit: int = 20) -> list[SampleRow]:
+        """The endpoint's latest samples, newest first."""
+        _check_limit(limit)
+        async with self._tx(write=False) as conn:
+            return await queries.samples_of(conn, endpoint, limit)
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 0:
+        raise StoreError(f"limit must be 0 or more, got {limit}")

@@ -1,0 +1,97 @@
+"""The store's write statements: rows of incidents, timeline entries, snapshots and samples,
+each run inside a transaction the `Store` opened (the reads are
+`supervisor.record.store.queries`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import insert, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from supervisor.core.events import ProbeResult
+from supervisor.record.store import queries
+from supervisor.record.store.dialect import upsert
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.listen import TIMELINE, notify
+from supervisor.record.store.records import Snapshot, TimelineEntry
+from supervisor.record.store.schema import incidents, samples, snapshots, timeline
+from supervisor.record.timeline import Diagnosis, encode
+
+
+async def require_incident(conn: AsyncConnection, incident_id: int) -> None:
+    if await queries.incident_one(conn, incident_id) is None:
+        raise StoreError(f"no incident {incident_id}")
+
+
+def new_id(key: Any) -> int:
+    return int(key[0])
+
+
+async def insert_entry(conn: AsyncConnection, incident_id: int, entry: TimelineEntry) -> int:
+    """Append the entry's record (tag, version, payload, rendered summary); a diagnosis that
+    matched a rule becomes its incident's `diagnosis` (what `cause` shows from then on)."""
+    record = entry.record
+    result = await conn.execute(
+        insert(timeline).values(
+            incident_id=incident_id,
+            at=entry.at,
+            kind=record.kind.value,
+            subject=entry.subject,
+            summary=record.summary,
+            data=encode(record),
+            type=record.tag,
+            version=record.version,
+        )
+    )
+    if isinstance(record, Diagnosis) and record.cause:
+        await conn.execute(
+            update(incidents).where(incidents.c.id == incident_id).values(diagnosis=record.cause)
+        )
+    entry_id = new_id(result.inserted_primary_key)
+    await notify(conn, TIMELINE, str(entry_id))  # on commit: followers' pages stream it
+    return entry_id
+
+
+async def upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
+    values = {
+        "kind": snapshot.kind.value,
+        "name": snapshot.name,
+        "state": snapshot.state,
+        "since": snapshot.since,
+        "incident_id": snapshot.incident_id,
+        "fail_streak": snapshot.fail_streak,
+        "degraded_streak": snapshot.degraded_streak,
+        "grace_until": snapshot.grace_until,
+        "last_ok_at": snapshot.last_ok_at,
+        "last_ttft_s": snapshot.last_ttft_s,
+        "last_tok_s": snapshot.last_tok_s,
+        "last_reason": snapshot.last_reason,
+        "updated_at": snapshot.updated_at,
+    }
+    statement = upsert(conn, snapshots).values(values)
+    keys = ("kind", "name")
+    await conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[snapshots.c.kind, snapshots.c.name],
+            set_={k: statement.excluded[k] for k in values if k not in keys},
+        )
+    )
+
+
+async def insert_sample(conn: AsyncConnection, result: ProbeResult) -> None:
+    await conn.execute(
+        insert(samples).values(
+            endpoint=result.endpoint,
+            at=result.at,
+            tier=result.tier.value,
+            check=result.check,
+            outcome=result.outcome.value,
+            reason=result.reason,
+            latency_s=result.latency_s,
+            http_status=result.http_status,
+            ttft_s=result.ttft_s,
+            tok_s=result.tok_s,
+            tokens=result.tokens,
+        )
+    )

@@ -1,0 +1,176 @@
+"""What a repair found and did: evidence, the diagnosis, the attempt, its steps, the
+verification, and the escalation when a person is needed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from supervisor.core.durations import format_duration
+from supervisor.record.timeline.base import EntryKind, JSONValue, Record, register
+from supervisor.record.timeline.parts import CommandRun
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Evidence(Record):
+    """One collector run before a diagnosis: its facts, or why it has none."""
+
+    TAG = "evidence"
+    KIND = EntryKind.EVIDENCE
+    evidence_id: str
+    collector: str
+    scope: str  #: `vllm-ds4-head.service@spark1`, or the endpoint name
+    error: str = ""
+    facts: Mapping[str, JSONValue] = field(default_factory=dict)
+    commands: tuple[CommandRun, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        status = self.error or f"{len(self.facts)} facts"
+        return f"{self.collector} ({self.evidence_id}) on {self.scope}: {status}"
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Diagnosis(Record):
+    """The verdict of the playbook: the rule that matched (None: none did), where, on which
+    facts, and every rule tried, in `lines`."""
+
+    TAG = "diagnosis"
+    KIND = EntryKind.DIAGNOSIS
+    endpoint: str
+    state: str
+    rule: str | None = None
+    title: str = ""  #: the matched rule's title
+    scopes: tuple[str, ...] = ()  #: where it matched
+    facts: Mapping[str, Mapping[str, JSONValue]] = field(default_factory=dict)  #: scope -> facts
+    lines: tuple[str, ...] = ()  #: every rule tried and why, for people
+
+    @property
+    def summary(self) -> str:
+        if self.rule is None:
+            return f"{self.endpoint} ({self.state}): no rule matched"
+        return f"{self.endpoint} ({self.state}): {self.rule} matched on {', '.join(self.scopes)}"
+
+    @property
+    def cause(self) -> str:
+        """What an incident's cause becomes once a rule matched: `rule-id: its title`."""
+        if self.rule is None:
+            return ""
+        return f"{self.rule}: {self.title}" if self.title else self.rule
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class AttemptStarted(Record):
+    """A repair attempt began (it counts against the budgets from now)."""
+
+    TAG = "attempt_started"
+    KIND = EntryKind.ATTEMPT
+    attempt: int
+    rule: str
+    actor: str | None = None  #: the person who asked for it (a /restart); None: automatic
+
+    @property
+    def summary(self) -> str:
+        by = f" by {self.actor}" if self.actor else ""
+        return f"attempt {self.attempt} ({self.rule}) started{by}"
+
+
+INTERRUPTED = "interrupted"
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class AttemptFinished(Record):
+    """A repair attempt ended: `healed`, `restarted`, `failed: ...`, `not verified within ...`,
+    or `interrupted` (the daemon stopped while it ran)."""
+
+    TAG = "attempt_finished"
+    KIND = EntryKind.ATTEMPT
+    attempt: int
+    rule: str
+    outcome: str
+
+    @property
+    def summary(self) -> str:
+        if self.outcome == INTERRUPTED:
+            return (
+                f"attempt {self.attempt} ({self.rule}) was interrupted: the daemon stopped while "
+                "it ran; its steps are not resumed"
+            )
+        return f"attempt {self.attempt} ({self.rule}) finished: {self.outcome}"
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class StepRan(Record):
+    """One step of a rule on one target: ok, failed, or only planned (a dry run)."""
+
+    TAG = "step"
+    KIND = EntryKind.ACTION
+    index: int  #: 0-based position in the rule
+    action: str
+    target: str
+    ok: bool
+    planned: bool = False
+    result: str = ""  #: the action's own account, e.g. "ran touch /x on forge"
+    needs_person: str = ""
+    commands: tuple[CommandRun, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        return "planned" if self.planned else ("ok" if self.ok else "failed")
+
+    @property
+    def done(self) -> bool:
+        """It ran and passed (not a plan)."""
+        return self.ok and not self.planned
+
+    @property
+    def summary(self) -> str:
+        where = f"{self.action} on {self.target}"
+        return f"step {self.index + 1} {where}: {self.verdict}: {self.result}"
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Verification(Record):
+    """Whether a real completion passed within `within_s` after the repair's steps."""
+
+    TAG = "verification"
+    KIND = EntryKind.VERIFICATION
+    rule: str
+    ok: bool
+    within_s: float
+    ttft_s: float | None = None  #: the passing probe's figures, when it passed
+    tok_s: float | None = None
+
+    @property
+    def summary(self) -> str:
+        if self.ok:
+            return f"verified: {self.rule} healed it"
+        return f"{self.rule}: not verified within {format_duration(self.within_s)}"
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Escalation(Record):
+    """A person is needed (or, in a dry run, would be): why, for which rule, which runbook."""
+
+    TAG = "escalation"
+    KIND = EntryKind.DECISION
+    why: str
+    rule: str | None = None
+    runbook: str | None = None  #: the rule's runbook path
+    dry_run: bool = False
+
+    @property
+    def note(self) -> str:
+        """The reason with its runbook: `budget spent: ... (runbook: runbooks/x.md)`."""
+        return self.why + (f" (runbook: {self.runbook})" if self.runbook else "")
+
+    @property
+    def summary(self) -> str:
+        return f"{'dry run: would escalate' if self.dry_run else 'escalated'}: {self.note}"

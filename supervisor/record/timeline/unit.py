@@ -1,0 +1,33 @@
+"""What systemd said about one of an endpoint's units (`supervisor.hear.streams`), as evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from supervisor.record.timeline.base import EntryKind, Record, register
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class UnitHeard(Record):
+    """A unit event from the host's journal stream (or its polling fallback): what systemd said,
+    the unit's own last lines, and what the daemon made of it (`verdict`)."""
+
+    TAG = "unit_event"
+    KIND = EntryKind.EVIDENCE
+    host: str
+    unit: str
+    event: str  #: `failed`, `exited`, `crash_loop`, `started`, `stopped`
+    line: str  #: `vllm.service failed: status=127, 2 restarts (exit-code)`
+    message: str  #: systemd's own message that made the event
+    verdict: str  #: e.g. `down: probe confirms: connection refused`, `ignored: remediating`
+    lines: tuple[str, ...] = ()  #: what the unit and systemd logged about it, oldest first
+    result: str | None = None
+    exit_status: int | None = None
+    n_restarts: int | None = None
+    source: str = "journal"  #: `journal`, or `poll` when the host fell back to polling
+    cursor: str | None = None
+
+    @property
+    def summary(self) -> str:
+        return f"systemd on {self.host}: {self.line}; {self.verdict}"

@@ -1,0 +1,125 @@
+"""The daemon's own HTTP server, on aiohttp's web server in the daemon's event loop (loopback by
+default): `/metrics` (Prometheus text from `prometheus_client`), `/healthz` (200 when the loop
+and the store answer, else 503 with the reason), `/status` (the `status --json` document, from
+the live daemon), the control API under `/control/` (see `supervisor.control.routes`), answered
+to loopback peers only, and the fleet page (`supervisor.tell.web.page`: the board, incidents, rules,
+live updates, actions with a token).
+
+Why aiohttp: the daemon is one asyncio process; aiohttp's server runs as tasks in its loop (no
+second server process, no thread, no ASGI bridge), and streams server-sent events natively.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from supervisor.control import routes as control_routes
+from supervisor.record.store.lease_view import leader_view, leadership_document
+from supervisor.tell.web import metrics
+from supervisor.tell.web.leadership import LeadershipCollector
+from supervisor.tell.web.listen import ListenError, parse_listen
+from supervisor.tell.web.page.app import mount_page
+from supervisor.tell.web.page.peers import is_loopback
+from supervisor.tell.web.site import MAX_BODY, Handler, HttpSite, errors, get_only, not_found, text
+from supervisor.tell.web.view import gather, status_document
+
+if TYPE_CHECKING:
+    from supervisor.control import ControlApi
+    from supervisor.runtime.daemon import Daemon
+
+STORE_DEADLINE = 2.0
+"""Seconds the store has to answer /healthz."""
+
+__all__ = ["ListenError", "OpsServer", "health_problem", "parse_listen", "worker_task"]
+
+
+class OpsServer(HttpSite):
+    """Serves the daemon's HTTP side. `start`, then `stop`."""
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        *,
+        listen: str,
+        started_at: datetime,
+        control: ControlApi | None = None,
+    ) -> None:
+        super().__init__(listen)
+        self._daemon = daemon
+        self._api = control
+        self._started_at = started_at
+        self.app = self._build()
+
+    def _build(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[errors])
+        plain: dict[str, Handler] = {
+            "/metrics": self._metrics,
+            "/healthz": self._healthz,
+            "/status": self._status,
+        }
+        for path, handler in plain.items():
+            app.router.add_route("*", path, get_only(handler))
+        app.router.add_route("*", control_routes.PREFIX + "{name}", self.control)
+        mount_page(app, self._daemon, control=self._api, started_at=self._started_at)
+        app.router.add_route("*", "/{tail:.*}", not_found)
+        return app
+
+    async def control(self, request: web.Request) -> web.Response:
+        """A request under /control/: loopback peers only."""
+        api = self._api
+        peer = request.remote or ""
+        if not is_loopback(peer):
+            return text(403, f"forbidden: the control API answers loopback peers only, not {peer}")
+        if api is None:
+            return text(503, "unavailable: the control API has not started")
+        status, document = await control_routes.handle(
+            api, request.method, request.path, request.headers, await request.read()
+        )
+        return web.Response(status=status, body=document, content_type="application/json")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        view = await gather(self._daemon, self._started_at)
+        leader = LeadershipCollector(await leader_view(self._daemon.store))  # [leadership]
+        response = web.Response(body=metrics.render(view, leader))
+        response.headers["Content-Type"] = metrics.CONTENT_TYPE
+        return response
+
+    async def _status(self, request: web.Request) -> web.Response:
+        document = status_document(await gather(self._daemon, self._started_at))
+        document["leadership"] = leadership_document(await leader_view(self._daemon.store))
+        document["role"] = "leader"  # [leadership] a follower's says `follower`
+        return web.Response(text=json.dumps(document, indent=2), content_type="application/json")
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        reason = await health_problem(self._daemon)
+        return text(503, f"unhealthy: {reason}") if reason else text(200, "ok")
+
+
+async def health_problem(daemon: Daemon) -> str:
+    """'' when the daemon is healthy, else why not: its store does not answer, or a worker died.
+
+    (That the event loop answers is shown by this running at all: a hung loop answers nothing.)"""
+    store = daemon.store
+    try:
+        async with asyncio.timeout(STORE_DEADLINE):
+            await store.snapshots()
+    except TimeoutError:
+        return f"the store did not answer within {STORE_DEADLINE:g}s"
+    except Exception as exc:
+        return f"the store does not answer: {exc}"
+    for name in daemon.workers:
+        task = worker_task(daemon, name)
+        if task is not None and task.done():
+            return f"the worker of endpoint {name} stopped"
+    return ""
+
+
+def worker_task(daemon: Daemon, name: str) -> asyncio.Task[None] | None:
+    """The task running endpoint `name`'s worker: the newest (a reload restarts workers)."""
+    running = [t for t in daemon.worker_tasks(name) if not t.cancelled()]
+    return running[-1] if running else None

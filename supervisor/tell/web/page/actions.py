@@ -1,0 +1,77 @@
+"""The page's actions: a posted form -> one call of the control API as the signed-in person
+(`Via.WEB`), its answer shown as it is. The API journals every call (done or refused) with who
+did it; a form the gate refuses (no session, wrong CSRF token, another site) never reaches it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from supervisor.control.api import ControlApi
+from supervisor.control.model import Actor, Answer, Code
+from supervisor.core.durations import DurationError, parse_duration
+
+Form = Mapping[str, str]
+Action = Callable[[ControlApi, Form, Actor], Awaitable[Answer]]
+
+
+def _bad(text: str) -> Answer:
+    return Answer(code=Code.BAD_REQUEST, text=text)
+
+
+def _field(form: Form, key: str) -> str:
+    return form.get(key, "").strip()
+
+
+async def _silence(api: ControlApi, form: Form, actor: Actor) -> Answer:
+    target = _field(form, "target")
+    if not target:
+        return _bad("say what to silence: an endpoint, a glob, host:NAME or all")
+    try:
+        length = parse_duration(_field(form, "for") or "?")
+    except DurationError as exc:
+        return _bad(f"for how long: {exc}")
+    return await api.silence(target, actor=actor, why=_field(form, "why"), length=length)
+
+
+async def _unsilence(api: ControlApi, form: Form, actor: Actor) -> Answer:
+    target = _field(form, "target")
+    if not target:
+        return _bad("say what to unsilence")
+    return await api.unsilence(target, actor=actor, why=_field(form, "why"))
+
+
+async def _pause(api: ControlApi, form: Form, actor: Actor) -> Answer:
+    endpoint = _field(form, "endpoint") or None
+    return await api.pause(actor=actor, endpoint=endpoint, why=_field(form, "why"))
+
+
+async def _resume(api: ControlApi, form: Form, actor: Actor) -> Answer:
+    endpoint = _field(form, "endpoint") or None
+    return await api.resume(actor=actor, endpoint=endpoint, why=_field(form, "why"))
+
+
+async def _ack(api: ControlApi, form: Form, actor: Actor) -> Answer:
+    incident = _field(form, "incident")
+    if not incident.isdigit():
+        return _bad(f"which incident: expected its number, got {incident!r}")
+    return await api.ack(int(incident), actor=actor, why=_field(form, "why"))
+
+
+async def _restart(api: ControlApi, form: Form, actor: Actor) -> Answer:
+    endpoint = _field(form, "endpoint")
+    if not endpoint:
+        return _bad("say which endpoint to restart")
+    return await api.restart(endpoint, actor=actor, why=_field(form, "why"))
+
+
+ACTIONS: Mapping[str, Action] = {
+    "silence": _silence,
+    "unsilence": _unsilence,
+    "pause": _pause,
+    "resume": _resume,
+    "ack": _ack,
+    "restart": _restart,
+}
+
+CONFIRM = frozenset({"restart"})
+"""Actions the page asks to confirm (a second form with `confirm=yes`) before doing them."""

@@ -1,0 +1,298 @@
+"""The fleet page's routes on the daemon's aiohttp application.
+
+| route | what |
+|---|---|
+| `GET /` | the board: endpoints and hosts, silences and pauses, the latest actions, live |
+| `GET /incidents?endpoint=&open=1&since=2h` | incidents, filtered |
+| `GET /incidents/{id}` | one incident's timeline, read from the typed records |
+| `GET /endpoints/{name}` | one endpoint: its incidents, its journal, the action forms |
+| `GET /rules` | the rules in force: status, last matches |
+| `GET /events` | server-sent events: each timeline entry as it is committed, a tick every 5 s |
+| `GET /fragments/...` | the live parts of the pages, re-fetched by the page's script |
+| `POST /login`, `POST /logout` | a session for actions (the token from `http.token_file`) |
+| `POST /actions/{name}` | silence, unsilence, pause, resume, ack, restart (after a confirmation) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from supervisor.control.model import Code
+from supervisor.control.routes import STATUS
+from supervisor.core.durations import DurationError, parse_duration
+from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
+from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
+from supervisor.tell.web.page.board import board
+from supervisor.tell.web.page.feed import Feed
+from supervisor.tell.web.page.items import item
+from supervisor.tell.web.page.peers import is_loopback
+from supervisor.tell.web.page.reads import latest_diagnoses
+from supervisor.tell.web.page.rules import rule_rows
+from supervisor.tell.web.view import host_views
+
+if TYPE_CHECKING:
+    from supervisor.control import ControlApi
+    from supervisor.tell.web.source import ControlReads, FleetSource
+
+STATIC = Path(__file__).parent / "static"
+INCIDENTS_SHOWN = 200
+JOURNAL_SHOWN = 10  #: the board's latest actions
+
+
+def ago(value: datetime | None, now: datetime) -> str:
+    """How long before `now`, in the two largest units: `3m 12s`, `2h 5m`, `4d 1h`."""
+    if value is None:
+        return "–"
+    seconds = max(int((now - value).total_seconds()), 0)
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    parts: list[str] = []
+    for name, size in units:
+        if parts or seconds >= size or name == "s":
+            parts.append(f"{seconds // size}{name}")
+            seconds %= size
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("supervisor.tell.web.page", "templates"),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["ago"] = ago
+    env.filters["num"] = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)
+    env.filters["iso"] = lambda v: "" if v is None else v.isoformat(timespec="seconds")
+    return env
+
+
+@dataclass
+class Page:
+    daemon: FleetSource
+    api: ControlApi | None
+    started_at: datetime
+    gate: Gate
+    feed: Feed
+    env: Environment
+    follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
+    reads: ControlReads | None = None  #: silences, pauses, journal (default: the API's)
+
+    def __post_init__(self) -> None:
+        if self.reads is None:
+            self.reads = self.api
+
+    # -- rendering -------------------------------------------------------------------------
+
+    def render(
+        self, request: web.Request, template: str, status: int = 200, **context: Any
+    ) -> web.Response:
+        session = self.gate.session(request)
+        html = self.env.get_template(template).render(
+            now=self.daemon.clock.now(),
+            session=session,
+            can_act=self.api is not None and self.gate.enabled(is_loopback(request.remote or "")),
+            path=request.path_qs,
+            following=self.follows() if self.follows is not None else "",
+            **context,
+        )
+        response = web.Response(status=status, text=html, content_type="text/html")
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
+            " frame-ancestors 'none'; form-action 'self'"
+        )
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    async def _board_context(self) -> dict[str, Any]:
+        reads = self.reads
+        journal = (await reads.journal(latest=JOURNAL_SHOWN))[::-1] if reads else []
+        return {
+            "board": await board(self.daemon, host_views(self.daemon)),
+            "silences": await reads.silences() if reads else [],
+            "pauses": reads.pauses() if reads else [],
+            "journal": journal,
+        }
+
+    # -- pages -----------------------------------------------------------------------------
+
+    async def index(self, request: web.Request) -> web.Response:
+        return self.render(request, "board.html", **await self._board_context())
+
+    async def board_fragment(self, request: web.Request) -> web.Response:
+        return self.render(request, "board_part.html", **await self._board_context())
+
+    async def incidents(self, request: web.Request) -> web.Response:
+        query = request.query
+        endpoint = query.get("endpoint", "").strip() or None
+        open_only = query.get("open", "") in ("1", "on", "yes", "true")
+        since_text = query.get("since", "").strip()
+        since, problem = None, ""
+        if since_text:
+            try:
+                since = self.daemon.clock.now() - parse_duration(since_text)
+            except DurationError as exc:
+                problem = f"since: {exc}"
+        rows = await self.daemon.store.incidents(
+            subject=endpoint, since=since, open_only=open_only, limit=INCIDENTS_SHOWN
+        )
+        return self.render(
+            request,
+            "incidents.html",
+            status=400 if problem else 200,
+            incidents=[] if problem else rows,
+            problem=problem,
+            filters={"endpoint": endpoint or "", "open": open_only, "since": since_text},
+            names=sorted(self.daemon.workers),
+        )
+
+    async def _incident_context(self, request: web.Request) -> dict[str, Any]:
+        number = request.match_info["id"]
+        incident = await self.daemon.store.incident(int(number)) if number.isdigit() else None
+        if incident is None:
+            raise web.HTTPNotFound(text=f"no incident {number}\n")
+        rows = await self.daemon.store.timeline(incident.id)
+        return {"incident": incident, "items": [item(row) for row in rows]}
+
+    async def incident(self, request: web.Request) -> web.Response:
+        return self.render(request, "incident.html", **await self._incident_context(request))
+
+    async def incident_fragment(self, request: web.Request) -> web.Response:
+        return self.render(request, "timeline_part.html", **await self._incident_context(request))
+
+    async def endpoint(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        worker = self.daemon.workers.get(name)
+        if worker is None:
+            raise web.HTTPNotFound(text=f"no endpoint {name!r}\n")
+        journal = (await self.reads.journal(name))[::-1] if self.reads else []
+        incidents = await self.daemon.store.incidents(subject=name, limit=20)
+        paused = self.reads.paused(name) if self.reads else ""
+        return self.render(
+            request,
+            "endpoint.html",
+            snap=worker.snapshot(),
+            endpoint=worker.endpoint,
+            incidents=incidents,
+            journal=journal,
+            paused=paused,
+        )
+
+    async def rules(self, request: web.Request) -> web.Response:
+        playbook = self.daemon.playbook()
+        rows = rule_rows(playbook, list(await latest_diagnoses(self.daemon.store)))
+        return self.render(request, "rules.html", rules=rows, folder=playbook.folder)
+
+    # -- sessions and actions --------------------------------------------------------------
+
+    async def login(self, request: web.Request) -> web.Response:
+        if request.method == "GET":
+            return self.render(request, "login.html", problem="")
+        form = await request.post()
+        try:
+            sid, _ = self.gate.sign_in(
+                request, str(form.get("who", "")), str(form.get("token", ""))
+            )
+        except RefusedError as exc:
+            return self.render(request, "login.html", status=403, problem=str(exc))
+        response = web.HTTPSeeOther("/")
+        # Secure once the browser came over HTTPS (here, or to a TLS proxy that says so): a
+        # stricter cookie only, so the proxy's word is taken as it is
+        https = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
+        response.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/", secure=https)
+        raise response
+
+    async def logout(self, request: web.Request) -> web.Response:
+        try:
+            same_origin(request)
+        except RefusedError as exc:
+            return self.render(request, "result.html", status=403, ok=False, text=str(exc))
+        self.gate.sign_out(request)
+        response = web.HTTPSeeOther("/")
+        response.del_cookie(COOKIE, path="/")
+        raise response
+
+    async def act(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        action = ACTIONS.get(name)
+        if action is None:
+            raise web.HTTPNotFound(text=f"no action {name!r} (actions: {', '.join(ACTIONS)})\n")
+        raw = await request.post()
+        form = {key: str(value) for key, value in raw.items()}
+        back = form.get("back", "/")
+        back = back if back.startswith("/") and not back.startswith("//") else "/"
+        if self.follows is not None:
+            text = f"{self.follows()}; act on the leader's page"
+            return self.render(request, "result.html", status=503, ok=False, text=text, back=back)
+        try:
+            session: Session = self.gate.check(request, form.get("csrf", ""))
+        except RefusedError as exc:
+            return self.render(
+                request, "result.html", status=403, ok=False, text=f"refused: {exc}", back=back
+            )
+        if self.api is None:
+            text = "unavailable: the control API has not started"
+            return self.render(request, "result.html", status=503, ok=False, text=text, back=back)
+        if name in CONFIRM and form.get("confirm") != "yes":
+            return self.render(request, "confirm.html", action=name, form=form, back=back)
+        answer = await action(self.api, form, session.actor)
+        status = STATUS[answer.code]
+        return self.render(
+            request,
+            "result.html",
+            status=status,
+            ok=answer.code is Code.DONE,
+            text=answer.text,
+            back=back,
+        )
+
+
+def mount_page(
+    app: web.Application,
+    daemon: FleetSource,
+    *,
+    control: ControlApi | None,
+    started_at: datetime,
+    follows: Callable[[], str] | None = None,
+    reads: ControlReads | None = None,
+) -> Page:
+    """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
+    follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
+    http = daemon.config.http
+    gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
+    page = Page(
+        daemon, control, started_at, gate, Feed(daemon.store), environment(), follows, reads
+    )
+
+    async def on_startup(_: web.Application) -> None:
+        page.feed.attach()
+
+    async def on_shutdown(_: web.Application) -> None:
+        page.feed.detach()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    routes = [
+        web.get("/", page.index),
+        web.get("/fragments/board", page.board_fragment),
+        web.get("/incidents", page.incidents),
+        web.get("/incidents/{id}", page.incident),
+        web.get("/fragments/incidents/{id}", page.incident_fragment),
+        web.get("/endpoints/{name}", page.endpoint),
+        web.get("/rules", page.rules),
+        web.get("/events", page.feed.stream),
+        web.route("*", "/login", page.login),
+        web.post("/logout", page.logout),
+        web.post("/actions/{name}", page.act),
+        web.static("/static", STATIC),
+    ]
+    app.add_routes(routes)
+    return page

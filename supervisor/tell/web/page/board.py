@@ -1,0 +1,96 @@
+"""The board's rows: every endpoint (state and since, last TTFT and tok/s, a sparkline of its
+stored samples, its open incident) and every host, from the live daemon and one samples query."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from supervisor.tell.web.page.reads import Point, recent_points
+from supervisor.tell.web.page.spark import sparkline
+from supervisor.tell.web.view import HostView
+
+if TYPE_CHECKING:
+    from supervisor.tell.web.source import FleetSource
+
+SPARK_WINDOW = timedelta(hours=6)
+"""How far back the sparklines look."""
+
+#: states drawn red (not serving), amber or grey on the board (everything else is green)
+TONE = {
+    "down": "bad",
+    "escalated": "bad",
+    "remediating": "bad",
+    "verifying": "bad",
+    "degraded": "warn",
+    "starting": "warn",
+    "host_down": "bad",
+    "maintenance": "muted",
+    "unknown": "muted",
+    "unreachable": "bad",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointRow:
+    name: str
+    kind: str
+    host: str
+    state: str
+    since: datetime
+    reason: str
+    ttft_s: float | None
+    tok_s: float | None
+    incident_id: int | None
+    spark_tok: str  #: an inline SVG (safe markup built by `spark`)
+    spark_ttft: str
+
+    @property
+    def tone(self) -> str:
+        return TONE.get(self.state, "good")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Board:
+    at: datetime
+    endpoints: tuple[EndpointRow, ...]
+    hosts: tuple[HostView, ...]
+
+    def count(self, tone: str) -> int:
+        return sum(1 for e in self.endpoints if e.tone == tone)
+
+
+def _tok(points: Sequence[Point]) -> list[float]:
+    return [p.tok_s for p in points if p.tok_s is not None]
+
+
+def _ttft(points: Sequence[Point]) -> list[float]:
+    return [p.ttft_s for p in points if p.ttft_s is not None]
+
+
+async def board(daemon: FleetSource, hosts: tuple[HostView, ...]) -> Board:
+    now = daemon.clock.now()
+    workers = list(daemon.workers.items())
+    history = await recent_points(daemon.store, [n for n, _ in workers], since=now - SPARK_WINDOW)
+    rows = []
+    for name, worker in workers:
+        snap = worker.snapshot()
+        points = history.get(name, [])
+        rows.append(
+            EndpointRow(
+                name=name,
+                kind=worker.endpoint.kind,
+                host=worker.endpoint.host or "-",
+                state=snap.state,
+                since=snap.since,
+                reason=snap.last_reason,
+                ttft_s=snap.last_ttft_s,
+                tok_s=snap.last_tok_s,
+                incident_id=snap.incident_id,
+                spark_tok=sparkline(_tok(points), label=f"{name} tok/s"),
+                spark_ttft=sparkline(_ttft(points), label=f"{name} TTFT"),
+            )
+        )
+    return Board(at=now, endpoints=tuple(rows), hosts=hosts)

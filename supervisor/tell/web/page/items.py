@@ -1,0 +1,174 @@
+"""One incident's timeline for the page: each typed record read by its fields (a registry from
+record type to what the page shows), never the summary parsed back. A record with no entry here
+shows its stored summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from supervisor.record.store import TimelineRow
+from supervisor.record.timeline import (
+    CommandRun,
+    Diagnosis,
+    Evidence,
+    Notification,
+    Probe,
+    ProbeSample,
+    Record,
+    StepRan,
+    Transition,
+    Verification,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    host: str
+    command: str
+    exit_status: str  #: the exit code, or what stopped it
+    duration: str
+    output_tail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Item:
+    """What the page shows for one entry: a headline, facts as (name, value) pairs, commands."""
+
+    row: TimelineRow
+    headline: str
+    tone: str = ""
+    facts: tuple[tuple[str, str], ...] = ()
+    commands: tuple[Command, ...] = ()
+    lines: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _commands(runs: tuple[CommandRun, ...]) -> tuple[Command, ...]:
+    return tuple(
+        Command(
+            host=run.host,
+            command=run.command,
+            exit_status=(
+                "dry run"
+                if run.dry_run
+                else (str(run.exit_status) if run.exit_status is not None else run.error or "-")
+            ),
+            duration=f"{run.duration_s:.2f}s",
+            output_tail=run.output_tail,
+        )
+        for run in runs
+    )
+
+
+def _sample_facts(sample: ProbeSample) -> tuple[tuple[str, str], ...]:
+    pairs = [
+        ("tier", sample.tier),
+        ("check", sample.check),
+        ("outcome", sample.outcome),
+        ("reason", sample.reason),
+        ("latency", f"{sample.latency_s:.3f}s"),
+        ("HTTP", "" if sample.http_status is None else str(sample.http_status)),
+        ("TTFT", "" if sample.ttft_s is None else f"{sample.ttft_s:.3f}s"),
+        ("tok/s", "" if sample.tok_s is None else f"{sample.tok_s:.1f}"),
+    ]
+    return tuple((k, v) for k, v in pairs if v)
+
+
+def _transition(row: TimelineRow, r: Transition) -> Item:
+    facts = [("trigger", r.trigger)]
+    facts += [(k, v) for k, v in (("rule", r.rule), ("by", r.actor), ("why", r.why)) if v]
+    if r.until is not None:
+        facts.append(("until", r.until.isoformat(timespec="seconds")))
+    if r.probe is not None:
+        facts += _sample_facts(r.probe)
+    return Item(
+        row=row,
+        headline=f"{r.source} → {r.dest}: {r.note}",
+        tone="transition",
+        facts=tuple(facts),
+    )
+
+
+def _probe(row: TimelineRow, r: Probe) -> Item:
+    note = f": {r.note}" if r.note else ""
+    return Item(row=row, headline=f"probe {r.sample.outcome}{note}", facts=_sample_facts(r.sample))
+
+
+def _evidence(row: TimelineRow, r: Evidence) -> Item:
+    facts = tuple((k, _value(v)) for k, v in sorted(r.facts.items()))
+    if r.error:
+        facts = (("error", r.error), *facts)
+    return Item(
+        row=row,
+        headline=f"evidence {r.evidence_id} ({r.collector})",
+        facts=facts,
+        commands=_commands(r.commands),
+    )
+
+
+def _diagnosis(row: TimelineRow, r: Diagnosis) -> Item:
+    facts = tuple(
+        (f"{scope}: {name}", _value(value))
+        for scope, matched in r.facts.items()
+        for name, value in sorted(matched.items())
+    )
+    headline = (
+        f"diagnosis: {r.rule} — {r.title}" if r.rule else f"diagnosis: no rule matched ({r.state})"
+    )
+    return Item(row=row, headline=headline, tone="diagnosis", facts=facts, lines=r.lines)
+
+
+def _step(row: TimelineRow, r: StepRan) -> Item:
+    facts = (("result", r.result),) if r.result else ()
+    if r.needs_person:
+        facts = (*facts, ("needs a person", r.needs_person))
+    return Item(
+        row=row,
+        headline=f"step {r.index + 1} {r.action} on {r.target}: {r.verdict}",
+        tone="step-" + r.verdict,
+        facts=facts,
+        commands=_commands(r.commands),
+    )
+
+
+def _verification(row: TimelineRow, r: Verification) -> Item:
+    facts = [("within", f"{r.within_s:g}s")]
+    if r.ttft_s is not None:
+        facts.append(("TTFT", f"{r.ttft_s:.3f}s"))
+    if r.tok_s is not None:
+        facts.append(("tok/s", f"{r.tok_s:.1f}"))
+    verdict = "passed" if r.ok else "failed"
+    return Item(row=row, headline=f"verification {verdict}: {r.rule}", facts=tuple(facts))
+
+
+def _notification(row: TimelineRow, r: Notification) -> Item:
+    return Item(
+        row=row,
+        headline=f"message sent: {r.message}",
+        tone="message",
+        facts=(("channel", r.channel), ("chat", str(r.chat_id))),
+    )
+
+
+Reader = Callable[[TimelineRow, Any], Item]
+READERS: Mapping[type[Record], Reader] = {
+    Transition: _transition,
+    Probe: _probe,
+    Evidence: _evidence,
+    Diagnosis: _diagnosis,
+    StepRan: _step,
+    Verification: _verification,
+    Notification: _notification,
+}
+
+
+def item(row: TimelineRow) -> Item:
+    record = row.record
+    reader = READERS.get(type(record))
+    return reader(row, record) if reader else Item(row=row, headline=row.summary)

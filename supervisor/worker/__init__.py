@@ -1,0 +1,1 @@
+"""One endpoint's worker: its queue, its probe discipline, its record in the store."""
