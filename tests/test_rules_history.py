@@ -54,6 +54,7 @@ from supervisor.record.timeline import (
     Verification,
 )
 from supervisor.repair import records
+from supervisor.tell.web.page.rules import Ending, RuleHistory, rule_histories, rule_rows
 from tests.helpers import write_fleet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -650,3 +651,27 @@ def test_draft_and_replay_say_in_one_line_what_they_cannot_do(
     code, out, err = _run(capsys, "--config", str(missing), "rules", "replay")
     assert (code, out) == (2, "")
     assert err.startswith(f"{missing}: ")
+
+
+def test_the_rules_page_counts_how_each_rules_incidents_ended(fleet: Path) -> None:
+    t0, _ = _three(fleet)
+    history, _ = _history(fleet)
+
+    async def read() -> dict[str, RuleHistory]:
+        async with await Store.open(history.config.store.path) as store:
+            return await rule_histories(store, since=t0 - timedelta(minutes=1))
+
+    histories = asyncio.run(read())
+    assert sorted(histories) == ["ghost-execstart-host", "unknown-failure"]
+    unknown, ghost = histories["unknown-failure"], histories["ghost-execstart-host"]
+    assert unknown.summary == "2 incidents: 2 escalated"
+    assert [(m.incident_id, m.endpoint, m.ending) for m in unknown.matches] == [
+        (3, "ds4", Ending.ESCALATED),
+        (1, "ds4", Ending.ESCALATED),
+    ]
+    # opened at t0+1h, verified 50 s later (after the attempt's steps)
+    assert ghost.summary == "1 incident: 1 healed; median 50s to heal"
+    assert [(m.incident_id, m.heal_s) for m in ghost.matches] == [(2, 50.0)]
+    rows = {row.id: row for row in rule_rows(history.playbook, histories)}
+    assert rows["unknown-failure"].matches == unknown.matches
+    assert rows["hung-engine"].matches == ()
