@@ -675,3 +675,49 @@ def test_the_rules_page_counts_how_each_rules_incidents_ended(fleet: Path) -> No
     rows = {row.id: row for row in rule_rows(history.playbook, histories)}
     assert rows["unknown-failure"].matches == unknown.matches
     assert rows["hung-engine"].matches == ()
+
+
+WEIGHTS = """\
+id: weights-missing
+title: the model's weights are gone
+severity: critical
+applies_to: {endpoints: [qwen], states: [down]}
+priority: 100
+evidence:
+  - {id: weights, collect: path_exists, params: {path: /models/qwen/config.json}}
+when:
+  not: {fact: weights.exists, op: eq, value: true}
+mode: manual
+"""
+
+
+def test_a_replayed_rule_that_asks_for_evidence_never_gathered_says_so(
+    fleet: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runs are kept with their params: a path the diagnosis never looked at is missing,
+    not answered by another path's run of the same collector."""
+    _three(fleet)
+    folder = fleet.parent / "playbooks"
+    (folder / "weights-missing.yaml").write_text(WEIGHTS)
+    code, out, err = _run(capsys, "--config", str(fleet), "rules", "replay")
+    assert (code, err) == (1, "")
+    assert out == (
+        "#2 qwen (down): ghost-execstart-host -> weights-missing (not gathered then: weights)\n"
+        "ghost-execstart-host: no longer matches #2\n"
+        "weights-missing: now matches #2\n"
+        f"replayed 3 diagnoses of 3 incidents of the last 30d against {folder}: 1 differs\n"
+    )
+    # the same evidence id as the ghost rules' script, another path: not their run's answer
+    (folder / "weights-missing.yaml").write_text(
+        WEIGHTS.replace("id: weights,", "id: script,").replace(
+            "not: {fact: weights.exists, op: eq, value: true}",
+            "{fact: script.exists, op: eq, value: false}",
+        )
+    )
+    code, out, err = _run(capsys, "--config", str(fleet), "rules", "replay")
+    assert (code, out, err) == (
+        0,
+        f"replayed 3 diagnoses of 3 incidents of the last 30d against {folder}: "
+        "no decision differs\n",
+        "",
+    )
