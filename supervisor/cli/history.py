@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -77,7 +76,9 @@ def main_draft(args: argparse.Namespace, folder: Path) -> int:
 
 
 def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "endpoint"
+    """An endpoint name as a rule id's words: `Qwen_3.5` -> `qwen-3-5`."""
+    words = "".join(c if c.isascii() and c.isalnum() else " " for c in name.lower()).split()
+    return "-".join(words) or "endpoint"
 
 
 def _check_new(rule_id: str, playbook: Playbook, out: Path) -> None:
