@@ -26,6 +26,7 @@ from supervisor.config import load_config
 from supervisor.core.clock import utcnow
 from supervisor.core.events import Outcome, ProbeResult, Tier
 from supervisor.core.timefmt import iso
+from supervisor.playbook.draft import telling_line
 from supervisor.playbook.evidence.base import (
     Collector,
     CollectorParams,
@@ -721,3 +722,24 @@ def test_a_replayed_rule_that_asks_for_evidence_never_gathered_says_so(
         "no decision differs\n",
         "",
     )
+
+
+@pytest.mark.parametrize(
+    ("log", "line"),
+    [
+        ("journal-ghost-127.txt", "bash: /workspace/vllm-head.sh: No such file or directory"),
+        ("macos/mlx-kimi-port-taken.err.log", "OSError: [Errno 48] Address already in use"),
+        (
+            "macos/mlx-kimi-metal-oom.err.log",
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: "
+            "[METAL] Command buffer execution failed: Insufficient Memory "
+            "(00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+        ),
+    ],
+)
+def test_a_drafted_condition_quotes_the_line_that_says_what_failed(log: str, line: str) -> None:
+    """The last line that names a failure, not systemd's own account of the exit; a logger's
+    prefix (pid, time, source) is left out, from the exception's name on."""
+    assert telling_line((DATA / log).read_text()) == line
+    assert telling_line(CUDA_TEXT) == "RuntimeError: CUDA error: unspecified launch failure"
+    assert telling_line("Started vllm.service.\nINFO loading weights\n") is None
