@@ -743,3 +743,38 @@ def test_a_drafted_condition_quotes_the_line_that_says_what_failed(log: str, lin
     assert telling_line((DATA / log).read_text()) == line
     assert telling_line(CUDA_TEXT) == "RuntimeError: CUDA error: unspecified launch failure"
     assert telling_line("Started vllm.service.\nINFO loading weights\n") is None
+
+
+def test_a_rule_drafted_from_each_incident_takes_that_incident_alone(
+    fleet: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _three(fleet)
+    folder = fleet.parent / "playbooks"
+    config = ("--config", str(fleet))
+    for incident in ("1", "2", "3"):
+        assert _run(capsys, *config, "rules", "draft", incident)[0] == 0
+    fixtures = [str(folder / "tests" / f"{name}.yaml") for name in DRAFTED]
+    code, out, err = _run(capsys, *config, "rules", "test", *fixtures)
+    assert (code, err) == (0, "")
+    assert out.endswith("3 passed, 0 failed\n")
+    code, out, err = _run(capsys, *config, "rules", "replay")
+    assert (code, err) == (1, "")
+    assert out == (
+        "#1 ds4 (down): unknown-failure -> ds4-incident-1\n"
+        "#2 qwen (down): ghost-execstart-host -> qwen-incident-2\n"
+        "#3 ds4 (down): unknown-failure -> ds4-incident-3\n"
+        "ds4-incident-1: now matches #1\n"
+        "ds4-incident-3: now matches #3\n"
+        "ghost-execstart-host: no longer matches #2\n"
+        "qwen-incident-2: now matches #2\n"
+        "unknown-failure: no longer matches #1, #3\n"
+        f"replayed 3 diagnoses of 3 incidents of the last 30d against {folder}: 3 differ\n"
+    )
+    # the healed ghost's draft starts from the steps that healed it
+    assert (
+        "actions:\n- action: write_execstart_dropin\n"
+        in (folder / "qwen-incident-2.yaml").read_text()
+    )
+
+
+DRAFTED = ("ds4-incident-1", "qwen-incident-2", "ds4-incident-3")

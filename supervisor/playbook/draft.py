@@ -24,9 +24,10 @@ from supervisor.config import Endpoint, FleetConfig
 from supervisor.core.timefmt import iso
 from supervisor.playbook.evidence.base import FactValue
 from supervisor.playbook.history import Round
-from supervisor.playbook.loader import Playbook
+from supervisor.playbook.loader import Playbook, parse_rule
 from supervisor.playbook.model import EvidenceItem, Rule
-from supervisor.playbook.registries import Collectors
+from supervisor.playbook.problems import Level
+from supervisor.playbook.registries import Collectors, actions_or_default
 
 Leaf = dict[str, Any]
 Telling = Callable[[str, Mapping[str, FactValue]], list[Leaf]]
@@ -141,19 +142,39 @@ def draft_rule(
             f"incident #{round_.incident_id}: no exit status, result or log line in its "
             f"evidence singles it out (on {target})"
         )
-    guard = any(r.collector == "progress" and not r.error for r in round_.evidence)
-    if guard:
-        progress = next(r for r in round_.evidence if r.collector == "progress")
+    progress = next((r for r in round_.evidence if r.collector == "progress" and not r.error), None)
+    if progress is not None:  # busy is not broken
         used.append(progress.evidence_id)
         busy = {"fact": f"{progress.evidence_id}.verdict", "op": "eq", "value": "busy"}
         leaves.insert(0, {"not": busy})
-    items = _evidence_items(used, round_, target, playbook)
     decided = playbook.by_id.get(round_.decided) if round_.decided else None
     title = _title(endpoint.name, leaves)
+    actions, steps_note = _steps(decided, endpoint, title)
+    used.extend(_named(actions))  # the evidence the steps' placeholders read
+    items = _evidence_items(used, round_, target, playbook)
     runbook = f"runbooks/{rule_id}.md"
     rule_text = _rule_text(
-        round_, rule_id, title, opened, endpoint, items, leaves, decided, runbook
+        round_,
+        rule_id,
+        title,
+        opened,
+        endpoint,
+        items,
+        leaves,
+        decided,
+        (actions, steps_note),
+        runbook,
     )
+    problems = parse_rule(
+        rule_text,
+        file=f"{rule_id}.yaml",
+        base=Path("."),
+        collectors=collectors,
+        actions=actions_or_default(None),
+    ).problems
+    errors = [p for p in problems if p.level is Level.ERROR]
+    if errors:
+        raise DraftError(f"the drafted rule would be disabled: {errors[0]}")
     gathered = {item.id for item in items} if alone else _declared(playbook, items)
     fixture = _fixture_text(round_, rule_id, endpoint, config, scopes, gathered, shared, alone)
     return Draft(
@@ -165,6 +186,24 @@ def draft_rule(
         scope=target,
         conditions=len(leaves),
     )
+
+
+def _steps(
+    decided: Rule | None, endpoint: Endpoint, title: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The drafted rule's steps (those of the rule that matched then, else a plain restart, else
+    a person) and what the rule's header says of them."""
+    if decided is not None and decided.actions:
+        steps = [s.model_dump(exclude_defaults=True, by_alias=True) for s in decided.actions]
+        return steps, f"the steps of {decided.id}"
+    if endpoint.units:
+        return [{"action": "restart_units"}], "a plain restart of the endpoint's units"
+    return [{"action": "ask_person", "params": {"message": title}}], "a person is asked"
+
+
+def _named(document: object) -> list[str]:
+    """The evidence ids the placeholders of `document` name (`{port.pids}` -> `port`)."""
+    return re.findall(r"\{([a-z0-9_-]+)\.", str(document))
 
 
 def _scope_labels(endpoint: Endpoint) -> list[str]:
@@ -203,13 +242,14 @@ def _evidence_items(
     def want(evidence_id: str) -> None:
         item = known.get(evidence_id)
         if item is not None:
-            for name in re.findall(r"\{([a-z0-9_-]+)\.", str(item.params)):
+            for name in _named(item.params):
                 if name in known and name != evidence_id:
                     want(name)
         wanted[evidence_id] = None
 
     for evidence_id in ids:
-        want(evidence_id)
+        if evidence_id in known or any(r.evidence_id == evidence_id for r in round_.evidence):
+            want(evidence_id)
     items = []
     for evidence_id in wanted:
         if evidence_id in known:
@@ -232,7 +272,9 @@ def _title(endpoint: str, leaves: Sequence[Leaf]) -> str:
     if said:
         what = str(said[0]["value"])
     else:
-        shown = [f"{leaf['fact'].split('.', 1)[1]} {leaf['value']}" for leaf in leaves]
+        shown = [
+            f"{leaf['fact'].split('.', 1)[1]} {leaf['value']}" for leaf in leaves if "fact" in leaf
+        ]
         what = ", ".join(shown)
     title = f"{endpoint}: {what}"
     return title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 3] + "..."
@@ -271,21 +313,12 @@ def _rule_text(
     items: Sequence[EvidenceItem],
     leaves: Sequence[Leaf],
     decided: Rule | None,
+    steps: tuple[list[dict[str, Any]], str],
     runbook: str,
 ) -> str:
     then = decided.id if decided else "no rule"
     priority = decided.priority + 1 if decided else 0
-    if decided is not None and decided.actions:
-        actions = [
-            step.model_dump(exclude_defaults=True, by_alias=True) for step in decided.actions
-        ]
-        steps_note = f"the steps of {decided.id}"
-    elif endpoint.units:
-        actions = [{"action": "restart_units"}]
-        steps_note = "a plain restart of the endpoint's units"
-    else:
-        actions = [{"action": "ask_person", "params": {"message": title}}]
-        steps_note = "a person is asked"
+    actions, steps_note = steps
     document: dict[str, Any] = {
         "id": rule_id,
         "title": title,
