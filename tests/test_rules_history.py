@@ -53,13 +53,16 @@ from supervisor.record.timeline import (
     Transition,
     UnitHeard,
     Verification,
+    decode,
 )
+from supervisor.record.timeline import Diagnosis as DiagnosisRecord
 from supervisor.repair import records
 from supervisor.tell.web.page.rules import Ending, RuleHistory, rule_histories, rule_rows
 from tests.helpers import write_fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "evidence"
+DRILL = DATA.parent / "history" / "unknown-failure-drill.json"
 WORKER = "vllm-ds4-worker.service@spark2"
 HEAD = "vllm-ds4-head.service@spark1"
 QWEN = "vllm-qwen.service@spark1"
@@ -85,16 +88,6 @@ def _status(name: str, **changes: FactValue) -> dict[str, FactValue]:
 
 
 HEALTHY = _status("systemctl-show-healthy.txt")
-PREFLIGHT_FAILED = _status(
-    "systemctl-show-healthy.txt",
-    active_state="failed",
-    sub_state="failed",
-    result="exit-code",
-    main_pid=0,
-    exec_main_pid=0,
-    exec_main_code=1,
-    exec_main_status=1,
-)
 
 
 EMPTY = parse_journal("")
@@ -309,37 +302,39 @@ STEP_FAILED = (
 )
 
 
-async def _unknown_drill(history: History, at: datetime) -> tuple[int, datetime]:
-    """The lab's `unknown-failure` drill: the head's ExecStartPre exits 1 with a text no rule
-    knows; unknown-failure restarts the pair once, the start fails again, a person is called."""
-    event = UnitHeard(
-        host="spark1",
-        unit="vllm-ds4-head.service",
-        event="failed",
-        line="vllm-ds4-head.service failed: status=1 (exit-code)",
-        message="vllm-ds4-head.service: Control process exited, code=exited, status=1/FAILURE",
-        verdict="down: probe confirms: connection refused",
-        lines=(UNKNOWN_TEXT,),
-        result="exit-code",
-        exit_status=1,
-    )
-    journal = (
-        f"{UNKNOWN_TEXT}\n"
-        "vllm-ds4-head.service: Control process exited, code=exited, status=1/FAILURE\n"
-        "vllm-ds4-head.service: Failed with result 'exit-code'.\n"
-        "Failed to start vllm-ds4-head.service - vLLM DeepSeek V4 Flash (head).\n"
-    )
-    facts: Facts = {
-        WORKER: {"status": HEALTHY, "journal": EMPTY, "progress": IDLE},
-        HEAD: {"status": PREFLIGHT_FAILED, "journal": parse_journal(journal)},
-    }
-    return await history.incident(
-        "ds4",
-        at=at,
-        facts=facts,
-        event=event,
-        after=_escalated("unknown-failure", STEP_FAILED),
-    )
+async def _unknown_drill(history: History, at: datetime) -> tuple[int, datetime, datetime]:
+    """The lab's `unknown-failure` drill, as its store kept it (tests/data/history): the head's
+    ExecStartPre exits 1 with a text no rule knows; unknown-failure restarts the pair once, the
+    start fails again, a person is called. Moved to open at `at`; closed after (the drill's
+    reset). Returns its id, opening and diagnosis times."""
+    captured = json.loads(DRILL.read_text())
+    shift = at - datetime.fromisoformat(captured["incident"]["opened_at"])
+    entries = [
+        TimelineEntry(
+            at=datetime.fromisoformat(e["at"]) + shift,
+            subject=e["subject"],
+            record=decode(e["type"], e["version"], e["data"], kind=e["kind"], text=e["summary"]),
+        )
+        for e in captured["timeline"]
+    ]
+    [diagnosed] = [e.at for e in entries if isinstance(e.record, DiagnosisRecord)]
+    async with await Store.open(history.config.store.path) as store:
+        incident = await store.transition(
+            snapshot=_snapshot("ds4", "down", at),
+            entry=entries[0],
+            open_cause=captured["incident"]["symptom"],
+        )
+        assert incident is not None
+        for entry in entries[1:]:
+            await store.append(incident, entry)
+        back = entries[-1].at + timedelta(minutes=1)
+        up = Transition(source="escalated", dest="healthy", trigger="pass_check", note="passed")
+        await store.transition(
+            snapshot=_snapshot("ds4", "healthy", back),
+            entry=TimelineEntry(at=back, subject="ds4", record=up),
+            close_resolution="completion passed",
+        )
+    return incident, at, diagnosed
 
 
 async def _cuda_crash(history: History, at: datetime) -> tuple[int, datetime]:
@@ -406,7 +401,7 @@ def test_the_playbook_in_force_replays_to_the_decisions_it_took(
     history, t0 = _history(fleet)
 
     async def build() -> None:
-        await _unknown_drill(history, t0)
+        await _unknown_drill(history, t0 - timedelta(hours=1))
         await _host_ghost(history, t0 + timedelta(hours=1))
         await _cuda_crash(history, t0 + timedelta(hours=2))
 
@@ -420,16 +415,17 @@ def test_the_playbook_in_force_replays_to_the_decisions_it_took(
 
 
 def _three(fleet: Path) -> tuple[datetime, datetime]:
+    """Returns when the drill's incident opened and when it was diagnosed."""
     """The drill's incident (#1), qwen's healed ghost (#2), another unknown fault (#3)."""
     history, t0 = _history(fleet)
 
     async def build() -> datetime:
-        _, diagnosed = await _unknown_drill(history, t0)
+        _, opened, diagnosed = await _unknown_drill(history, t0 - timedelta(hours=1))
         await _host_ghost(history, t0 + timedelta(hours=1))
         await _cuda_crash(history, t0 + timedelta(hours=2))
-        return diagnosed
+        return opened, diagnosed
 
-    return t0, asyncio.run(build())
+    return asyncio.run(build())
 
 
 def test_a_rule_drafted_from_the_unknown_drill_matches_that_incident_and_no_other(
@@ -446,7 +442,7 @@ def test_a_rule_drafted_from_the_unknown_drill_matches_that_incident_and_no_othe
     assert (code, err) == (0, "")
     assert out == (
         "drafted ds4-incident-1 from incident #1 (ds4 down, when unknown-failure matched): "
-        f"4 conditions on {HEAD}, mode confirm\n"
+        f"3 conditions on {HEAD}, mode confirm\n"
         f"wrote {rule}\nwrote {fixture}\nwrote {runbook}\n"
         f"next: fleet-supervisor rules test {fixture} --playbook {folder}\n"
         f"      fleet-supervisor rules replay --playbook {folder}\n"
@@ -477,7 +473,6 @@ def test_a_rule_drafted_from_the_unknown_drill_matches_that_incident_and_no_othe
         "when:\n"
         "  all:\n"
         "  - not: {fact: progress.verdict, op: eq, value: busy}\n"
-        "  - {fact: status.exec_main_status, op: eq, value: 1}\n"
         "  - {fact: status.result, op: eq, value: exit-code}\n"
         f"  - {{fact: journal.text, op: contains, value: '{UNKNOWN_TEXT}'}}\n"
         "actions:\n"
@@ -496,7 +491,7 @@ def test_a_rule_drafted_from_the_unknown_drill_matches_that_incident_and_no_othe
         "state": "down",
         "url": "http://127.0.0.11:8000",
     }
-    assert case["probe"] == {"check": "models", "outcome": "fail", "reason": "connection refused"}
+    assert case["probe"] == {"check": "health", "outcome": "fail", "reason": "connection refused"}
     assert [u["unit"] for u in case["units"]] == [
         "vllm-ds4-worker.service",
         "vllm-ds4-head.service",
@@ -505,10 +500,9 @@ def test_a_rule_drafted_from_the_unknown_drill_matches_that_incident_and_no_othe
         "spark2": {"address": "127.0.0.12"},
         "spark1": {"address": "127.0.0.11"},
     }
-    worker, head = case["facts"]
-    assert worker == {"status": _json(HEALTHY), "progress": IDLE, "journal": _json(EMPTY)}
-    assert head["status"] == _json(PREFLIGHT_FAILED)
-    assert head["journal"]["text"].splitlines()[0] == UNKNOWN_TEXT
+    assert case["facts"] == [_gathered(WORKER), _gathered(HEAD)]
+    assert case["facts"][1]["status"]["result"] == "exit-code"
+    assert UNKNOWN_TEXT in case["facts"][1]["journal"]["text"].splitlines()
     assert case["expect"] == "ds4-incident-1"
     assert runbook.read_text().startswith(
         f"# ds4-incident-1: ds4: {UNKNOWN_TEXT}\n\n"
@@ -531,6 +525,17 @@ def test_a_rule_drafted_from_the_unknown_drill_matches_that_incident_and_no_othe
         "unknown-failure: no longer matches #1\n"
         f"replayed 3 diagnoses of 3 incidents of the last 30d against {folder}: 1 differs\n"
     )
+
+
+def _gathered(scope: str) -> dict[str, Any]:
+    """What the drill's diagnosis gathered in `scope`: each run that gave facts, by evidence
+    id, and the endpoint's progress (read once, over HTTP)."""
+    runs = [e["data"] for e in json.loads(DRILL.read_text())["timeline"] if e["type"] == "evidence"]
+    return {
+        run["evidence_id"]: run["facts"]
+        for run in runs
+        if (run["scope"] == scope or run["collector"] == "progress") and not run.get("error")
+    }
 
 
 def test_a_rule_drafted_outside_the_playbook_names_its_rule_file(
