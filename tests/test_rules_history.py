@@ -419,7 +419,7 @@ def _three(fleet: Path) -> tuple[datetime, datetime]:
     """The drill's incident (#1), qwen's healed ghost (#2), another unknown fault (#3)."""
     history, t0 = _history(fleet)
 
-    async def build() -> datetime:
+    async def build() -> tuple[datetime, datetime]:
         _, opened, diagnosed = await _unknown_drill(history, t0 - timedelta(hours=1))
         await _host_ghost(history, t0 + timedelta(hours=1))
         await _cuda_crash(history, t0 + timedelta(hours=2))
