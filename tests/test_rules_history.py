@@ -36,6 +36,7 @@ from supervisor.playbook.evidence.base import (
 )
 from supervisor.playbook.evidence.journal import parse_journal
 from supervisor.playbook.evidence.systemd import parse_unit_status
+from supervisor.playbook.history import find_record
 from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.matching import match_rules
 from supervisor.playbook.model import EvidenceItem
@@ -56,6 +57,7 @@ from supervisor.record.timeline import (
     decode,
 )
 from supervisor.record.timeline import Diagnosis as DiagnosisRecord
+from supervisor.record.timeline import Evidence as EvidenceRecord
 from supervisor.repair import records
 from supervisor.tell.web.page.rules import Ending, RuleHistory, rule_histories, rule_rows
 from tests.helpers import write_fleet
@@ -783,3 +785,22 @@ def test_a_rule_drafted_from_each_incident_takes_that_incident_alone(
 
 
 DRAFTED = ("ds4-incident-1", "qwen-incident-2", "ds4-incident-3")
+
+
+def test_a_run_stored_before_params_were_kept_answers_its_own_evidence_id() -> None:
+    collectors = collectors_or_default(None)
+    path, status = collectors["path_exists"], collectors["unit_status"]
+    older = [
+        EvidenceRecord(evidence_id="script", collector="path_exists", scope=HEAD),
+        EvidenceRecord(evidence_id="status", collector="unit_status", scope=HEAD),
+        EvidenceRecord(evidence_id="progress", collector="progress", scope=WORKER),
+    ]
+    params = path.params.model_validate({"path": "/workspace/vllm-head.sh"})
+    assert find_record(older, "script", path, HEAD, params) is older[0]
+    assert find_record(older, "weights", path, HEAD, params) is None  # which path? unknown
+    no_params = status.params()
+    assert find_record(older, "st", status, HEAD, no_params) is older[1]  # it takes no params
+    assert find_record(older, "st", status, WORKER, no_params) is None  # another unit's
+    progress = collectors["progress"]
+    # read once for the endpoint (over HTTP), under its first unit: it answers every unit
+    assert find_record(older, "progress", progress, HEAD, progress.params()) is older[2]
