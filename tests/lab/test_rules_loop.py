@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,11 @@ from supervisor.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 UNKNOWN_TEXT = "RuntimeError: lab preflight: the accelerator refused the context (code 0x5eed)"
+
+
+async def _main(argv: list[str]) -> int:
+    """The CLI as a person runs it (its own event loop, in a thread: the drill's is running)."""
+    return await asyncio.to_thread(main, argv)
 
 
 async def test_a_rule_drafted_from_the_unknown_drill_takes_that_incident_and_no_other(
@@ -29,14 +35,15 @@ async def test_a_rule_drafted_from_the_unknown_drill_takes_that_incident_and_no_
     config = ("--config", str(tmp_path / "fleet.yaml"))
     capsys.readouterr()
 
-    assert main([*config, "rules", "draft", str(incident), "--playbook", str(playbook)]) == 0
+    draft = [*config, "rules", "draft", str(incident), "--playbook", str(playbook)]
+    assert await _main(draft) == 0
     rule_id = f"ds4-incident-{incident}"
     drafted = (playbook / f"{rule_id}.yaml").read_text()
     assert f"  - {{fact: journal.text, op: contains, value: '{UNKNOWN_TEXT}'}}\n" in drafted
     assert "mode: confirm\n" in drafted
     fixture = playbook / "tests" / f"{rule_id}.yaml"
-    assert main([*config, "rules", "test", str(fixture), "--playbook", str(playbook)]) == 0
-    assert main([*config, "rules", "replay", "--playbook", str(playbook)]) == 1
+    assert await _main([*config, "rules", "test", str(fixture), "--playbook", str(playbook)]) == 0
+    assert await _main([*config, "rules", "replay", "--playbook", str(playbook)]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[-5:] == [
         "1 passed, 0 failed",
