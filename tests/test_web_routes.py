@@ -21,7 +21,11 @@ from tests.helpers import eventually, write_fleet
 
 
 async def _daemon(
-    tmp_path: Path, sim: VllmSim, http: Mapping[str, Any], playbook: Path | None = None
+    tmp_path: Path,
+    sim: VllmSim,
+    http: Mapping[str, Any],
+    playbook: Path | None = None,
+    remediation: Mapping[str, Any] | None = None,
 ) -> Supervisor:
     if playbook is None:
         playbook = tmp_path / "playbooks"
@@ -34,6 +38,7 @@ async def _daemon(
         },
         http={"listen": "127.0.0.1:0", **http},
         playbook=str(playbook),
+        remediation=remediation,
     )
     daemon = Supervisor(load_config(config))
     await daemon.start()
@@ -292,31 +297,35 @@ mode: manual
 """
 
 
-async def test_the_rules_page_shows_each_rule_its_last_matches_and_the_disabled_files(
+async def test_the_rules_page_shows_each_rule_its_matches_how_they_ended_and_the_disabled_files(
     tmp_path: Path, sim: VllmSim
 ) -> None:
     playbook = tmp_path / "playbooks"
     playbook.mkdir()
     (playbook / "refused.yaml").write_text(REFUSED)
     (playbook / "broken.yaml").write_text("id: broken\nwhen: [\n")
-    daemon = await _daemon(tmp_path, sim, {}, playbook)
+    # not a dry run: the manual rule calls a person (it runs no step)
+    daemon = await _daemon(tmp_path, sim, {}, playbook, remediation={"dry_run": False})
     try:
         store = daemon.store
         incident = daemon.workers["web"].incident_id
         assert store is not None
         assert incident is not None
 
-        async def diagnosed() -> bool:
+        async def escalated() -> bool:  # the manual rule matched: a person is called
             assert incident is not None
-            return any(r.type == "diagnosis" for r in await store.timeline(incident))
+            return any(r.type == "escalation" for r in await store.timeline(incident))
 
-        await eventually(diagnosed, what="web diagnosed")
+        await eventually(escalated, what="web diagnosed and escalated")
         async with _client(daemon) as client:
             page = (await client.get("/rules")).text
     finally:
         await daemon.stop()
     row = page.split('<tr id="rule-refused"', 1)[1].split("</tr>", 1)[0]
     assert "<td>manual</td><td>critical</td><td>states down</td><td>shell</td>" in row
-    assert f'<a href="/incidents/{incident}">web #{incident}</a>' in row
+    assert '<div class="rule-history">1 incident: 1 escalated</div>' in row
+    assert (
+        f'<a href="/incidents/{incident}">web #{incident}</a> <span class="error">escalated' in row
+    )
     broken = page.split('<tr id="rule-broken.yaml"', 1)[1].split("</tr>", 1)[0]
     assert '<td>disabled<div class="error">' in broken

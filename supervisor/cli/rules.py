@@ -1,4 +1,6 @@
-"""`rules`: list the playbook's rules; `rules test FIXTURE...`: replay recorded facts.
+"""`rules`: list the playbook's rules; `rules test FIXTURE...`: replay recorded facts;
+`rules draft INCIDENT`: a rule and its fixture from a stored incident; `rules replay`: a playbook
+on the stored evidence of past incidents (`supervisor.cli.history`).
 
 The playbook folder is `--playbook DIR`, else the config's `playbook.path` (relative to the
 config file's folder) when a config file is there, else `./playbooks`.
@@ -11,10 +13,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from supervisor.cli import history
 from supervisor.cli.common import add_config_option
 from supervisor.cli.render import dump, table
 from supervisor.config import load_config, resolve_config_path
 from supervisor.config.loader import ENV_VAR
+from supervisor.core.durations import DurationError, parse_duration
 from supervisor.playbook.fixtures import run_fixtures
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.playbook.model import Rule
@@ -33,12 +37,42 @@ def add_parser(sub: Any) -> None:
     test.add_argument("fixtures", nargs="+", metavar="FIXTURE")
     test.add_argument("--playbook", metavar="DIR", default=argparse.SUPPRESS, help=_PLAYBOOK_HELP)
     add_config_option(test, after_command=True)
+    draft = commands.add_parser(
+        "draft", help="write a rule, its fixture and a runbook stub from a stored incident"
+    )
+    draft.add_argument("incident", type=int, metavar="INCIDENT")
+    draft.add_argument("--id", dest="rule_id", metavar="NEW_ID", help="the new rule's id")
+    draft.add_argument(
+        "--out", metavar="DIR", help="where the rule goes (default: the playbook folder)"
+    )
+    draft.add_argument("--playbook", metavar="DIR", default=argparse.SUPPRESS, help=_PLAYBOOK_HELP)
+    add_config_option(draft, after_command=True)
+    replay = commands.add_parser(
+        "replay", help="a playbook on past incidents' evidence: where its decisions differ"
+    )
+    replay.add_argument(
+        "--since", type=_duration, metavar="AGE", help="incidents of the last AGE (default 30d)"
+    )
+    replay.add_argument("--playbook", metavar="DIR", default=argparse.SUPPRESS, help=_PLAYBOOK_HELP)
+    replay.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    add_config_option(replay, after_command=True)
+
+
+def _duration(text: str) -> object:
+    try:
+        return parse_duration(text)
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _PLAYBOOK_HELP = "rule folder (default: the config's playbook.path, else ./playbooks)"
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.rules_command == "draft":
+        return history.main_draft(args, playbook_folder(args))
+    if args.rules_command == "replay":
+        return history.main_replay(args, playbook_folder(args))
     playbook = load_playbook(playbook_folder(args))
     if args.rules_command == "test":
         report = run_fixtures([Path(name) for name in args.fixtures], playbook)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import cast
 
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import FactValue
@@ -62,6 +63,7 @@ def evidence_entry(run: EvidenceRun, subject: str, at: datetime) -> TimelineEntr
         error=found.error,
         facts=facts_data(found.facts),
         commands=tuple(command_run(c) for c in found.commands),
+        params=cast(dict[str, JSONValue], dict(run.params)),  # model_dump(mode="json")
     )
     return entry(record, subject, at)
 

@@ -24,6 +24,9 @@ class Evidence(Record):
     error: str = ""
     facts: Mapping[str, JSONValue] = field(default_factory=dict)
     commands: tuple[CommandRun, ...] = ()
+    #: the params the collector ran with (placeholders filled); None in entries written before
+    #: they were kept. `rules replay` reads a run again only for the same params.
+    params: Mapping[str, JSONValue] | None = None
 
     @property
     def summary(self) -> str:

@@ -6,7 +6,7 @@
 | `GET /incidents?endpoint=&open=1&since=2h` | incidents, filtered |
 | `GET /incidents/{id}` | one incident's timeline, read from the typed records |
 | `GET /endpoints/{name}` | one endpoint: its incidents, its journal, the action forms |
-| `GET /rules` | the rules in force: status, last matches |
+| `GET /rules` | the rules in force: status, what each matched and how it ended |
 | `GET /events` | server-sent events: each timeline entry as it is committed, a tick every 5 s |
 | `GET /fragments/...` | the live parts of the pages, re-fetched by the page's script |
 | `POST /login`, `POST /logout` | a session for actions (the token from `http.token_file`) |
@@ -33,8 +33,7 @@ from supervisor.tell.web.page.board import board
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.items import item
 from supervisor.tell.web.page.peers import is_loopback
-from supervisor.tell.web.page.reads import latest_diagnoses
-from supervisor.tell.web.page.rules import rule_rows
+from supervisor.tell.web.page.rules import WINDOW, rule_histories, rule_rows
 from supervisor.tell.web.view import host_views
 
 if TYPE_CHECKING:
@@ -188,7 +187,8 @@ class Page:
 
     async def rules(self, request: web.Request) -> web.Response:
         playbook = self.daemon.playbook()
-        rows = rule_rows(playbook, list(await latest_diagnoses(self.daemon.store)))
+        since = self.daemon.clock.now() - WINDOW
+        rows = rule_rows(playbook, await rule_histories(self.daemon.store, since=since))
         return self.render(request, "rules.html", rules=rows, folder=playbook.folder)
 
     # -- sessions and actions --------------------------------------------------------------
