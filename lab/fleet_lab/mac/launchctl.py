@@ -2,7 +2,8 @@
 
 macOS cannot run in the lab, so this answers `print`, `kickstart [-k] [-p]`, `bootstrap`,
 `bootout` and `kill` in the shapes launchctl(1) documents and the captures under
-tests/data/evidence/macos/ record, and really starts and stops the job's program (the lab's mlx_lm-shaped server):
+tests/data/evidence/macos/ record, and really starts and stops the job's program (the lab's
+mlx_lm-shaped server):
 
 - `bootstrap DOMAIN PLIST` reads a real XML plist (Label, ProgramArguments, StandardOutPath,
   StandardErrorPath, WorkingDirectory, EnvironmentVariables, RunAtLoad, ExitTimeOut) and loads
