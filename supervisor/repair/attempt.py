@@ -174,7 +174,8 @@ class AttemptRunner:
                     within=attempt.within,
                     every=self.verify_every(),
                 )
-                await self._note(worker, left, incident)
+                if left.units:
+                    await self._note(worker, left, incident)
                 outcome = f"failed: {result.stopped}"
                 await self.store.finish_attempt(attempt_id, at=self.clock.now(), outcome=outcome)
                 finished = AttemptFinished(attempt=attempt_id, rule=rule.id, outcome=outcome)
