@@ -162,6 +162,12 @@ async def test_a_step_that_times_out_mid_restart_leaves_the_unit_started_again(
     finally:
         await daemon.stop()
     try:
+        # not left stopped: the unit runs a new process again, and it serves
+        shown = lab.host("spark1").show(QWEN, "ActiveState", "SubState")
+        assert shown == {"ActiveState": "active", "SubState": "running"}
+        now = faults.qwen_main_pid(lab)
+        assert now not in ("0", hung)
+        assert completes("qwen")
         steps = [r for r in records if isinstance(r, StepRan)]
         assert [(s.action, s.ok) for s in steps] == [("stop_units", True), ("shell", False)]
         assert steps[1].result == "sleep 30 on spark1 failed: timed out after 3s"
@@ -180,12 +186,9 @@ async def test_a_step_that_times_out_mid_restart_leaves_the_unit_started_again(
             True,
             "",
         )
-        now = faults.qwen_main_pid(lab)
         assert str(unit.pid) == now
-        assert now not in ("0", hung)
         escalation = next(r for r in records if isinstance(r, Escalation))
         assert records.index(left) < records.index(escalation)
         assert escalation.why.startswith("step 2 (shell on spark1): sleep 30 on spark1 failed")
-        assert completes("qwen")
     finally:
         await asyncio.to_thread(faults.reset, lab)
