@@ -197,7 +197,9 @@ async def serve(args: argparse.Namespace) -> int:
 
 async def _drain(sim: VllmSim, force: asyncio.Event) -> None:
     """uvicorn's graceful shutdown: wait for the requests in flight, or a second signal."""
-    say = lambda text: print(f"INFO:     {text}", file=sys.stderr, flush=True)  # noqa: E731
+    def say(text: str) -> None:
+        print(f"INFO:     {text}", file=sys.stderr, flush=True)
+
     say("Shutting down")
     say("Waiting for connections to close. (CTRL+C to force quit)")
     drained = asyncio.ensure_future(sim.drain())
