@@ -11,6 +11,7 @@ still runs is never touched here: busy or hung, that is the rules' judgement, no
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
@@ -22,6 +23,14 @@ from supervisor.record.timeline import UnitLeft, UnitsLeft
 from supervisor.repair.steps import StepEnv, action_context
 
 Found = tuple[UnitState, ...]
+#: a read of a unit's state takes at most this long (an unreachable host must not hold up the
+#: repair it comes before by a whole command timeout)
+READ_WITHIN = timedelta(seconds=10)
+
+
+def _reader(env: StepEnv) -> Steps:
+    ctx = action_context(env)
+    return Steps(replace(ctx, timeout=min(ctx.timeout, READ_WITHIN)))
 
 
 async def _read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
@@ -37,7 +46,7 @@ async def _read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
 
 async def read_units(env: StepEnv) -> Found:
     """What every unit of the endpoint is doing now, in restart order (never raises)."""
-    steps = Steps(action_context(env))
+    steps = _reader(env)
     return tuple([await _read(steps, host, unit) for host, unit in steps.ctx.units])
 
 
@@ -65,8 +74,9 @@ async def restore(
     """Start again every unit that ran when `found` and does not now; then wait up to `within`
     for a real completion. What each unit was left as, for the timeline."""
     steps = Steps(action_context(env))
+    reads = _reader(env)
     units = steps.ctx.units
-    after = [await _read(steps, host, unit) for host, unit in units]
+    after = [await _read(reads, host, unit) for host, unit in units]
     down = [
         index
         for index, (before, now) in enumerate(zip(found, after, strict=True))
@@ -83,7 +93,7 @@ async def restore(
     verified = None
     if down and not error:
         verified = await _serves(env, within, every)
-    left = [await _read(steps, host, unit) for host, unit in units] if down else after
+    left = [await _read(reads, host, unit) for host, unit in units] if down else after
     return UnitsLeft(
         attempt=attempt,
         rule=rule,
