@@ -386,6 +386,24 @@ CASES: list[tuple[Record, EntryKind, str]] = [
 ]
 
 
+def test_units_left_tells_the_person_what_was_started_again() -> None:
+    qwen = UnitLeft(
+        host="spark1", unit="q.service", found="active/running", after_steps="inactive/dead",
+        left="active/running", started=True,
+    )  # fmt: skip
+    still = UnitLeft(host="spark2", unit="w.service", found="active/running",
+                     after_steps="active/running", left="active/running")  # fmt: skip
+    assert UnitsLeft(attempt=1, rule="r", units=(still,)).restored == ""
+    assert UnitsLeft(attempt=1, rule="r", units=(qwen, still), verified=True).restored == (
+        "q.service@spark1 was started again and serves"
+    )
+    assert UnitsLeft(attempt=1, rule="r", units=(qwen,), verified=False).restored == (
+        "q.service@spark1 was started again and does not serve yet"
+    )
+    failed = UnitsLeft(attempt=1, rule="r", units=(qwen,), error="exit 1")
+    assert failed.restored == "starting q.service@spark1 again failed: exit 1"
+
+
 def test_every_registered_type_is_in_the_table() -> None:
     assert {record.tag for record, _, _ in CASES} == set(REGISTRY)
 

@@ -181,7 +181,9 @@ class AttemptRunner:
                 finished = AttemptFinished(attempt=attempt_id, rule=rule.id, outcome=outcome)
                 await self._note(worker, finished, incident)
                 if route.escalate_failed_steps:
-                    await self._escalate(worker, result.needs_person or result.stopped, rule)
+                    why = result.needs_person or result.stopped
+                    why = f"{why}; {left.restored}" if left.restored else why
+                    await self._escalate(worker, why, rule)
                 return Stopped(why=result.stopped)
             await worker.apply(route.proven_by, attempt.proven, data=attempt.data)
         return Acted(attempt_id=attempt_id, incident=incident)

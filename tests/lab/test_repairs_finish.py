@@ -189,6 +189,9 @@ async def test_a_step_that_times_out_mid_restart_leaves_the_unit_started_again(
         assert str(unit.pid) == now
         escalation = next(r for r in records if isinstance(r, Escalation))
         assert records.index(left) < records.index(escalation)
-        assert escalation.why.startswith("step 2 (shell on spark1): sleep 30 on spark1 failed")
+        assert escalation.why == (
+            "step 2 (shell on spark1): sleep 30 on spark1 failed: timed out after 3s; "
+            f"{QWEN}@spark1 was started again and serves"
+        )
     finally:
         await asyncio.to_thread(faults.reset, lab)

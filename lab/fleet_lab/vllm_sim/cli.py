@@ -197,6 +197,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 async def _drain(sim: VllmSim, force: asyncio.Event) -> None:
     """uvicorn's graceful shutdown: wait for the requests in flight, or a second signal."""
+
     def say(text: str) -> None:
         print(f"INFO:     {text}", file=sys.stderr, flush=True)
 

@@ -155,6 +155,18 @@ class UnitsLeft(Record):
         return tuple(unit for unit in self.units if unit.started)
 
     @property
+    def restored(self) -> str:
+        """For the person called next: `vllm.service@spark1 was started again and serves`, or
+        '' when no unit needed starting."""
+        names = ", ".join(f"{unit.unit}@{unit.host}" for unit in self.started)
+        if not names:
+            return ""
+        if self.error:
+            return f"starting {names} again failed: {self.error}"
+        serves = "serves" if self.verified else "does not serve yet"
+        return f"{names} {'was' if len(self.started) == 1 else 'were'} started again and {serves}"
+
+    @property
     def summary(self) -> str:
         head = f"attempt {self.attempt} ({self.rule}) stopped; units left: "
         said = head + "; ".join(unit.line for unit in self.units)
