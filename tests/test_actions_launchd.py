@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+import plistlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from supervisor.config import Endpoint, Host, UnitRef
 from supervisor.execute import Executor, LocalExecutor
 from supervisor.playbook.actions.base import ActionContext
+from supervisor.playbook.evidence.launchctl import parse_print
+from tests.conftest import free_port
+from tests.helpers import eventually
 from tests.macfakes import MacTools, mac_tools
 from tests.test_actions import act, dry, plan
 from tests.test_actions import context as actions_context
@@ -254,3 +261,87 @@ async def test_graceful_stop_refuses_a_systemd_host() -> None:
         False,
         "spark1 is not a launchd host: use stop_units",
     )
+
+
+# --- a bounded restart, against the lab's launchctl stand-in and a real hung server -------------
+
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The lab's `launchctl` (fleet_lab.mac.launchctl: it starts and stops real processes) first
+    on PATH, its job state under `tmp_path`; the job killed and booted out at the end."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "launchctl"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m fleet_lab.mac.launchctl "$@"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.setenv("FLEET_LAB_LAUNCHD", str(tmp_path / "launchd"))
+    yield tmp_path
+    job = "gui/501/com.fleet.mlx-kimi"  # its program ignores TERM: KILL, then unload
+    subprocess.run(["launchctl", "kill", "SIGKILL", job], check=False, capture_output=True)
+    subprocess.run(["launchctl", "bootout", job], check=False, capture_output=True)
+
+
+def _hung_job(folder: Path, port: int) -> Path:
+    """A plist whose program is the vLLM-shaped server with a hung engine (3 requests frozen:
+    its SIGTERM waits for them forever) and launchd's exit timeout at 60 s."""
+    arguments = [
+        sys.executable, "-m", "fleet_lab.vllm_sim", "--host", "127.0.0.1", "--port", str(port),
+        "--model", "kimi", "--engine-hung", "--load-running", "3",
+    ]  # fmt: skip
+    document = {
+        "Label": "com.fleet.mlx-kimi",
+        "ProgramArguments": arguments,
+        "StandardErrorPath": str(folder / "err.log"),
+        "RunAtLoad": True,
+        "ExitTimeOut": 60,
+    }
+    path = folder / "com.fleet.mlx-kimi.plist"
+    path.write_bytes(plistlib.dumps(document))
+    return path
+
+
+def _pid() -> int:
+    done = subprocess.run(
+        ["launchctl", "print", "gui/501/com.fleet.mlx-kimi"], capture_output=True, text=True
+    )
+    return parse_print(done.stdout).pid
+
+
+@pytest.mark.slow
+async def test_a_restart_of_a_job_that_ignores_term_is_bounded_by_launchctl_kill(
+    standin: Path,
+) -> None:
+    port = free_port()
+    plist = _hung_job(standin, port)
+    bootstrap = ["launchctl", "bootstrap", "gui/501", str(plist)]
+    booted = await asyncio.to_thread(subprocess.run, bootstrap, check=False)
+    assert booted.returncode == 0
+    hung = _pid()
+    async with httpx.AsyncClient() as client:
+
+        async def serving() -> bool:
+            try:
+                return (await client.get(f"http://127.0.0.1:{port}/v1/models")).is_success
+            except httpx.HTTPError:
+                return False
+
+        await eventually(serving, what="the job to serve")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        outcome = await act("restart_units", context(LocalExecutor(), KIMI_UNITS), stop_within="1s")
+        took = loop.time() - began
+        assert (outcome.ok, outcome.summary) == (
+            True,
+            "restarted com.fleet.mlx-kimi on m3ultra; com.fleet.mlx-kimi on m3ultra did not "
+            "stop within 1s: it was killed (SIGKILL)",
+        )
+        assert [(r.command, r.error) for r in outcome.commands] == [
+            ("launchctl kickstart -k gui/501/com.fleet.mlx-kimi", "timed out after 1s"),
+            ("launchctl kill SIGKILL gui/501/com.fleet.mlx-kimi", ""),
+            ("launchctl kickstart gui/501/com.fleet.mlx-kimi", ""),
+        ]
+        assert took < 10, took
+        assert _pid() not in (0, hung)
+        await eventually(serving, what="the job to serve again")

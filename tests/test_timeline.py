@@ -40,6 +40,8 @@ from supervisor.record.timeline import (
     StepRan,
     Transition,
     UnitHeard,
+    UnitLeft,
+    UnitsLeft,
     Unknown,
     Unsilenced,
     Verification,
@@ -228,6 +230,57 @@ CASES: list[tuple[Record, EntryKind, str]] = [
         "step 1 shell on forge: planned: dry run",
     ),
     (
+        UnitsLeft(
+            attempt=4,
+            rule="hung-engine",
+            units=(
+                UnitLeft(
+                    host="spark1",
+                    unit="vllm-qwen.service",
+                    found="active/running",
+                    after_steps="inactive/dead",
+                    left="active/running",
+                    pid=4242,
+                    started=True,
+                ),
+                UnitLeft(
+                    host="spark2",
+                    unit="vllm-w.service",
+                    found="active/running",
+                    after_steps="active/running",
+                    left="active/running",
+                    pid=77,
+                ),
+            ),
+            verified=True,
+        ),
+        EntryKind.ACTION,
+        "attempt 4 (hung-engine) stopped; units left: vllm-qwen.service@spark1: active/running, "
+        "then inactive/dead, started: active/running (pid 4242); vllm-w.service@spark2: "
+        "active/running (pid 77); it serves again",
+    ),
+    (
+        UnitsLeft(
+            attempt=5,
+            rule="r1",
+            units=(
+                UnitLeft(
+                    host="spark1",
+                    unit="u.service",
+                    found="active/running",
+                    after_steps="failed/failed",
+                    left="failed/failed",
+                    started=True,
+                ),
+            ),
+            error="systemctl start u.service on spark1 failed: exit 1",
+        ),
+        EntryKind.ACTION,
+        "attempt 5 (r1) stopped; units left: u.service@spark1: active/running, then "
+        "failed/failed, started: failed/failed; starting again failed: systemctl start "
+        "u.service on spark1 failed: exit 1",
+    ),
+    (
         Verification(rule="revive", ok=True, within_s=10, ttft_s=0.41, tok_s=38.2),
         EntryKind.VERIFICATION,
         "verified: revive healed it",
@@ -331,6 +384,24 @@ CASES: list[tuple[Record, EntryKind, str]] = [
         "a sentence of 2025",
     ),
 ]
+
+
+def test_units_left_tells_the_person_what_was_started_again() -> None:
+    qwen = UnitLeft(
+        host="spark1", unit="q.service", found="active/running", after_steps="inactive/dead",
+        left="active/running", started=True,
+    )  # fmt: skip
+    still = UnitLeft(host="spark2", unit="w.service", found="active/running",
+                     after_steps="active/running", left="active/running")  # fmt: skip
+    assert UnitsLeft(attempt=1, rule="r", units=(still,)).restored == ""
+    assert UnitsLeft(attempt=1, rule="r", units=(qwen, still), verified=True).restored == (
+        "q.service@spark1 was started again and serves"
+    )
+    assert UnitsLeft(attempt=1, rule="r", units=(qwen,), verified=False).restored == (
+        "q.service@spark1 was started again and does not serve yet"
+    )
+    failed = UnitsLeft(attempt=1, rule="r", units=(qwen,), error="exit 1")
+    assert failed.restored == "starting q.service@spark1 again failed: exit 1"
 
 
 def test_every_registered_type_is_in_the_table() -> None:

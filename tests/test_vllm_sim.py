@@ -545,3 +545,57 @@ def test_cli_port_in_use_gives_one_line(capsys: pytest.CaptureFixture[str]) -> N
     assert captured.err == (
         f"vllm_sim: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
     )
+
+
+async def _in_flight(url: str) -> asyncio.Task[httpx.Response]:
+    """A real completion sent to `url` and left waiting (the engine is hung); its request is
+    counted in `vllm:num_requests_running` once the server holds it."""
+    client = httpx.AsyncClient(timeout=60)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+    async def send() -> httpx.Response:
+        async with client:
+            return await client.post(url + "/v1/chat/completions", json=body)
+
+    task = asyncio.ensure_future(send())
+    async with make_client() as probe:
+
+        async def running() -> bool:
+            text = (await probe.get(url + "/metrics")).text
+            return re.search(r"^vllm:num_requests_running\{[^}]*\} 1\.0$", text, re.M) is not None
+
+        await eventually(running, what="the completion to run")
+    return task
+
+
+@pytest.mark.slow
+async def test_standalone_with_a_hung_engine_does_not_obey_sigterm_until_a_second_signal() -> None:
+    """vLLM with a frozen engine: SIGTERM starts uvicorn's graceful shutdown, which waits for
+    the requests in flight, and a hung engine never finishes them."""
+    async with standalone("--port", "0", "--model", "m", "--engine-hung") as (process, url):
+        waiting = await _in_flight(url)
+        process.send_signal(signal.SIGTERM)
+        with pytest.raises(TimeoutError):  # the absence of an exit is what is checked
+            await asyncio.wait_for(asyncio.shield(process.wait()), 1.0)
+        process.send_signal(signal.SIGTERM)
+        status, out, err = await ended(process)
+        waiting.cancel()
+    assert (status, out) == (0, "")
+    assert err.splitlines() == [
+        "INFO:     Shutting down",
+        "INFO:     Waiting for connections to close. (CTRL+C to force quit)",
+        "INFO:     Forced quit",
+    ]
+
+
+@pytest.mark.slow
+async def test_standalone_drains_a_request_in_flight_then_exits_on_sigterm() -> None:
+    async with standalone("--port", "0", "--model", "m", "--tok-s", "20") as (process, url):
+        waiting = await _in_flight(url)
+        process.send_signal(signal.SIGTERM)
+        status, out, err = await ended(process)
+        reply = await waiting
+    assert (status, out) == (0, "")
+    assert reply.status_code == 200
+    assert "data: [DONE]" in reply.text
+    assert err.splitlines()[-1] == "INFO:     Finished server process"

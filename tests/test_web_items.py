@@ -18,6 +18,8 @@ from supervisor.record.timeline import (
     Record,
     StepRan,
     Transition,
+    UnitLeft,
+    UnitsLeft,
     Verification,
 )
 from supervisor.tell.web.page.app import ago
@@ -126,6 +128,34 @@ def _row(record: Record) -> TimelineRow:
                     output_tail="",
                 )
             ],
+        ),
+        (
+            UnitsLeft(
+                attempt=7,
+                rule="hung-engine",
+                units=(
+                    UnitLeft(
+                        host="spark1",
+                        unit="vllm-qwen.service",
+                        found="active/running",
+                        after_steps="failed/failed",
+                        left="active/running",
+                        pid=4242,
+                        started=True,
+                    ),
+                ),
+                verified=True,
+            ),
+            "units left by attempt 7 (hung-engine)",
+            [
+                (
+                    "vllm-qwen.service@spark1",
+                    "found active/running, after the steps failed/failed, started again: "
+                    "active/running (pid 4242)",
+                ),
+                ("serves again", "yes"),
+            ],
+            [],
         ),
         (
             Verification(rule="r", ok=True, within_s=60, ttft_s=0.25, tok_s=41.0),

@@ -4,7 +4,7 @@
   /workspace/vllm-head.sh`: binds the rendezvous port 29501 and serves DeepSeek (the vLLM sim)
   on :8000; `vllm-qwen.service`, a single-node model on :8001 whose unit runs a launch script on
   the host (`/var/lib/lab/scripts/vllm-qwen.sh`, a known-good copy under
-  `/var/lib/lab/known-good/`: no container).
+  `/var/lib/lab/known-good/`: no container), with systemd's default stop timeout (90 s).
 - spark2 (127.0.0.12): `vllm-ds4-worker.service` runs `docker exec vllm_ds4 bash
   /workspace/vllm-worker.sh` (a headless worker that joins the head's 29501);
   `ollama.service` (the sim as Ollama on :11434) and `parakeet.service` (health only, :8765).
@@ -96,11 +96,13 @@ def _launch_script(role: str, address: str, extra: str = "") -> str:
     )
 
 
-def _unit(description: str, exec_start: str) -> str:
+def _unit(description: str, exec_start: str, *, stop_timeout: str | None = "5") -> str:
+    """A model unit; `stop_timeout` None leaves systemd's own TimeoutStopSec (90 s)."""
+    stop = f"TimeoutStopSec={stop_timeout}\n" if stop_timeout is not None else ""
     return (
         f"[Unit]\nDescription={description}\nStartLimitIntervalSec=0\n\n"
         f"[Service]\nExecStart={exec_start}\nRestart=on-failure\nRestartSec=3\n"
-        "KillMode=control-group\nTimeoutStopSec=5\n"
+        f"KillMode=control-group\n{stop}"
     )
 
 
@@ -119,7 +121,9 @@ def units() -> dict[str, dict[str, str]]:
             "vllm-ds4-head.service": _unit(
                 "vLLM DeepSeek V4 head", f"/usr/bin/docker exec {CONTAINER} bash {HEAD_SCRIPT}"
             ),
-            QWEN_UNIT: _unit("vLLM single node", f"/bin/bash {QWEN_SCRIPT}"),
+            # as a user's unit is written: systemd's default TimeoutStopSec (90 s), which a hung
+            # vLLM (SIGTERM waits for requests its frozen engine never finishes) runs out
+            QWEN_UNIT: _unit("vLLM single node", f"/bin/bash {QWEN_SCRIPT}", stop_timeout=None),
         },
         "spark2": {
             "vllm-ds4-worker.service": _unit(

@@ -33,6 +33,7 @@ from supervisor.record.timeline import (
 from supervisor.repair import records
 from supervisor.repair.diagnosis import DiagnosisService
 from supervisor.repair.guards import HostLocks
+from supervisor.repair.restore import read_units, restore
 from supervisor.repair.steps import StepRun, run_steps
 from supervisor.repair.verify import answers_degraded, verify
 from supervisor.worker.endpoint import EndpointWorker
@@ -114,7 +115,9 @@ class AttemptRunner:
         executor: Executor,
         note: Note,
         escalate: Escalate,
+        verify_every: Callable[[], timedelta],
     ) -> None:
+        self.verify_every = verify_every  #: the config's `remediation.verify_every`, now
         self.store = store
         self.clock = clock
         self.locks = locks
@@ -154,6 +157,7 @@ class AttemptRunner:
                 dry_run=False,
                 probe=lambda: worker.probe_now(Tier.DEEP),
             )
+            found = await read_units(env)  # a failed step must not leave any less alive
             result = await run_steps(
                 rule.actions,
                 env=env,
@@ -162,12 +166,24 @@ class AttemptRunner:
                 on_run=record,
             )
             if not result.ok:
+                left = await restore(
+                    env,
+                    found,
+                    attempt=attempt_id,
+                    rule=rule.id,
+                    within=attempt.within,
+                    every=self.verify_every(),
+                )
+                if left.units:
+                    await self._note(worker, left, incident)
                 outcome = f"failed: {result.stopped}"
                 await self.store.finish_attempt(attempt_id, at=self.clock.now(), outcome=outcome)
                 finished = AttemptFinished(attempt=attempt_id, rule=rule.id, outcome=outcome)
                 await self._note(worker, finished, incident)
                 if route.escalate_failed_steps:
-                    await self._escalate(worker, result.needs_person or result.stopped, rule)
+                    why = result.needs_person or result.stopped
+                    why = f"{why}; {left.restored}" if left.restored else why
+                    await self._escalate(worker, why, rule)
                 return Stopped(why=result.stopped)
             await worker.apply(route.proven_by, attempt.proven, data=attempt.data)
         return Acted(attempt_id=attempt_id, incident=incident)

@@ -103,6 +103,28 @@ async def run_steps(
     return StepsResult(ok=True, runs=tuple(runs))
 
 
+def action_context(
+    env: StepEnv,
+    *,
+    host: Host | None = None,
+    unit: UnitRef | None = None,
+    facts: Facts | None = None,
+) -> ActionContext:
+    """What an action (or the runner acting on its own) runs with in `env`."""
+    return ActionContext(
+        endpoint=env.endpoint,
+        host=host,
+        unit=unit,
+        units=_units(env),
+        executor=env.executor,
+        timeout=env.timeout,
+        facts=facts.values if facts is not None else {},
+        dry_run=env.dry_run,
+        clock=env.clock,
+        probe=env.probe,
+    )
+
+
 async def _one(
     action: Action[Any],
     step: Step,
@@ -116,18 +138,7 @@ async def _one(
     except ParamsError as exc:
         text = f"cannot fill params: {exc}"
         return ActionOutcome(ok=False, summary=text, needs_person=text)
-    ctx = ActionContext(
-        endpoint=env.endpoint,
-        host=host,
-        unit=unit,
-        units=_units(env),
-        executor=env.executor,
-        timeout=env.timeout,
-        facts=facts.values,
-        dry_run=env.dry_run,
-        clock=env.clock,
-        probe=env.probe,
-    )
+    ctx = action_context(env, host=host, unit=unit, facts=facts)
     try:
         return await action.run(ctx, params)
     except Exception as exc:  # a broken action is recorded, never fatal

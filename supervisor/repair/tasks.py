@@ -90,6 +90,7 @@ class RepairTasks:
             executor=executor,
             note=self.note,
             escalate=self._escalate,
+            verify_every=lambda: self.config.remediation.verify_every,
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopped = False

@@ -1,7 +1,8 @@
-"""Drills of issue 12: a saturated server is busy, never restarted; a hung engine is down and
-restarted; and with the production intervals (liveness 60 s, a real check every 300 s, down
-after 3) a unit's death is found in seconds by systemd's own event, not minutes later by the
-probes. The real lab: systemd as PID 1 and sshd on each host, the daemon in-process.
+"""Drills of issue 12: a saturated server is busy, never restarted; a hung engine (which does not
+obey SIGTERM) is down and restarted, its stop bounded by a kill; and with the production
+intervals (liveness 60 s, a real check every 300 s, down after 3) a unit's death is found in
+seconds by systemd's own event, not minutes later by the probes. The real lab: systemd as PID 1
+and sshd on each host, the daemon in-process.
 
 `saturated` holds its fault for 2 minutes: marked `long`, it is not in the default run
 (`pytest -m long tests/lab/test_drills_events.py`)."""
@@ -65,6 +66,22 @@ async def test_hung_engine_is_restarted_and_the_timeline_says_why(lab: Lab) -> N
     assert re.match(frozen, down.note)
     diagnosis = next(r.record for r in report.timeline if isinstance(r.record, Diagnosis))
     assert diagnosis.rule == "hung-engine"
+    # the hung server did not obey SIGTERM (its drain waits for requests the frozen engine never
+    # finishes) and the unit keeps systemd's 90 s TimeoutStopSec: killed after 10 s instead
+    assert [s.summary for s in report.steps] == [
+        "step 1 restart_units on qwen: ok: restarted vllm-qwen.service on spark1; "
+        "vllm-qwen.service on spark1 did not stop within 10s: its processes were killed "
+        "(SIGKILL), it is failed/failed"
+    ]
+    assert report.steps[0].commands[:2] == (
+        "[spark1] sudo -n systemctl stop vllm-qwen.service",
+        "[spark1] sudo -n systemctl kill --signal=SIGKILL vllm-qwen.service",
+    )
+    assert report.outcome == "healed"
+    assert report.heal_s is not None
+    assert report.heal_s < 90 + 10  # within the unit's stop timeout plus its start
+    assert len(report.main_pids) == 2
+    assert report.main_pids[1] not in ("0", report.main_pids[0])
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """STAND-IN, NOT macOS: the lab's `launchctl`, for the Mac lab host (m3ultra) on Linux.
 
-macOS cannot run in the lab, so this answers `print`, `kickstart [-k] [-p]`, `bootstrap` and
-`bootout` in the shapes launchctl(1) documents and the captures under tests/data/evidence/macos/
-record, and really starts and stops the job's program (the lab's mlx_lm-shaped server):
+macOS cannot run in the lab, so this answers `print`, `kickstart [-k] [-p]`, `bootstrap`,
+`bootout` and `kill` in the shapes launchctl(1) documents and the captures under
+tests/data/evidence/macos/ record, and really starts and stops the job's program (the lab's
+mlx_lm-shaped server):
 
 - `bootstrap DOMAIN PLIST` reads a real XML plist (Label, ProgramArguments, StandardOutPath,
   StandardErrorPath, WorkingDirectory, EnvironmentVariables, RunAtLoad, ExitTimeOut) and loads
@@ -11,6 +12,8 @@ record, and really starts and stops the job's program (the lab's mlx_lm-shaped s
   running one (TERM, then KILL after the exit timeout); `-p` prints the pid.
 - `bootout DOMAIN/LABEL` stops the job the same way and unloads it; not loaded:
   `Boot-out failed: 3: No such process`, exit 3.
+- `kill SIGNAL DOMAIN/LABEL` (a name, `SIGKILL` or `KILL`, or a number) signals the running
+  job's program; a job that runs nothing: `Could not kill service: 3: No such process`, exit 3.
 - `print DOMAIN/LABEL`: the job's top-level keys (state, pid, runs, last exit code or last
   terminating signal, program, arguments, log paths); a label the domain lacks: exit 113,
   `Could not find service "LABEL" in domain for ...`.
@@ -24,8 +27,10 @@ signal, which `print` names as macOS's strsignal does).
 
 from __future__ import annotations
 
+import os
 import plistlib
 import re
+import signal
 import sys
 
 from fleet_lab.mac.jobs import (
@@ -141,6 +146,30 @@ def bootout(target: str) -> str:
     return ""
 
 
+def _signal(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    name = text.upper() if text.upper().startswith("SIG") else f"SIG{text.upper()}"
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        raise RefusedError(f"Unrecognized signal name: {text}", USAGE) from None
+
+
+def kill(name: str, target: str) -> str:
+    number = _signal(name)
+    domain, label = _target(target)
+    with locked():
+        job = load(domain, label)
+    if job is None:
+        raise _not_found(domain, label)
+    pid = int(job.get("pid") or 0)
+    if pid <= 0 or not alive(pid):
+        raise RefusedError("Could not kill service: 3: No such process", 3)
+    os.kill(pid, number)
+    return ""
+
+
 def _last(job: Job) -> str:
     last = job.get("last")
     if not last:
@@ -204,6 +233,8 @@ def answer(argv: list[str]) -> str:
         return bootstrap(rest[0], rest[1])
     if command == "bootout" and len(rest) == 1:
         return bootout(rest[0])
+    if command == "kill" and len(rest) == 2:
+        return kill(rest[0], rest[1])
     if command == "kickstart" and rest:
         flags = "".join(a.lstrip("-") for a in rest[:-1] if a.startswith("-"))
         if set(flags) <= {"k", "p", "s"} and not rest[-1].startswith("-"):

@@ -3,6 +3,11 @@
 Prints exactly one line, `READY http://HOST:PORT`, once it accepts connections; serves until
 SIGTERM or SIGINT (exit 0). SIGUSR1 kills the "engine" (with `--exit-on-engine-death` the process
 then exits 0 by itself, like vLLM 0.32 without keep-alive). Bad flags: one line on stderr, exit 2.
+
+The vLLM flavour shuts down as vLLM's API server does (uvicorn): the first SIGTERM or SIGINT
+stops accepting and waits for the requests in flight (`VllmSim.drain`), saying so on stderr in
+uvicorn's words; with a hung engine they never finish, so the process does not exit (systemd
+kills it after TimeoutStopSec). A second signal ends it at once, as uvicorn's force quit.
 """
 
 from __future__ import annotations
@@ -160,10 +165,14 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
               file=sys.stderr)  # fmt: skip
         return 1
-    stop = asyncio.Event()
+    stop, force = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        (force if stop.is_set() else stop).set()
+
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, on_signal)
+    loop.add_signal_handler(signal.SIGINT, on_signal)
     loop.add_signal_handler(signal.SIGUSR1, sim.kill_engine)
     stopped = asyncio.ensure_future(stop.wait())
     ready = asyncio.ensure_future(sim.wait_ready())
@@ -177,11 +186,32 @@ async def serve(args: argparse.Namespace) -> int:
                 print(f"{_now()} - INFO - {started}", file=sys.stderr, flush=True)
             print(f"READY {sim.url}", flush=True)
             await asyncio.wait({stopped, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if stopped.done() and flavour == "vllm" and sim.held():
+                await _drain(sim, force)
     finally:
         for waiter in (stopped, ready, closed):
             waiter.cancel()
         await sim.stop()
     return 0
+
+
+async def _drain(sim: VllmSim, force: asyncio.Event) -> None:
+    """uvicorn's graceful shutdown: wait for the requests in flight, or a second signal."""
+
+    def say(text: str) -> None:
+        print(f"INFO:     {text}", file=sys.stderr, flush=True)
+
+    say("Shutting down")
+    say("Waiting for connections to close. (CTRL+C to force quit)")
+    drained = asyncio.ensure_future(sim.drain())
+    forced = asyncio.ensure_future(force.wait())
+    try:
+        await asyncio.wait({drained, forced}, return_when=asyncio.FIRST_COMPLETED)
+        finished = drained.done()
+    finally:
+        forced.cancel()
+        drained.cancel()
+    say("Finished server process" if finished else "Forced quit")
 
 
 def _now() -> str:

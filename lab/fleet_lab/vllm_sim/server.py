@@ -6,7 +6,7 @@ In process::
         ...  # probe sim.url; change sim.behaviour while it runs
 
 Standalone (prints exactly one line, `READY http://HOST:PORT`, once it accepts connections; exits
-0 on SIGTERM/SIGINT; SIGUSR1 kills its "engine")::
+0 on SIGTERM/SIGINT once its requests are done, see `drain`; SIGUSR1 kills its "engine")::
 
     python -m fleet_lab.vllm_sim --host 127.0.0.1 --port 0 --model NAME
 """
@@ -36,6 +36,7 @@ _log = logging.getLogger(__name__)
 Flavour = Literal["vllm", "ollama", "mlx"]
 FLAVOURS: tuple[Flavour, ...] = ("vllm", "ollama", "mlx")
 SERVER_HEADER: dict[Flavour, str] = {"vllm": "uvicorn", "ollama": "ollama", "mlx": "BaseHTTP/0.6"}
+_DRAIN_POLL_S = 0.05
 
 
 @dataclass(kw_only=True)
@@ -188,6 +189,25 @@ class VllmSim:
         self._sock = self._server = None
         self._running = False
         self._closed.set()
+
+    def held(self) -> int:
+        """Requests a graceful shutdown waits for: ours in flight, and while the engine is hung
+        the other users' it holds (`load_running`), which it will never finish."""
+        behaviour = self.behaviour
+        frozen = behaviour.engine_hung and not behaviour.engine_dead
+        return self.metrics.running + (behaviour.load_running if frozen else 0)
+
+    async def drain(self) -> None:
+        """A graceful shutdown as vLLM's API server does it (uvicorn, no graceful timeout):
+        stop accepting connections, wait until no request is held, then `stop()`. A hung engine
+        never finishes its requests, so the drain never ends by itself: SIGTERM is not obeyed
+        while the engine is frozen (a second signal, or SIGKILL, ends the process)."""
+        if self._server is not None:
+            self._server.close()  # the listener only: requests in flight go on
+        # `held()` reads counters the requests change: nothing to await
+        while self._running and self.held() > 0:  # noqa: ASYNC110
+            await asyncio.sleep(_DRAIN_POLL_S)
+        await self.stop()
 
     async def __aenter__(self) -> Self:
         if not self._running:

@@ -2,9 +2,14 @@
 
 launchctl(1): `kickstart -k DOMAIN/LABEL` kills the running instance and starts the job again;
 `bootout DOMAIN/LABEL` unloads it (stopping it); `bootstrap DOMAIN PLIST` loads it (RunAtLoad
-starts it). The man page does not say which signal `kickstart -k` sends, and a Metal process
-killed with SIGKILL can leave its wired memory behind until a reboot: `stop_job_gracefully`
-sends TERM to the job's pid and KILL only when it still runs after `grace`.
+starts it); `kill SIGNAL DOMAIN/LABEL` signals the running job. The man page does not say which
+signal `kickstart -k` sends, and a Metal process killed with SIGKILL can leave its wired memory
+behind until a reboot: `stop_job_gracefully` sends TERM to the job's pid and KILL only when it
+still runs after `grace`.
+
+`kickstart -k` and `bootout` wait for the job to end, which launchd forces only after the job's
+ExitTimeOut: each is given `stop_within`, and a job still running then gets `launchctl kill
+SIGKILL` (then `kickstart` starts it again, or `bootout` is asked once more).
 
 Least privilege: only the `system` domain (LaunchDaemons) needs root to change ("root privileges
 are required to make modifications"); a LaunchAgent in `gui/<uid>` or `user/<uid>` is changed by
@@ -25,11 +30,12 @@ from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
 from supervisor.playbook.actions.declare import Stop, action
-from supervisor.playbook.actions.managers import UnitManager, Units
-from supervisor.playbook.actions.steps import Steps, units_of
+from supervisor.playbook.actions.managers import UnitManager, Units, UnitState
+from supervisor.playbook.actions.steps import Steps, timed_out, units_of, why
 from supervisor.playbook.evidence.launchctl import (
     NotLaunchdError,
     is_not_found,
+    job_facts,
     job_target,
     parse_print,
     print_argv,
@@ -84,18 +90,64 @@ async def plist_path(steps: Steps, host: Host, unit: UnitRef) -> str:
     return f"{folder.rstrip('/')}/{plist[2:]}"
 
 
-async def _restart(steps: Steps, units: Units, reset_failed: bool) -> None:
+async def _bounded(
+    steps: Steps, host: Host, unit: UnitRef, argv: list[str], within: timedelta
+) -> CommandResult | None:
+    """`argv` (a stopping launchctl subcommand) for at most `within`: its result, or None
+    when it ran out and the job's processes got SIGKILL (`launchctl kill SIGKILL`)."""
+    result = await steps.run(host, argv, sudo=needs_root(unit), mutating=True, timeout=within)
+    if not timed_out(result):
+        return result
+    await launchctl(steps, host, unit, "kill", "SIGKILL", target(unit))
+    steps.notes.append(
+        f"{unit.unit} on {host.name} did not stop within {format_duration(within)}: "
+        "it was killed (SIGKILL)"
+    )
+    return None
+
+
+async def _restart(steps: Steps, units: Units, reset_failed: bool, within: timedelta) -> None:
     for host, unit in units:
-        await launchctl(steps, host, unit, "kickstart", "-k", target(unit))
+        argv = ["launchctl", "kickstart", "-k", target(unit)]
+        result = await _bounded(steps, host, unit, argv, within)
+        if result is None:
+            await launchctl(steps, host, unit, "kickstart", target(unit))
+        elif not result.ok:
+            raise steps.failed(host, argv, result)
 
 
-async def _stop(steps: Steps, units: Units) -> None:
+async def _stop(steps: Steps, units: Units, within: timedelta) -> None:
     for host, unit in units:
         argv = ["launchctl", "bootout", target(unit)]
-        result = await steps.run(host, argv, sudo=needs_root(unit), mutating=True)
+        result = await _bounded(steps, host, unit, argv, within)
+        if result is None:  # killed: unload what is left
+            result = await steps.run(host, argv, sudo=needs_root(unit), mutating=True)
         gone = not result.error and result.exit_status in NOT_LOADED_STATUSES
         if not result.ok and not gone:
             raise steps.failed(host, argv, result)
+
+
+async def _read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
+    """`launchctl print` (no root), not kept in the outcome."""
+    name = unit.unit
+    try:
+        argv = print_argv(unit)
+    except NotLaunchdError as exc:
+        return UnitState(host=host.name, unit=name, state="", alive=False, error=str(exc))
+    result = await steps.run(host, argv, keep=False)
+    if not result.error and is_not_found(result.exit_status, result.stderr):
+        return UnitState(host=host.name, unit=name, state="not loaded", alive=False)
+    if not result.ok:
+        return UnitState(host=host.name, unit=name, state="", alive=False, error=why(result))
+    facts = job_facts(parse_print(result.stdout))
+    pid = facts["pid"]
+    return UnitState(
+        host=host.name,
+        unit=name,
+        state=str(facts["state"]),
+        alive=facts["running"] is True,
+        pid=pid if isinstance(pid, int) else 0,
+    )
 
 
 async def _start(steps: Steps, units: Units, reset_failed: bool) -> None:
@@ -107,7 +159,7 @@ async def _start(steps: Steps, units: Units, reset_failed: bool) -> None:
         await launchctl(steps, host, unit, "kickstart", target(unit))
 
 
-LAUNCHD = UnitManager(restart=_restart, stop=_stop, start=_start)
+LAUNCHD = UnitManager(restart=_restart, stop=_stop, start=_start, read=_read)
 
 
 class GracefulParams(ActionParams):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
 from supervisor.playbook.actions.declare import Stop
@@ -20,13 +21,35 @@ Units = tuple[tuple[Host, UnitRef], ...]
 
 
 @dataclass(frozen=True, kw_only=True)
+class UnitState:
+    """What one unit is doing now, as its service manager says (read, never changed)."""
+
+    host: str
+    unit: str
+    #: systemd `ActiveState/SubState` (`active/running`, `failed/failed`); launchd the job's
+    #: `state` (`running`, `not running`) or `not loaded`; '' when it could not be read
+    state: str
+    alive: bool  #: running or on its way (systemd active, activating, reloading; launchd running)
+    pid: int = 0  #: the main process (0: none)
+    error: str = ""  #: why it could not be read
+
+    @property
+    def label(self) -> str:
+        return f"{self.unit}@{self.host}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class UnitManager:
     """One service manager's verbs over units in the order given (`stop` gets them reversed).
-    `reset_failed` is systemd's `reset-failed` before starting (launchd has none)."""
+    `reset_failed` is systemd's `reset-failed` before starting (launchd has none). A stop (a
+    restart's too) is bounded: a unit that has not stopped gracefully within the `timedelta`
+    given has every process of it killed (SIGKILL), and the step goes on. `read` asks the
+    manager what one unit is doing now."""
 
-    restart: Callable[[Steps, Units, bool], Awaitable[None]]
-    stop: Callable[[Steps, Units], Awaitable[None]]
+    restart: Callable[[Steps, Units, bool, timedelta], Awaitable[None]]
+    stop: Callable[[Steps, Units, timedelta], Awaitable[None]]
     start: Callable[[Steps, Units, bool], Awaitable[None]]
+    read: Callable[[Steps, Host, UnitRef], Awaitable[UnitState]]
 
 
 def manager_of(managers: Mapping[str, UnitManager], units: Units) -> UnitManager:

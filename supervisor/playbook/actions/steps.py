@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
 from supervisor.execute import CommandResult
@@ -34,6 +35,11 @@ def why(result: CommandResult, *, last: bool = False) -> str:
     return f"exit {result.exit_status}: {said}" if said else f"exit {result.exit_status}"
 
 
+def timed_out(result: CommandResult) -> bool:
+    """The command was cut off by its deadline (it had connected and was running)."""
+    return result.error.startswith("timed out after")
+
+
 def shorten(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -45,6 +51,8 @@ class Steps:
     def __init__(self, ctx: ActionContext) -> None:
         self.ctx = ctx
         self.results: list[CommandResult] = []
+        #: what the action had to do beyond its plan (a unit killed after its stop ran out)
+        self.notes: list[str] = []
 
     async def run(
         self,
@@ -55,10 +63,13 @@ class Steps:
         mutating: bool = False,
         stdin: str | None = None,
         keep: bool = True,
+        timeout: timedelta | None = None,
     ) -> CommandResult:
-        """Run one command; `keep=False` leaves it out of the outcome (repeated polls)."""
+        """Run one command; `keep=False` leaves it out of the outcome (repeated polls);
+        `timeout` replaces the per-command deadline (`ctx.timeout`)."""
+        deadline = self.ctx.timeout if timeout is None else timeout
         result = await self.ctx.executor.run(
-            host, argv, timeout=self.ctx.timeout, sudo=sudo, mutating=mutating, stdin=stdin
+            host, argv, timeout=deadline, sudo=sudo, mutating=mutating, stdin=stdin
         )
         if keep:
             self.results.append(result)
@@ -91,7 +102,9 @@ class Steps:
         return self.stop(reason, needs_person=reason)
 
     def done(self, summary: str) -> ActionOutcome:
-        return ActionOutcome(ok=True, summary=summary, commands=tuple(self.results))
+        """Success: `summary`, then the notes (`restarted x on h; x on h did not stop ...`)."""
+        said = "; ".join([summary, *self.notes])
+        return ActionOutcome(ok=True, summary=said, commands=tuple(self.results))
 
     def said(self, done: str, planned: str) -> str:
         """`done` normally, `planned` in a dry run ("restarted" / "would restart")."""

@@ -1,24 +1,37 @@
 """Units: stop, start and restart them in the endpoint's order, through their host's service
 manager (`MANAGERS`: systemd here, launchd in `supervisor.playbook.actions.launchd`); repoint a
-systemd unit's ExecStart."""
+systemd unit's ExecStart.
+
+A stop ends in bounded time. A hung vLLM does not obey SIGTERM quickly (its API server waits for
+requests its frozen engine never finishes) and systemd kills it only after the unit's
+`TimeoutStopSec` (90 s by default): `systemctl stop` is given `stop_within`, and a unit still
+stopping then has every process of it killed (`systemctl kill --signal=SIGKILL`, all of its
+control group), which ends systemd's stop job at once. systemd's own TimeoutStopSec still kills
+sooner when it is shorter.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
+
 from pydantic import Field, field_validator
 
-from supervisor.config import UnitRef
-from supervisor.config.models import Flag
+from supervisor.config import Host, UnitRef
+from supervisor.config.models import Flag, PositiveDuration
+from supervisor.core.durations import format_duration
+from supervisor.execute import CommandResult
 from supervisor.playbook.actions.base import (
     ActionContext,
     ActionOutcome,
     ActionParams,
-    NoParams,
     Target,
 )
 from supervisor.playbook.actions.declare import Stop, action
 from supervisor.playbook.actions.launchd import LAUNCHD
-from supervisor.playbook.actions.managers import UnitManager, Units, manager_of
-from supervisor.playbook.actions.steps import Steps, unit_of, units_of
+from supervisor.playbook.actions.managers import UnitManager, Units, UnitState, manager_of
+from supervisor.playbook.actions.steps import Steps, timed_out, unit_of, units_of, why
+from supervisor.playbook.evidence.systemd import parse_unit_status
 
 #: `on: units` (the default: every unit of the endpoint, in order) or `on: unit` (one unit).
 UNIT_TARGETS = frozenset({Target.UNITS, Target.UNIT})
@@ -26,11 +39,31 @@ UNIT_TARGETS = frozenset({Target.UNITS, Target.UNIT})
 DROPIN_NAME = "50-fleet-supervisor-execstart.conf"
 
 
-class RestartParams(ActionParams):
+#: ActiveState of a unit that runs or is on its way to
+ALIVE_STATES = frozenset({"active", "activating", "reloading"})
+#: ActiveState of a unit whose stop has not finished (its processes still run)
+STOPPING_STATES = frozenset({"active", "deactivating"})
+POLL_S = 0.25  #: how often a killed unit is read until systemd has seen it end
+STOP_WITHIN = timedelta(seconds=30)
+_STOP_WITHIN_DOC = (
+    "how long each unit may take to stop gracefully (its service manager's SIGTERM) before "
+    "every process of it is killed with SIGKILL"
+)
+
+
+class StartParams(ActionParams):
     reset_failed: Flag = Field(
         default=True,
         description="`systemctl reset-failed` each unit before starting it (systemd only)",
     )
+
+
+class StopParams(ActionParams):
+    stop_within: PositiveDuration = Field(default=STOP_WITHIN, description=_STOP_WITHIN_DOC)
+
+
+class RestartParams(StartParams):
+    stop_within: PositiveDuration = Field(default=STOP_WITHIN, description=_STOP_WITHIN_DOC)
 
 
 class DropInParams(ActionParams):
@@ -62,13 +95,79 @@ async def _systemctl(steps: Steps, verb: str, units: Units) -> None:
         await steps.must(host, ["systemctl", verb, unit_name(unit)], sudo=True, mutating=True)
 
 
-async def _systemd_restart(steps: Steps, units: Units, reset_failed: bool) -> None:
-    await _systemctl(steps, "stop", tuple(reversed(units)))
+async def _systemd_restart(
+    steps: Steps, units: Units, reset_failed: bool, within: timedelta
+) -> None:
+    await _systemd_stop(steps, tuple(reversed(units)), within)
     await _systemd_start(steps, units, reset_failed)
 
 
-async def _systemd_stop(steps: Steps, units: Units) -> None:
-    await _systemctl(steps, "stop", units)
+async def _systemd_stop(steps: Steps, units: Units, within: timedelta) -> None:
+    for host, unit in units:
+        await _systemd_stop_one(steps, host, unit, within)
+
+
+async def _systemd_stop_one(steps: Steps, host: Host, unit: UnitRef, within: timedelta) -> None:
+    """`systemctl stop` for at most `within`; then SIGKILL to the unit's every process, and
+    wait (the per-command deadline) until systemd has seen them end."""
+    name = unit_name(unit)
+    argv = ["systemctl", "stop", name]
+    result = await steps.run(host, argv, sudo=True, mutating=True, timeout=within)
+    if result.ok:
+        return
+    if not timed_out(result):
+        raise steps.failed(host, argv, result)
+    kill = ["systemctl", "kill", "--signal=SIGKILL", name]
+    await steps.must(host, kill, sudo=True, mutating=True)
+    state = await _systemd_ended(steps, host, unit)
+    if state.error or state.state.split("/")[0] in STOPPING_STATES:
+        left = state.error or f"still {state.state}"
+        raise steps.stop(f"{name} on {host.name} did not stop, even after SIGKILL: {left}")
+    steps.notes.append(
+        f"{name} on {host.name} did not stop within {format_duration(within)}: its processes "
+        f"were killed (SIGKILL), it is {state.state}"
+    )
+
+
+async def _systemd_ended(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
+    """The unit read every `POLL_S` until it is no longer stopping (or the per-command deadline
+    ran out); the last read is kept in the outcome."""
+    clock = steps.ctx.clock
+    deadline = clock.monotonic() + steps.ctx.timeout.total_seconds()
+    while True:
+        state, result = await _systemd_show(steps, host, unit)
+        ended = not state.error and state.state.split("/")[0] not in STOPPING_STATES
+        left = deadline - clock.monotonic()
+        if ended or left <= 0:
+            steps.results.append(result)
+            return state
+        await asyncio.sleep(min(POLL_S, left))
+
+
+async def _systemd_show(steps: Steps, host: Host, unit: UnitRef) -> tuple[UnitState, CommandResult]:
+    """`systemctl show -p ActiveState,SubState,MainPID` (no root), not kept in the outcome."""
+    name = unit_name(unit)
+    argv = ["systemctl", "show", name, "-p", "ActiveState,SubState,MainPID", "--no-pager"]
+    result = await steps.run(host, argv, keep=False)
+    facts = parse_unit_status(result.stdout) if result.ok else {}
+    active = str(facts.get("active_state", ""))
+    if not active:
+        said = why(result) if not result.ok else "systemctl show gave no ActiveState"
+        return UnitState(host=host.name, unit=name, state="", alive=False, error=said), result
+    pid = facts.get("main_pid", 0)
+    state = UnitState(
+        host=host.name,
+        unit=name,
+        state=f"{active}/{facts.get('sub_state', '')}",
+        alive=active in ALIVE_STATES,
+        pid=pid if isinstance(pid, int) else 0,
+    )
+    return state, result
+
+
+async def _systemd_read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
+    state, _ = await _systemd_show(steps, host, unit)
+    return state
 
 
 async def _systemd_start(steps: Steps, units: Units, reset_failed: bool) -> None:
@@ -77,7 +176,9 @@ async def _systemd_start(steps: Steps, units: Units, reset_failed: bool) -> None
     await _systemctl(steps, "start", units)
 
 
-SYSTEMD = UnitManager(restart=_systemd_restart, stop=_systemd_stop, start=_systemd_start)
+SYSTEMD = UnitManager(
+    restart=_systemd_restart, stop=_systemd_stop, start=_systemd_start, read=_systemd_read
+)
 #: service manager (a host's `service_manager`) -> its unit verbs
 MANAGERS: dict[str, UnitManager] = {"systemd": SYSTEMD, "launchd": LAUNCHD}
 
@@ -95,39 +196,43 @@ def unit_name(unit: UnitRef, *, file: bool = False) -> str:
     params=RestartParams,
     target=Target.UNITS,
     targets=UNIT_TARGETS,
-    doc="stop the units in reverse restart order, reset-failed each, start them in order "
-    "(launchd: `launchctl kickstart -k` each, in order)",
+    doc="stop the units in reverse restart order (one not stopped within `stop_within` has its "
+    "processes killed: `systemctl kill --signal=SIGKILL`), reset-failed each, start them in "
+    "order (launchd: `launchctl kickstart -k` each, in order, `launchctl kill SIGKILL` then "
+    "`kickstart` past `stop_within`)",
 )
 async def restart_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
     steps = Steps(ctx)
     units = units_of(ctx)
-    await manager_of(MANAGERS, units).restart(steps, units, params.reset_failed)
+    manager = manager_of(MANAGERS, units)
+    await manager.restart(steps, units, params.reset_failed, params.stop_within)
     return steps.done(f"{steps.said('restarted', 'would restart')} {_listing(units)}")
 
 
 @action(
     "stop_units",
-    params=NoParams,
+    params=StopParams,
     target=Target.UNITS,
     targets=UNIT_TARGETS,
-    doc="stop the units in reverse restart order (launchd: `launchctl bootout`)",
+    doc="stop the units in reverse restart order (launchd: `launchctl bootout`); one not "
+    "stopped within `stop_within` has its processes killed with SIGKILL",
 )
-async def stop_units(ctx: ActionContext, params: NoParams) -> ActionOutcome:
+async def stop_units(ctx: ActionContext, params: StopParams) -> ActionOutcome:
     steps = Steps(ctx)
     units = tuple(reversed(units_of(ctx)))
-    await manager_of(MANAGERS, units).stop(steps, units)
+    await manager_of(MANAGERS, units).stop(steps, units, params.stop_within)
     return steps.done(f"{steps.said('stopped', 'would stop')} {_listing(units)}")
 
 
 @action(
     "start_units",
-    params=RestartParams,
+    params=StartParams,
     target=Target.UNITS,
     targets=UNIT_TARGETS,
     doc="reset-failed and start the units in restart order (launchd: `launchctl bootstrap` "
     "the plist if not loaded, then `launchctl kickstart`)",
 )
-async def start_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
+async def start_units(ctx: ActionContext, params: StartParams) -> ActionOutcome:
     steps = Steps(ctx)
     units = units_of(ctx)
     await manager_of(MANAGERS, units).start(steps, units, params.reset_failed)

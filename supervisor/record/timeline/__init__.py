@@ -25,7 +25,7 @@ from supervisor.record.timeline.control import (
     Unsilenced,
 )
 from supervisor.record.timeline.decision import Decision, Outcome
-from supervisor.record.timeline.parts import CommandRun, ProbeSample, ProgressSample
+from supervisor.record.timeline.parts import CommandRun, ProbeSample, ProgressSample, UnitLeft
 from supervisor.record.timeline.repair import (
     INTERRUPTED,
     AttemptFinished,
@@ -34,6 +34,7 @@ from supervisor.record.timeline.repair import (
     Escalation,
     Evidence,
     StepRan,
+    UnitsLeft,
     Verification,
 )
 from supervisor.record.timeline.state import Probe, Transition
@@ -67,6 +68,8 @@ __all__ = [
     "StepRan",
     "Transition",
     "UnitHeard",
+    "UnitLeft",
+    "UnitsLeft",
     "Unknown",
     "Unsilenced",
     "Verification",

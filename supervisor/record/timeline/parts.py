@@ -1,4 +1,5 @@
-"""Values nested inside records: a probe result and a command that was run."""
+"""Values nested inside records: a probe result, a command that was run, a unit as a failed repair
+left it."""
 
 from __future__ import annotations
 
@@ -55,3 +56,32 @@ class CommandRun:
     error: str = ""
     dry_run: bool = False
     output_tail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnitLeft:
+    """One unit of an endpoint whose repair stopped at a failed step: what its service manager
+    said before the steps, after them, and once the runner had started it again if needed.
+    States are systemd's `ActiveState/SubState` (`active/running`, `failed/failed`) or launchd's
+    job state (`running`, `not running`, `not loaded`); '' when it could not be read."""
+
+    host: str
+    unit: str
+    found: str  #: before the rule's steps
+    after_steps: str  #: once a step had failed
+    left: str  #: what it was left as (after a start, if it was started again)
+    pid: int = 0  #: its main process when left (0: none)
+    started: bool = False  #: it ran when found, not after the steps: the runner started it
+    error: str = ""  #: why a state could not be read
+
+    @property
+    def line(self) -> str:
+        """`vllm.service@spark1: active/running, then inactive/dead, started: active/running`"""
+        said = f"{self.unit}@{self.host}: {self.found or '?'}"
+        if self.after_steps != self.found:
+            said += f", then {self.after_steps or '?'}"
+        if self.started:
+            said += f", started: {self.left or '?'}"
+        if self.pid:
+            said += f" (pid {self.pid})"
+        return said + (f" ({self.error})" if self.error else "")

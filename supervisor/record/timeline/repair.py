@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from supervisor.core.durations import format_duration
 from supervisor.record.timeline.base import EntryKind, JSONValue, Record, register
-from supervisor.record.timeline.parts import CommandRun
+from supervisor.record.timeline.parts import CommandRun, UnitLeft
 
 
 @register
@@ -135,6 +135,49 @@ class StepRan(Record):
     def summary(self) -> str:
         where = f"{self.action} on {self.target}"
         return f"step {self.index + 1} {where}: {self.verdict}: {self.result}"
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class UnitsLeft(Record):
+    """What a repair that stopped at a failed step left the endpoint's units as: every unit
+    that ran when the repair began and no longer did was started again, and a real completion
+    was awaited (`verified`), before anyone was called."""
+
+    TAG = "units_left"
+    KIND = EntryKind.ACTION
+    attempt: int
+    rule: str
+    units: tuple[UnitLeft, ...]
+    #: a real completion passed after the start (None: no unit needed starting)
+    verified: bool | None = None
+    error: str = ""  #: the start that failed, if one did
+
+    @property
+    def started(self) -> tuple[UnitLeft, ...]:
+        return tuple(unit for unit in self.units if unit.started)
+
+    @property
+    def restored(self) -> str:
+        """For the person called next: `vllm.service@spark1 was started again and serves`, or
+        '' when no unit needed starting."""
+        names = ", ".join(f"{unit.unit}@{unit.host}" for unit in self.started)
+        if not names:
+            return ""
+        if self.error:
+            return f"starting {names} again failed: {self.error}"
+        serves = "serves" if self.verified else "does not serve yet"
+        return f"{names} {'was' if len(self.started) == 1 else 'were'} started again and {serves}"
+
+    @property
+    def summary(self) -> str:
+        head = f"attempt {self.attempt} ({self.rule}) stopped; units left: "
+        said = head + "; ".join(unit.line for unit in self.units)
+        if self.error:
+            return f"{said}; starting again failed: {self.error}"
+        if self.verified is None:
+            return said
+        return said + ("; it serves again" if self.verified else "; it does not serve yet")
 
 
 @register

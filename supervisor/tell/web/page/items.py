@@ -20,6 +20,7 @@ from supervisor.record.timeline import (
     Record,
     StepRan,
     Transition,
+    UnitsLeft,
     Verification,
 )
 
@@ -147,6 +148,23 @@ def _verification(row: TimelineRow, r: Verification) -> Item:
     return Item(row=row, headline=f"verification {verdict}: {r.rule}", facts=tuple(facts))
 
 
+def _units_left(row: TimelineRow, r: UnitsLeft) -> Item:
+    facts: list[tuple[str, str]] = []
+    for unit in r.units:
+        said = f"found {unit.found or '?'}, after the steps {unit.after_steps or '?'}"
+        if unit.started:
+            said += f", started again: {unit.left or '?'}"
+        if unit.pid:
+            said += f" (pid {unit.pid})"
+        facts.append((f"{unit.unit}@{unit.host}", said + (f"; {unit.error}" if unit.error else "")))
+    if r.verified is not None:
+        facts.append(("serves again", "yes" if r.verified else "no"))
+    if r.error:
+        facts.append(("start failed", r.error))
+    headline = f"units left by attempt {r.attempt} ({r.rule})"
+    return Item(row=row, headline=headline, tone="step-failed", facts=tuple(facts))
+
+
 def _notification(row: TimelineRow, r: Notification) -> Item:
     return Item(
         row=row,
@@ -164,6 +182,7 @@ READERS: Mapping[type[Record], Reader] = {
     Diagnosis: _diagnosis,
     StepRan: _step,
     Verification: _verification,
+    UnitsLeft: _units_left,
     Notification: _notification,
 }
 
