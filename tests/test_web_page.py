@@ -22,6 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from fleet_lab.vllm_sim.server import VllmSim
+from supervisor.tell.web.page.states import TONES, tone_of
 from tests.browser import chromium, missing, wait_for
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
@@ -277,3 +278,68 @@ async def test_actions_without_the_token_are_refused(fleet: Fleet) -> None:
         assert "does not match your session" in no_csrf.text
         status = (await client.get("/status")).json()
     assert {e["name"]: e["state"] for e in status["endpoints"]}["llm"] == "healthy"
+
+
+def _rgb(colour: str) -> str:
+    """`#rrggbb` as the browser's computed style says it."""
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def _background(driver: WebDriver, css: str) -> str:
+    return str(
+        driver.execute_script(
+            "return getComputedStyle(document.querySelector(arguments[0])).backgroundColor", css
+        )
+    )
+
+
+async def test_an_endpoint_page_is_live_in_its_states_colour_and_the_tab_shows_the_worst(
+    fleet: Fleet,
+) -> None:
+    async with httpx.AsyncClient(base_url=fleet.url) as client:
+        icon = await client.get("/favicon.ico")
+    assert (icon.status_code, icon.headers["Content-Type"]) == (200, "image/x-icon")
+    assert icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO
+    with chromium() as driver:
+        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
+        assert driver.title == "llm · fleet-supervisor"
+        assert _background(driver, "#state") == _rgb(TONES["good"].colour)
+        wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "● live")
+        driver.execute_script("window.notReloaded = true")
+
+        await fleet.sim.stop()
+        wait_for(driver, lambda d: d.title == "(1) llm · fleet-supervisor")
+        icon_href = driver.find_element(By.ID, "icon").get_attribute("href") or ""
+        assert icon_href.endswith("/icons/bad.png")
+        state = wait_for(
+            driver, lambda d: tone_of(s := d.find_element(By.ID, "state").text) == "bad" and s
+        )
+        assert state in ("down", "remediating", "verifying", "escalated")
+        assert _background(driver, "#state") == _rgb(TONES["bad"].colour)
+        assert driver.find_element(By.ID, "reason").text == "connection refused"
+        assert driver.execute_script("return window.notReloaded") is True
+
+
+async def test_the_board_fits_a_phone_and_says_why_an_endpoint_is_red(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    with chromium(390, 844, phone=True) as driver:
+        await asyncio.to_thread(driver.get, fleet.url + "/")
+        assert driver.execute_script("return window.innerWidth") == 390
+        await fleet.sim.stop()
+        await asyncio.to_thread(wait_for, driver, _red)
+        reason = wait_for(driver, lambda d: _texts(d, "#ep-llm .reason"))
+        assert reason == ["connection refused"]
+        assert driver.find_element(By.CSS_SELECTOR, "#ep-llm .reason").is_displayed()
+        widths = driver.execute_script(
+            "const e = document.documentElement; return [e.scrollWidth, e.clientWidth]"
+        )
+        assert widths[0] <= widths[1]  # nothing to scroll sideways
+        shown = driver.execute_script(
+            "return [...document.querySelectorAll('table.board thead th')]"
+            ".filter(e => e.getClientRects().length).map(e => e.innerText.trim())"
+        )
+        assert shown == ["endpoint", "state", "since", "incident"]
+        driver.save_screenshot(str(shots / "phone.png"))

@@ -7,6 +7,9 @@
 | `GET /incidents/{id}` | one incident's timeline, read from the typed records |
 | `GET /endpoints/{name}` | one endpoint: its incidents, its journal, the action forms |
 | `GET /rules` | the rules in force: status, last matches |
+| `GET /alarm.json` | the worst state: how many are not serving, its tone (the tab title, icon) |
+| `GET /favicon.ico`, `GET /icons/{tone}.png` | the tab's icon: now, and per tone |
+| `GET /states.css` | each state's colour (`supervisor.tell.web.page.states`) |
 | `GET /events` | server-sent events: each timeline entry as it is committed, a tick every 5 s |
 | `GET /fragments/...` | the live parts of the pages, re-fetched by the page's script |
 | `POST /login`, `POST /logout` | a session for actions (the token from `http.token_file`) |
@@ -27,14 +30,17 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
 from supervisor.core.durations import DurationError, parse_duration
+from supervisor.core.timefmt import stamp
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
 from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
 from supervisor.tell.web.page.board import board
 from supervisor.tell.web.page.feed import Feed
+from supervisor.tell.web.page.icon import ico, png
 from supervisor.tell.web.page.items import item
 from supervisor.tell.web.page.peers import is_loopback
 from supervisor.tell.web.page.reads import latest_diagnoses
 from supervisor.tell.web.page.rules import rule_rows
+from supervisor.tell.web.page.states import TONES, Tone, stylesheet, tone_of, worst
 from supervisor.tell.web.view import host_views
 
 if TYPE_CHECKING:
@@ -71,8 +77,31 @@ def environment() -> Environment:
     )
     env.filters["ago"] = ago
     env.filters["num"] = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)
-    env.filters["iso"] = lambda v: "" if v is None else v.isoformat(timespec="seconds")
+    env.filters["iso"] = stamp
+    env.filters["tone"] = tone_of
     return env
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alarm:
+    """The fleet's worst state, for the tab: how many endpoints and hosts are not serving, and
+    the worst tone shown."""
+
+    count: int
+    tone: Tone
+
+    @property
+    def prefix(self) -> str:
+        return f"({self.count}) " if self.count else ""
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "tone": self.tone.name,
+            "colour": self.tone.colour,
+            "prefix": self.prefix,
+            "icon": f"/icons/{self.tone.name}.png",
+        }
 
 
 @dataclass
@@ -92,12 +121,19 @@ class Page:
 
     # -- rendering -------------------------------------------------------------------------
 
+    def alarm(self) -> Alarm:
+        states = [w.snapshot().state for w in list(self.daemon.workers.values())]
+        states += [h.state for h in host_views(self.daemon)]
+        count = sum(1 for s in states if tone_of(s) == "bad")
+        return Alarm(count=count, tone=worst(states))
+
     def render(
         self, request: web.Request, template: str, status: int = 200, **context: Any
     ) -> web.Response:
         session = self.gate.session(request)
         html = self.env.get_template(template).render(
             now=self.daemon.clock.now(),
+            alarm=self.alarm(),
             session=session,
             can_act=self.api is not None and self.gate.enabled(is_loopback(request.remote or "")),
             path=request.path_qs,
@@ -168,7 +204,7 @@ class Page:
     async def incident_fragment(self, request: web.Request) -> web.Response:
         return self.render(request, "timeline_part.html", **await self._incident_context(request))
 
-    async def endpoint(self, request: web.Request) -> web.Response:
+    async def _endpoint_context(self, request: web.Request) -> dict[str, Any]:
         name = request.match_info["name"]
         worker = self.daemon.workers.get(name)
         if worker is None:
@@ -176,15 +212,45 @@ class Page:
         journal = (await self.reads.journal(name))[::-1] if self.reads else []
         incidents = await self.daemon.store.incidents(subject=name, limit=20)
         paused = self.reads.paused(name) if self.reads else ""
-        return self.render(
-            request,
-            "endpoint.html",
-            snap=worker.snapshot(),
-            endpoint=worker.endpoint,
-            incidents=incidents,
-            journal=journal,
-            paused=paused,
+        return {
+            "snap": worker.snapshot(),
+            "endpoint": worker.endpoint,
+            "incidents": incidents,
+            "journal": journal,
+            "paused": paused,
+        }
+
+    async def endpoint(self, request: web.Request) -> web.Response:
+        return self.render(request, "endpoint.html", **await self._endpoint_context(request))
+
+    async def endpoint_fragment(self, request: web.Request) -> web.Response:
+        return self.render(request, "endpoint_part.html", **await self._endpoint_context(request))
+
+    # -- the tab ---------------------------------------------------------------------------
+
+    async def alarm_document(self, _: web.Request) -> web.Response:
+        response = web.json_response(self.alarm().document())
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    async def favicon(self, _: web.Request) -> web.Response:
+        body = ico(self.alarm().tone.colour)
+        return web.Response(
+            body=body, content_type="image/x-icon", headers={"Cache-Control": "no-store"}
         )
+
+    async def tone_icon(self, request: web.Request) -> web.Response:
+        tone = TONES.get(request.match_info["tone"])
+        if tone is None:
+            raise web.HTTPNotFound(text=f"no tone {request.match_info['tone']!r}\n")
+        return web.Response(
+            body=png(tone.colour),
+            content_type="image/png",
+            headers={"Cache-Control": "max-age=86400"},
+        )
+
+    async def states_css(self, _: web.Request) -> web.Response:
+        return web.Response(text=stylesheet(), content_type="text/css")
 
     async def rules(self, request: web.Request) -> web.Response:
         playbook = self.daemon.playbook()
@@ -287,6 +353,11 @@ def mount_page(
         web.get("/incidents/{id}", page.incident),
         web.get("/fragments/incidents/{id}", page.incident_fragment),
         web.get("/endpoints/{name}", page.endpoint),
+        web.get("/fragments/endpoints/{name}", page.endpoint_fragment),
+        web.get("/alarm.json", page.alarm_document),
+        web.get("/favicon.ico", page.favicon),
+        web.get("/icons/{tone}.png", page.tone_icon),
+        web.get("/states.css", page.states_css),
         web.get("/rules", page.rules),
         web.get("/events", page.feed.stream),
         web.route("*", "/login", page.login),

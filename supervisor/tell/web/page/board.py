@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from supervisor.tell.web.page.reads import Point, recent_points
 from supervisor.tell.web.page.spark import sparkline
+from supervisor.tell.web.page.states import TONES, Tone, tone_of
 from supervisor.tell.web.view import HostView
 
 if TYPE_CHECKING:
@@ -17,20 +18,6 @@ if TYPE_CHECKING:
 
 SPARK_WINDOW = timedelta(hours=6)
 """How far back the sparklines look."""
-
-#: states drawn red (not serving), amber or grey on the board (everything else is green)
-TONE = {
-    "down": "bad",
-    "escalated": "bad",
-    "remediating": "bad",
-    "verifying": "bad",
-    "degraded": "warn",
-    "starting": "warn",
-    "host_down": "bad",
-    "maintenance": "muted",
-    "unknown": "muted",
-    "unreachable": "bad",
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +36,7 @@ class EndpointRow:
 
     @property
     def tone(self) -> str:
-        return TONE.get(self.state, "good")
+        return tone_of(self.state)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +47,10 @@ class Board:
 
     def count(self, tone: str) -> int:
         return sum(1 for e in self.endpoints if e.tone == tone)
+
+    def counts(self) -> list[tuple[Tone, int]]:
+        """Each tone (worst first) with how many endpoints show it."""
+        return [(tone, self.count(tone.name)) for tone in TONES.values()]
 
 
 def _tok(points: Sequence[Point]) -> list[float]:
