@@ -19,8 +19,8 @@ from datetime import date, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
 
-from sqlalchemy import and_, bindparam, case, func, literal, or_, select, union_all
-from sqlalchemy.sql.expression import Executable
+from sqlalchemy import BigInteger, and_, bindparam, case, func, literal, or_, select, union_all
+from sqlalchemy.sql.expression import BindParameter, Executable
 
 from supervisor.judge.machine import State
 from supervisor.record.store import Store, SubjectKind
@@ -133,8 +133,11 @@ def _statements(subjects: tuple[Subject, ...]) -> tuple[Executable, ...]:
     """Per hundred subjects: the state each was in when the longest window opened (a LIMIT 1
     read backwards on the (kind, subject, at) index) and the changes inside it, as spans
     (a change to the next, or to the end), summed per state for every window."""
-    start, end = bindparam("start"), bindparam("end")
-    starts = {w: bindparam(f"start_{w}") for w, _ in WINDOWS}
+    start: BindParameter[int] = bindparam("start", type_=BigInteger)
+    end: BindParameter[int] = bindparam("end", type_=BigInteger)
+    starts: dict[str, BindParameter[int]] = {
+        w: bindparam(f"start_{w}", type_=BigInteger) for w, _ in WINDOWS
+    }
     columns = (
         state_log.c.id,
         state_log.c.subject_kind,

@@ -31,6 +31,8 @@ from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.core.timefmt import stamp
+from supervisor.record.availability import Repair, availability, days, repairs
+from supervisor.record.store import SubjectKind
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
 from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
 from supervisor.tell.web.page.board import board
@@ -56,7 +58,14 @@ def ago(value: datetime | None, now: datetime) -> str:
     """How long before `now`, in the two largest units: `3m 12s`, `2h 5m`, `4d 1h`."""
     if value is None:
         return "–"
-    seconds = max(int((now - value).total_seconds()), 0)
+    return span((now - value).total_seconds())
+
+
+def span(value: float | None) -> str:
+    """A number of seconds in the two largest units (`–` for None)."""
+    if value is None:
+        return "–"
+    seconds = max(int(value), 0)
     units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
     parts: list[str] = []
     for name, size in units:
@@ -76,6 +85,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["ago"] = ago
+    env.filters["span"] = span
     env.filters["num"] = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)
     env.filters["iso"] = stamp
     env.filters["tone"] = tone_of
@@ -212,7 +222,14 @@ class Page:
         journal = (await self.reads.journal(name))[::-1] if self.reads else []
         incidents = await self.daemon.store.incidents(subject=name, limit=20)
         paused = self.reads.paused(name) if self.reads else ""
+        now = self.daemon.clock.now()
+        subject = (SubjectKind.ENDPOINT, name)
+        found = await availability(self.daemon.store, [subject], now=now)
+        fixed = await repairs(self.daemon.store, now=now)
         return {
+            "availability": found[subject],
+            "days": await days(self.daemon.store, name, now=now),
+            "repair": fixed.by_subject.get(name, Repair()),
             "snap": worker.snapshot(),
             "endpoint": worker.endpoint,
             "incidents": incidents,

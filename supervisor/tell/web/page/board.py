@@ -1,13 +1,16 @@
 """The board's rows: every endpoint (state and since, last TTFT and tok/s, a sparkline of its
-stored samples, its open incident) and every host, from the live daemon and one samples query."""
+stored samples, its open incident, its availability over 24 h, 7 d and 30 d and its time to
+repair) and every host (its availability too), from the live daemon and a few queries."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from supervisor.record.availability import Availability, Repair, availability, repairs
+from supervisor.record.store import SubjectKind
 from supervisor.tell.web.page.reads import Point, recent_points
 from supervisor.tell.web.page.spark import sparkline
 from supervisor.tell.web.page.states import TONES, Tone, tone_of
@@ -33,6 +36,8 @@ class EndpointRow:
     incident_id: int | None
     spark_tok: str  #: an inline SVG (safe markup built by `spark`)
     spark_ttft: str
+    availability: Availability
+    repair: Repair
 
     @property
     def tone(self) -> str:
@@ -40,10 +45,17 @@ class EndpointRow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HostRow:
+    view: HostView
+    availability: Availability
+
+
+@dataclass(frozen=True, kw_only=True)
 class Board:
     at: datetime
     endpoints: tuple[EndpointRow, ...]
-    hosts: tuple[HostView, ...]
+    hosts: tuple[HostRow, ...]
+    by_rule: Mapping[str, Repair]  #: the time to repair per rule (30 d)
 
     def count(self, tone: str) -> int:
         return sum(1 for e in self.endpoints if e.tone == tone)
@@ -65,6 +77,10 @@ async def board(daemon: FleetSource, hosts: tuple[HostView, ...]) -> Board:
     now = daemon.clock.now()
     workers = list(daemon.workers.items())
     history = await recent_points(daemon.store, [n for n, _ in workers], since=now - SPARK_WINDOW)
+    subjects = [(SubjectKind.ENDPOINT, n) for n, _ in workers]
+    subjects += [(SubjectKind.HOST, h.name) for h in hosts]
+    found = await availability(daemon.store, subjects, now=now)
+    fixed = await repairs(daemon.store, now=now)
     rows = []
     for name, worker in workers:
         snap = worker.snapshot()
@@ -82,6 +98,13 @@ async def board(daemon: FleetSource, hosts: tuple[HostView, ...]) -> Board:
                 incident_id=snap.incident_id,
                 spark_tok=sparkline(_tok(points), label=f"{name} tok/s"),
                 spark_ttft=sparkline(_ttft(points), label=f"{name} TTFT"),
+                availability=found[(SubjectKind.ENDPOINT, name)],
+                repair=fixed.by_subject.get(name, Repair()),
             )
         )
-    return Board(at=now, endpoints=tuple(rows), hosts=hosts)
+    return Board(
+        at=now,
+        endpoints=tuple(rows),
+        hosts=tuple(HostRow(view=h, availability=found[(SubjectKind.HOST, h.name)]) for h in hosts),
+        by_rule=fixed.by_rule,
+    )
