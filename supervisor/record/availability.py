@@ -4,10 +4,10 @@ supervised it (the daemon was not running, or had not judged it yet); availabili
 serving / time supervised, silences and unsupervised time left out of both. Also the incidents
 per day (with their causes) and the mean time to repair per subject and per rule.
 
-Read from `state_log` (every state a subject entered, in milliseconds: one indexed lookup per
-subject for its state when the longest window opens, then the changes inside it, summed per
-state by the database with a window function) and from `incidents` (by their opening time's
-index): a year of history costs only the rows inside the window.
+Read from `state_log` (every state a subject entered, in milliseconds, with the running sums of
+the time it had spent in each count before then): a window's time is the difference of the sums
+at its two ends, one indexed read each, whatever the length of the history; and from
+`incidents` (by their opening time's index).
 """
 
 from __future__ import annotations
@@ -16,44 +16,25 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from enum import StrEnum
 from functools import lru_cache
+from typing import Any
 
-from sqlalchemy import BigInteger, and_, bindparam, case, func, literal, or_, select, union_all
-from sqlalchemy.sql.expression import BindParameter, Executable
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Text,
+    cast,
+    func,
+    select,
+    text,
+    type_coerce,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql.elements import TextClause
 
-from supervisor.judge.machine import State
 from supervisor.record.store import Store, SubjectKind
-from supervisor.record.store.history import UNSUPERVISED, ms
-from supervisor.record.store.schema import incidents, state_log
-
-
-class Counted(StrEnum):
-    """What a state counts as."""
-
-    SERVING = "serving"
-    DOWN = "down"
-    SILENCED = "silenced"
-    UNSUPERVISED = "unsupervised"
-
-
-COUNTS: Mapping[str, Counted] = {
-    State.HEALTHY: Counted.SERVING,
-    State.BUSY: Counted.SERVING,  # answers, under load
-    State.DEGRADED: Counted.SERVING,  # answers, badly (shown apart on the board)
-    State.STARTING: Counted.DOWN,  # failing inside its startup grace
-    State.DOWN: Counted.DOWN,
-    State.UNREACHABLE: Counted.DOWN,
-    State.REMEDIATING: Counted.DOWN,
-    State.VERIFYING: Counted.DOWN,
-    State.ESCALATED: Counted.DOWN,
-    State.MAINTENANCE: Counted.SILENCED,
-    State.UNKNOWN: Counted.UNSUPERVISED,
-    UNSUPERVISED: Counted.UNSUPERVISED,
-    "reachable": Counted.SERVING,  # a host's (`supervisor.hear.reachability`)
-    "unreachable": Counted.DOWN,
-}
-"""state -> what its time counts as (a state not listed: unsupervised)."""
+from supervisor.record.store.history import Counted, counted, ms
+from supervisor.record.store.schema import incidents
 
 WINDOWS: tuple[tuple[str, timedelta], ...] = (
     ("24h", timedelta(hours=24)),
@@ -64,8 +45,8 @@ LONGEST = WINDOWS[-1][1]
 DAYS = 30
 """Days in the incident history bar."""
 
-COMPOUND = 100
-"""Subjects per statement: SQLite allows 500 terms in a compound SELECT."""
+CHUNK = 500
+"""Subjects per statement (two bound values each: well under SQLite's 32766)."""
 
 Subject = tuple[SubjectKind, str]
 
@@ -128,116 +109,84 @@ def _empty(kind: SubjectKind, name: str) -> Availability:
     )
 
 
-@lru_cache(maxsize=8)
-def _statements(subjects: tuple[Subject, ...]) -> tuple[Executable, ...]:
-    """Per hundred subjects: the state each was in when the longest window opened (a LIMIT 1
-    read backwards on the (kind, subject, at) index) and the changes inside it, as spans
-    (a change to the next, or to the end), summed per state for every window."""
-    start: BindParameter[int] = bindparam("start", type_=BigInteger)
-    end: BindParameter[int] = bindparam("end", type_=BigInteger)
-    starts: dict[str, BindParameter[int]] = {
-        w: bindparam(f"start_{w}", type_=BigInteger) for w, _ in WINDOWS
-    }
-    columns = (
-        state_log.c.id,
-        state_log.c.subject_kind,
-        state_log.c.subject,
-        state_log.c.state,
-        state_log.c.at_ms,
+BOUNDARIES = ("end", *(f"start_{w}" for w, _ in WINDOWS))
+"""The times each subject's running sums are read at: now, and where each window opens."""
+
+
+@lru_cache(maxsize=16)
+def _statement(count: int) -> TextClause:
+    """For each of `count` subjects and each boundary its latest row at or before that time: the
+    subjects and the boundaries as two VALUES lists, each pair's row found by a correlated LIMIT 1
+    read backwards on the (kind, subject, at, id) index (one statement, one plan). Plain text: a
+    VALUES list is compiled again at every call by SQLAlchemy, text is not."""
+    wanted = ", ".join(f"(:kind_{i}, :name_{i})" for i in range(count))
+    bounds = ", ".join(f"('{b}', CAST(:b_{b} AS BIGINT))" for b in BOUNDARIES)
+    sums = ", ".join(f"l.{c.column}" for c in Counted)
+    # only placeholders and our own names go into the text: every value is bound
+    return text(
+        f"WITH wanted(kind, name) AS (VALUES {wanted}),"  # noqa: S608
+        f" bounds(boundary, t) AS (VALUES {bounds})"
+        f" SELECT bounds.boundary, l.subject_kind, l.subject, l.state, l.at_ms, {sums}"
+        " FROM wanted CROSS JOIN bounds JOIN state_log AS l ON l.id = ("
+        " SELECT i.id FROM state_log AS i WHERE i.subject_kind = wanted.kind"
+        " AND i.subject = wanted.name AND i.at_ms <= bounds.t"
+        " ORDER BY i.at_ms DESC, i.id DESC LIMIT 1)"
     )
-    statements: list[Executable] = []
-    for first in range(0, len(subjects), COMPOUND):
-        chunk = subjects[first : first + COMPOUND]
-        before = [
-            select(*columns)
-            .where(
-                state_log.c.subject_kind == kind.value,
-                state_log.c.subject == name,
-                state_log.c.at_ms <= start,
-            )
-            .order_by(state_log.c.at_ms.desc(), state_log.c.id.desc())
-            .limit(1)
-            .subquery()
-            .select()
-            for kind, name in chunk
-        ]
-        inside = select(*columns).where(
-            state_log.c.at_ms > start,
-            state_log.c.at_ms <= end,
-            or_(
-                *(
-                    and_(
-                        state_log.c.subject_kind == kind.value,
-                        state_log.c.subject.in_([n for k, n in chunk if k is kind]),
-                    )
-                    for kind in {k for k, _ in chunk}
-                )
-            ),
-        )
-        changes = union_all(*before, inside).subquery()
-        following = func.lead(changes.c.at_ms).over(
-            partition_by=(changes.c.subject_kind, changes.c.subject),
-            order_by=(changes.c.at_ms, changes.c.id),
-        )
-        spans = select(
-            changes.c.subject_kind,
-            changes.c.subject,
-            changes.c.state,
-            changes.c.at_ms.label("begins"),
-            func.coalesce(following, end).label("ends"),
-        ).subquery()
-        sums = [
-            func.sum(
-                case(
-                    (spans.c.begins >= starts[w], spans.c.ends - spans.c.begins),
-                    (spans.c.ends > starts[w], spans.c.ends - starts[w]),
-                    else_=literal(0),
-                )
-            ).label(f"w_{w}")
-            for w, _ in WINDOWS
-        ]
-        statements.append(
-            select(spans.c.subject_kind, spans.c.subject, spans.c.state, *sums).group_by(
-                spans.c.subject_kind, spans.c.subject, spans.c.state
-            )
-        )
-    return tuple(statements)
+
+
+def _sums(row: Row[Any] | None, at: int) -> list[float]:
+    """Seconds spent in each count (in `Counted` order) before `at`, from the subject's latest
+    row before it (columns: boundary, kind, subject, state, at_ms, then the sums)."""
+    if row is None:
+        return [0.0] * len(ORDER)
+    values: tuple[Any, ...] = tuple(row)
+    spent = [float(v) for v in values[5:]]
+    spent[ORDER[counted(values[3])]] += at - values[4]
+    return [v / 1000 for v in spent]
+
+
+ORDER = {c: i for i, c in enumerate(Counted)}
 
 
 async def availability(
     store: Store, subjects: Sequence[Subject], *, now: datetime
 ) -> dict[Subject, Availability]:
-    """Each subject's windows (24h, 7d, 30d) ending at `now`, in one read transaction."""
+    """Each subject's windows (24h, 7d, 30d) ending at `now`: the difference of its running
+    sums at the window's two ends (4 index reads per subject, in one statement)."""
     end = ms(now)
-    params = {"start": end - round(LONGEST.total_seconds() * 1000), "end": end}
+    params = {"end": end}
     params |= {f"start_{w}": end - round(d.total_seconds() * 1000) for w, d in WINDOWS}
-    seconds: dict[Subject, dict[str, dict[Counted, float]]] = defaultdict(
-        lambda: {w: defaultdict(float) for w, _ in WINDOWS}
-    )
+    bounds = {f"b_{b}": t for b, t in params.items()}
+    rows: dict[tuple[str, str, str], Row[Any]] = {}
     async with store.tx(write=False) as conn:
-        for statement in _statements(tuple(subjects)):
-            for row in (await conn.execute(statement, params)).all():
-                counted = COUNTS.get(row.state, Counted.UNSUPERVISED)
-                key = (SubjectKind(row.subject_kind), row.subject)
-                for w, _ in WINDOWS:
-                    seconds[key][w][counted] += float(getattr(row, f"w_{w}") or 0) / 1000
+        for chunk in range(0, len(subjects), CHUNK):
+            part = subjects[chunk : chunk + CHUNK]
+            named: dict[str, int | str] = dict(bounds)
+            for i, (kind_of, called) in enumerate(part):
+                named[f"kind_{i}"], named[f"name_{i}"] = kind_of.value, called
+            for row in (await conn.execute(_statement(len(part)), named)).all():
+                rows[(row[1], row[2], row[0])] = row
     found = {}
-    for kind, name in subjects:
+    for subject in subjects:
+        key = (subject[0].value, subject[1])
+        last = _sums(rows.get((*key, "end")), end)
         windows = {}
         for w, length in WINDOWS:
-            spent = seconds[(kind, name)][w] if (kind, name) in seconds else {}
+            opened = f"start_{w}"
+            first = _sums(rows.get((*key, opened)), params[opened])
+            spent = {c: last[ORDER[c]] - first[ORDER[c]] for c in Counted}
             known = sum(spent.values())
             windows[w] = Window(
                 name=w,
                 length_s=length.total_seconds(),
-                serving_s=spent.get(Counted.SERVING, 0.0),
-                down_s=spent.get(Counted.DOWN, 0.0),
-                silenced_s=spent.get(Counted.SILENCED, 0.0),
-                # before its first state: nobody knew it
-                unsupervised_s=spent.get(Counted.UNSUPERVISED, 0.0)
+                serving_s=spent[Counted.SERVING],
+                down_s=spent[Counted.DOWN],
+                silenced_s=spent[Counted.SILENCED],
+                # before its first row: nobody knew it
+                unsupervised_s=spent[Counted.UNSUPERVISED]
                 + max(length.total_seconds() - known, 0.0),
             )
-        found[(kind, name)] = Availability(kind=kind, name=name, windows=windows)
+        found[subject] = Availability(kind=subject[0], name=subject[1], windows=windows)
     return found
 
 
@@ -268,12 +217,11 @@ class Repair:
     def mean_s(self) -> float | None:
         return self.total_s / self.count if self.count else None
 
-    def add(self, opened: datetime, closed: datetime | None) -> Repair:
-        if closed is None:
-            return Repair(count=self.count, total_s=self.total_s, still_open=self.still_open + 1)
-        spent = (closed - opened).total_seconds()
+    def __add__(self, other: Repair) -> Repair:
         return Repair(
-            count=self.count + 1, total_s=self.total_s + spent, still_open=self.still_open
+            count=self.count + other.count,
+            total_s=self.total_s + other.total_s,
+            still_open=self.still_open + other.still_open,
         )
 
     def document(self) -> dict[str, float | int | None]:
@@ -299,18 +247,42 @@ class Repairs:
     by_rule: Mapping[str, Repair] = field(default_factory=dict)
 
 
+def _seconds(dialect: str, later: ColumnElement[Any], earlier: ColumnElement[Any]) -> Any:
+    """Seconds between two stored times (UTC ISO text) in the database's own words."""
+    if dialect == "postgresql":
+        stamp = postgresql.TIMESTAMP(timezone=True)
+        return func.extract("epoch", cast(later, stamp) - cast(earlier, stamp))
+    return (func.julianday(later) - func.julianday(earlier)) * 86400.0
+
+
 async def repairs(store: Store, *, now: datetime, window: timedelta = LONGEST) -> Repairs:
-    """MTTR per subject and per rule over the incidents opened within `window` of `now`."""
-    query = select(
-        incidents.c.subject, incidents.c.diagnosis, incidents.c.opened_at, incidents.c.closed_at
-    ).where(incidents.c.opened_at >= now - window)
+    """MTTR per subject and per rule over the incidents opened within `window` of `now`, summed
+    by the database per (subject, diagnosis) on the opening time's index."""
+    opened, closed = incidents.c.opened_at, incidents.c.closed_at
     by_subject: dict[str, Repair] = defaultdict(Repair)
     by_rule: dict[str, Repair] = defaultdict(Repair)
     async with store.tx(write=False) as conn:
+        took = _seconds(conn.dialect.name, type_coerce(closed, Text), type_coerce(opened, Text))
+        query = (
+            select(
+                incidents.c.subject,
+                incidents.c.diagnosis,
+                func.count(closed).label("repaired"),
+                func.count().label("all"),
+                func.coalesce(func.sum(took), 0).label("total"),
+            )
+            .where(opened >= now - window)
+            .group_by(incidents.c.subject, incidents.c.diagnosis)
+        )
         for row in (await conn.execute(query)).all():
-            by_subject[row.subject] = by_subject[row.subject].add(row.opened_at, row.closed_at)
+            part = Repair(
+                count=row.repaired,
+                total_s=round(float(row.total), 3),  # julianday is exact to about 10 µs
+                still_open=row.all - row.repaired,
+            )
+            by_subject[row.subject] = by_subject[row.subject] + part
             rule = rule_of(row.diagnosis)
-            by_rule[rule] = by_rule[rule].add(row.opened_at, row.closed_at)
+            by_rule[rule] = by_rule[rule] + part
     return Repairs(by_subject=dict(by_subject), by_rule=dict(sorted(by_rule.items())))
 
 

@@ -11,7 +11,8 @@
 - `attempts`: one row per remediation attempt (the budget counts them; an unfinished row is a
   repair the daemon was stopped in the middle of).
 - `journal_cursors`: each host's journal cursor and event-stream status (the leader's).
-- `state_log`: every state each subject entered and when (milliseconds), append-only: what
+- `state_log`: every state each subject entered and when (milliseconds), append-only, with the
+  time it had spent serving, down, silenced and unsupervised before then (running sums): what
   availability is computed from (`supervisor.record.availability`); a run of the daemon starts
   by writing each subject's state, after an `unsupervised` row where the previous run ended.
 - `supervision`: one row per run of the daemon: when it started, when it was last seen alive.
@@ -143,8 +144,20 @@ state_log = Table(
     Column("subject", Text, nullable=False),
     Column("state", Text, nullable=False),
     Column("at_ms", BigInteger, nullable=False),  # Unix time in milliseconds
+    # the time the subject had spent in each count before `at_ms` since its first row (so a
+    # window's time is two lookups, whatever the history: `supervisor.record.availability`)
+    Column("serving_ms", BigInteger, nullable=False),
+    Column("down_ms", BigInteger, nullable=False),
+    Column("silenced_ms", BigInteger, nullable=False),
+    Column("unsupervised_ms", BigInteger, nullable=False),
 )
-Index("ix_state_log_subject", state_log.c.subject_kind, state_log.c.subject, state_log.c.at_ms)
+Index(
+    "ix_state_log_subject",
+    state_log.c.subject_kind,
+    state_log.c.subject,
+    state_log.c.at_ms,
+    state_log.c.id,
+)
 Index("ix_state_log_at", state_log.c.at_ms)
 
 supervision = Table(

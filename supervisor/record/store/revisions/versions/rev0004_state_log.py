@@ -24,8 +24,12 @@ def upgrade() -> None:
         sa.Column("subject", sa.Text, nullable=False),
         sa.Column("state", sa.Text, nullable=False),
         sa.Column("at_ms", sa.BigInteger, nullable=False),
+        sa.Column("serving_ms", sa.BigInteger, nullable=False),
+        sa.Column("down_ms", sa.BigInteger, nullable=False),
+        sa.Column("silenced_ms", sa.BigInteger, nullable=False),
+        sa.Column("unsupervised_ms", sa.BigInteger, nullable=False),
     )
-    op.create_index("ix_state_log_subject", "state_log", ["subject_kind", "subject", "at_ms"])
+    op.create_index("ix_state_log_subject", "state_log", ["subject_kind", "subject", "at_ms", "id"])
     op.create_index("ix_state_log_at", "state_log", ["at_ms"])
     op.create_table(
         "supervision",
