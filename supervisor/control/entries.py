@@ -84,6 +84,21 @@ def past_until_text(until: datetime) -> str:
 
 
 NO_END = "a silence needs a length (for) or an end (until)"
+
+
+def no_silence_text(silence_id: int) -> str:
+    return f"no silence #{silence_id}"
+
+
+def silence_over_text(silence_id: int) -> str:
+    return f"silence #{silence_id} is over: set a new one"
+
+
+def edited_text(silence_id: int, target: str, until: datetime, subjects: Sequence[str]) -> str:
+    covers = f" ({_names(subjects)})" if subjects else ""
+    return f"silence #{silence_id} on {target}{covers} now ends {_until(until)}"
+
+
 NOT_LONGER_THAN_ZERO = "the silence must last longer than 0s"
 
 

@@ -7,6 +7,7 @@
 | `GET /incidents/{id}` | one incident's timeline, read from the typed records |
 | `GET /endpoints/{name}` | one endpoint: its incidents, its journal, the action forms |
 | `GET /rules` | the rules in force: status, last matches |
+| `GET /silences?target=` | silences: in force (edit, expire), ended, a new one (previewed) |
 | `GET /alarm.json` | the worst state: how many are not serving, its tone (the tab title, icon) |
 | `GET /favicon.ico`, `GET /icons/{tone}.png` | the tab's icon: now, and per tone |
 | `GET /states.css` | each state's colour (`supervisor.tell.web.page.states`) |
@@ -19,7 +20,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,15 +28,17 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from supervisor.control.matchers import MatchError, select
 from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
+from supervisor.control.tables import ControlStore
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.core.timefmt import stamp
 from supervisor.record.availability import Repair, availability, days, repairs
 from supervisor.record.store import SubjectKind
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
 from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
-from supervisor.tell.web.page.board import board
+from supervisor.tell.web.page.board import History, board
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.icon import ico, png
 from supervisor.tell.web.page.items import item
@@ -52,6 +55,8 @@ if TYPE_CHECKING:
 STATIC = Path(__file__).parent / "static"
 INCIDENTS_SHOWN = 200
 JOURNAL_SHOWN = 10  #: the board's latest actions
+EXPIRED_SHOWN = 50  #: ended silences listed on /silences
+SILENCE_PRESETS = ("30m", "1h", "2h", "4h", "8h", "1d", "3d", "1w")
 
 
 def ago(value: datetime | None, now: datetime) -> str:
@@ -124,6 +129,7 @@ class Page:
     env: Environment
     follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
     reads: ControlReads | None = None  #: silences, pauses, journal (default: the API's)
+    history: History = field(default_factory=History)  #: the board's availability, kept 30 s
 
     def __post_init__(self) -> None:
         if self.reads is None:
@@ -162,7 +168,7 @@ class Page:
         reads = self.reads
         journal = (await reads.journal(latest=JOURNAL_SHOWN))[::-1] if reads else []
         return {
-            "board": await board(self.daemon, host_views(self.daemon)),
+            "board": await board(self.daemon, host_views(self.daemon), self.history),
             "silences": await reads.silences() if reads else [],
             "pauses": reads.pauses() if reads else [],
             "journal": journal,
@@ -268,6 +274,41 @@ class Page:
 
     async def states_css(self, _: web.Request) -> web.Response:
         return web.Response(text=stylesheet(), content_type="text/css")
+
+    # -- silences --------------------------------------------------------------------------
+
+    def preview(self, target: str) -> tuple[tuple[str, ...], str]:
+        """The endpoints `target` would silence now (config order), or why it names none."""
+        if not target:
+            return (), ""
+        hosts = {n: w.endpoint.hosts() for n, w in list(self.daemon.workers.items())}
+        try:
+            return select(target, hosts, list(self.daemon.config.hosts)), ""
+        except MatchError as exc:
+            return (), exc.text
+
+    async def _silences_context(self, request: web.Request) -> dict[str, Any]:
+        target = request.query.get("target", "").strip()
+        covered, problem = self.preview(target)
+        now = self.daemon.clock.now()
+        every = await ControlStore(self.daemon.store).silences()
+        return {
+            "target": target,
+            "covered": covered,
+            "problem": problem,
+            "active": [s for s in every if s.active(now)],
+            "expired": [s for s in every if not s.active(now)][::-1][:EXPIRED_SHOWN],
+            "names": list(self.daemon.workers),
+            "hosts": list(self.daemon.config.hosts),
+            "presets": SILENCE_PRESETS,
+            "states": {n: w.snapshot().state for n, w in list(self.daemon.workers.items())},
+        }
+
+    async def silences(self, request: web.Request) -> web.Response:
+        return self.render(request, "silences.html", **await self._silences_context(request))
+
+    async def silence_preview(self, request: web.Request) -> web.Response:
+        return self.render(request, "silence_preview.html", **await self._silences_context(request))
 
     async def rules(self, request: web.Request) -> web.Response:
         playbook = self.daemon.playbook()
@@ -376,6 +417,8 @@ def mount_page(
         web.get("/icons/{tone}.png", page.tone_icon),
         web.get("/states.css", page.states_css),
         web.get("/rules", page.rules),
+        web.get("/silences", page.silences),
+        web.get("/fragments/silence-preview", page.silence_preview),
         web.get("/events", page.feed.stream),
         web.route("*", "/login", page.login),
         web.post("/logout", page.logout),

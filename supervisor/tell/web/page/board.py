@@ -6,11 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from supervisor.record.availability import Availability, Repair, availability, repairs
-from supervisor.record.store import SubjectKind
+from supervisor.record.availability import (
+    Availability,
+    Repair,
+    Repairs,
+    Subject,
+    availability,
+    repairs,
+)
+from supervisor.record.store import Store, SubjectKind
 from supervisor.tell.web.page.reads import Point, recent_points
 from supervisor.tell.web.page.spark import sparkline
 from supervisor.tell.web.page.states import TONES, Tone, tone_of
@@ -73,14 +80,39 @@ def _ttft(points: Sequence[Point]) -> list[float]:
     return [p.ttft_s for p in points if p.ttft_s is not None]
 
 
-async def board(daemon: FleetSource, hosts: tuple[HostView, ...]) -> Board:
+HISTORY_MAX_AGE = timedelta(seconds=30)
+"""How old the board's availability and repair figures may be: they move by seconds a day, the
+states beside them are live (the endpoint page, `status` and /metrics read them afresh)."""
+
+
+class History:
+    """The board's availability and repair figures, read again once older than
+    `HISTORY_MAX_AGE` or when the fleet's subjects change."""
+
+    def __init__(self) -> None:
+        self._read: tuple[datetime, tuple[Subject, ...], dict[Subject, Availability], Repairs]
+        self._read = (datetime.min.replace(tzinfo=UTC), (), {}, Repairs())
+
+    async def get(
+        self, store: Store, subjects: Sequence[Subject], now: datetime
+    ) -> tuple[dict[Subject, Availability], Repairs]:
+        at, known, found, fixed = self._read
+        if tuple(subjects) != known or not timedelta(0) <= now - at < HISTORY_MAX_AGE:
+            found = await availability(store, subjects, now=now)
+            fixed = await repairs(store, now=now)
+            self._read = (now, tuple(subjects), found, fixed)
+        return found, fixed
+
+
+async def board(
+    daemon: FleetSource, hosts: tuple[HostView, ...], figures: History | None = None
+) -> Board:
     now = daemon.clock.now()
     workers = list(daemon.workers.items())
     history = await recent_points(daemon.store, [n for n, _ in workers], since=now - SPARK_WINDOW)
     subjects = [(SubjectKind.ENDPOINT, n) for n, _ in workers]
     subjects += [(SubjectKind.HOST, h.name) for h in hosts]
-    found = await availability(daemon.store, subjects, now=now)
-    fixed = await repairs(daemon.store, now=now)
+    found, fixed = await (figures or History()).get(daemon.store, subjects, now)
     rows = []
     for name, worker in workers:
         snap = worker.snapshot()

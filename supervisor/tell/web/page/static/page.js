@@ -56,6 +56,31 @@
     source.addEventListener("tick", soon);
   }
 
+  // a picked end time is the browser's local time: say its offset from UTC
+  function zones() {
+    document.querySelectorAll("input[name=tz_offset]").forEach(function (input) {
+      input.value = String(new Date().getTimezoneOffset());
+    });
+  }
+  zones();
+
+  // the silence form: what the typed target covers, as it is typed
+  const target = document.getElementById("target");
+  const preview = document.getElementById("preview-part");
+  let typing = null;
+  if (target && preview) {
+    target.addEventListener("input", function () {
+      clearTimeout(typing);
+      typing = setTimeout(function () {
+        const url = preview.dataset.preview + "?target=" + encodeURIComponent(target.value.trim());
+        fetch(url, { credentials: "same-origin" })
+          .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+          .then(function (html) { preview.innerHTML = html; zones(); })
+          .catch(function () { /* the preview button still works */ });
+      }, 200);
+    });
+  }
+
   document.querySelectorAll("form.act[data-action=restart]").forEach(function (form) {
     form.addEventListener("submit", function (e) {
       const name = form.querySelector("input[name=endpoint]").value;
