@@ -1,18 +1,18 @@
-"""Availability from a real SQLite store built by the spec: known up, down, silenced and
-unsupervised intervals give exactly the seconds and ratios expected (silences and the time
-nobody supervised counted apart, never as down); incidents per day with their causes; the mean
-time to repair per endpoint and per rule."""
+"""Availability from a real store built by the spec (a SQLite file, then PostgreSQL): known
+up, down, silenced and unsupervised intervals give exactly the seconds and ratios expected
+(silences and the time nobody supervised counted apart, never as down); incidents per day with
+their causes; the mean time to repair per endpoint and per rule."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from supervisor.record.availability import Repair, availability, days, repairs
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.target import StoreTarget
 from supervisor.record.timeline import Diagnosis, Transition
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -21,8 +21,8 @@ EP = SubjectKind.ENDPOINT
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(tmp_path / "s.db")
+async def store(store_target: StoreTarget) -> AsyncIterator[Store]:
+    opened = await Store.open(store_target)
     try:
         yield opened
     finally:
