@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -349,7 +350,7 @@ async def test_the_board_fits_a_phone_and_says_why_an_endpoint_is_red(
         driver.save_screenshot(str(shots / "phone.png"))
 
 
-async def _sign_in(driver: WebDriver, url: str, who: str) -> None:
+async def _sign_in(driver: Chrome, url: str, who: str) -> None:
     await asyncio.to_thread(driver.get, url + "/login")
     driver.find_element(By.NAME, "who").send_keys(who)
     driver.find_element(By.NAME, "token").send_keys(TOKEN)
