@@ -341,3 +341,24 @@ async def test_the_rules_page_shows_each_rule_its_last_matches_and_the_disabled_
     assert f'<a href="/incidents/{incident}">web #{incident}</a>' in row
     broken = page.split('<tr id="rule-broken.yaml"', 1)[1].split("</tr>", 1)[0]
     assert '<td>disabled<div class="error">' in broken
+
+
+async def test_a_changed_silence_is_told_in_the_open_incident(open_daemon: Supervisor) -> None:
+    store = open_daemon.store
+    assert store is not None
+    incident = open_daemon.workers["web"].incident_id
+    assert incident is not None
+    async with _client(open_daemon) as client:
+        csrf = await _sign_in(client, "ann")
+        form = {"csrf": csrf, "target": "web", "for": "1h", "why": "rewiring"}
+        silenced = await client.post("/actions/silence", data=form)
+        assert _answer(silenced.text) == "silenced web for 1h: nothing is acted on until then"
+        form = {"csrf": csrf, "silence": "1", "for": "3h", "why": "rewiring, longer"}
+        changed = await client.post("/actions/edit", data=form)
+        assert _answer(changed.text).startswith("silence #1 on web (web) now ends ")
+    until = open_daemon.workers["web"].grace_until
+    assert until is not None
+    notes = [r.summary for r in await store.timeline(incident) if r.type == "note"]
+    assert notes[-1] == (
+        f"silence #1 now ends {until.strftime('%Y-%m-%d %H:%M:%SZ')}, by ann: rewiring, longer"
+    )

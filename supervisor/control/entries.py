@@ -13,7 +13,7 @@ from datetime import datetime
 from supervisor.control.model import Actor, Via
 from supervisor.core.durations import format_duration
 from supervisor.record.store import TimelineEntry
-from supervisor.record.timeline import Acked, Paused, Record, Resumed
+from supervisor.record.timeline import Acked, Note, Paused, Record, Resumed
 
 
 def _names(subjects: Sequence[str]) -> str:
@@ -92,6 +92,11 @@ def no_silence_text(silence_id: int) -> str:
 
 def silence_over_text(silence_id: int) -> str:
     return f"silence #{silence_id} is over: set a new one"
+
+
+def edited_note(silence_id: int, until: datetime, actor: Actor, *, why: str) -> Note:
+    """In an open incident of an endpoint whose silence was changed."""
+    return Note(text=f"silence #{silence_id} now ends {_until(until)}, by {actor.who}{_why(why)}")
 
 
 def edited_text(silence_id: int, target: str, until: datetime, subjects: Sequence[str]) -> str:

@@ -10,6 +10,7 @@ from supervisor.control.common import ControlCommon
 from supervisor.control.matchers import MatchError, covers
 from supervisor.control.model import Actor, Answer, Code, SilenceRow
 from supervisor.judge.machine import State, Trigger
+from supervisor.record.store import TimelineEntry
 
 
 class SilenceControl(ControlCommon):
@@ -116,6 +117,8 @@ class SilenceControl(ControlCommon):
             end = max(s.until for s in active if covers(s.target, name, hosts))
             if await worker.move_silence_end(end):
                 moved.append(name)
+                note = entries.edited_note(silence_id, end, actor, why=why)
+                await worker.record(TimelineEntry(at=now, subject=name, record=note))
         text = entries.edited_text(silence_id, row.target, until, moved)
         answer = Answer(code=Code.DONE, text=text, subjects=tuple(moved))
         return await self._journal("edit", row.target, actor, why, answer, until=until)
