@@ -468,6 +468,9 @@ async def test_availability_on_the_page_is_what_the_store_says(
             assert (percent, down, silenced) == ("95.65%", "2h 0m", "2h 0m")
             assert (serving, off) in (("1d 19h", "5d 0h"), ("1d 20h", "4d 23h"))
             assert driver.find_element(By.ID, "mttr").text == "2h 0m"
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            driver.set_window_size(1280, min(int(height), 3000))
+            driver.save_screenshot(str(_shots(tmp_path) / "endpoint.png"))
             bar = _texts(driver, "#history-causes li")
             assert len(bar) == 1
             assert bar[0].endswith(": #1 connection refused")
