@@ -30,8 +30,15 @@ def missing() -> str:
 
 
 @contextmanager
-def chromium(width: int = 1280, height: int = 860) -> Iterator[webdriver.Chrome]:
+def chromium(
+    width: int = 1280, height: int = 860, *, phone: bool = False
+) -> Iterator[webdriver.Chrome]:
+    """A browser window of `width` x `height`; with `phone`, a touch screen of that many CSS
+    pixels (Chrome's device emulation: a headless window is never narrower than 500 px)."""
     options = Options()
+    if phone:
+        metrics = {"width": width, "height": height, "pixelRatio": 3.0, "touch": True}
+        options.add_experimental_option("mobileEmulation", {"deviceMetrics": metrics})
     options.binary_location = CHROMIUM
     for flag in (
         "--headless=new",

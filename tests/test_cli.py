@@ -156,7 +156,21 @@ def test_status_json_lists_every_configured_endpoint_and_host(
     asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
     assert main(["--config", str(path), "status", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert set(document) == {"generated_at", "endpoints", "hosts", "leadership"}
+    assert set(document) == {"generated_at", "endpoints", "hosts", "leadership", "repair_by_rule"}
+    for repair in document["repair_by_rule"].values():  # its incident, while under 30 days old
+        assert set(repair) == {"mttr_s", "repaired", "open"}
+    for subject in document["endpoints"] + document["hosts"]:
+        windows = subject.pop("availability")  # the numbers: tests/test_availability.py
+        assert list(windows) == ["24h", "7d", "30d"]
+        assert set(windows["30d"]) == {
+            "availability",
+            "serving_s",
+            "down_s",
+            "silenced_s",
+            "unsupervised_s",
+        }
+        if "repair" in subject:
+            assert set(subject.pop("repair")) == {"mttr_s", "repaired", "open"}
     assert document["leadership"] == {
         "leader": None,
         "host": None,

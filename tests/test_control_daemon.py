@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import re
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -105,6 +106,8 @@ async def test_a_silence_and_a_pause_survive_a_restart_of_the_daemon(
         lines = listing.splitlines()
         assert code == 0
         assert lines[0].startswith("silence #1 ds4 until ")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", lines[0].split()[4])
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", lines[1].split()[3])
         assert lines[0].endswith(f" by {me}: disk swap")
         assert lines[1].startswith("paused fleet-wide since ")
         assert lines[1].endswith(f" by {me}: upgrading")

@@ -63,6 +63,11 @@ async def test_metrics_parse_and_show_every_endpoint(tmp_path: Path, sim: VllmSi
             assert families["fleet_supervisor_up"].samples[0].value == 1
             ttft = {s.labels["endpoint"] for s in families["fleet_endpoint_ttft_seconds"].samples}
             assert ttft == {"llm"}
+            available = {
+                (s.labels["endpoint"], s.labels["window"]): s.value
+                for s in families["fleet_endpoint_availability"].samples
+            }
+            assert [available[("llm", w)] for w in ("24h", "7d", "30d")] == [1.0, 1.0, 1.0]
             status = (await client.get("/status")).json()
             assert [e["name"] for e in status["endpoints"]] == ["llm", "web"]
             assert status["endpoints"][0]["state"] == "healthy"

@@ -148,9 +148,11 @@ async def test_open_creates_parent_dirs_schema_and_wal(db: Path) -> None:
             "leader_lease",
             "leader_journal",
             "journal_cursors",
+            "state_log",
+            "supervision",
             "alembic_version",
         }
-        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004",)]
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert {
             "ix_timeline_incident",

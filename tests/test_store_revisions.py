@@ -34,7 +34,7 @@ def _differences(conn: Connection) -> list[object]:
 async def test_the_revisions_make_the_schema_the_code_uses(store_target: StoreTarget) -> None:
     async with await Store.open(store_target) as store, store.tx(write=False) as conn:
         assert await conn.run_sync(_differences) == []
-        assert await conn.run_sync(revise.current) == revise.head() == "0003"
+        assert await conn.run_sync(revise.current) == revise.head() == "0004"
 
 
 def _schema_2_store(path: Path) -> None:
@@ -66,6 +66,6 @@ async def test_a_schema_2_store_is_stamped_and_upgraded(tmp_path: Path) -> None:
     raw = sqlite3.connect(path)
     try:
         assert raw.execute("PRAGMA user_version").fetchone() == (3,)
-        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004",)]
     finally:
         raw.close()

@@ -10,18 +10,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from fleet_lab.vllm_sim.server import VllmSim
+from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.timeline import Transition
+from supervisor.tell.web.page.states import TONES, tone_of
 from tests.browser import chromium, missing, wait_for
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
@@ -277,3 +283,200 @@ async def test_actions_without_the_token_are_refused(fleet: Fleet) -> None:
         assert "does not match your session" in no_csrf.text
         status = (await client.get("/status")).json()
     assert {e["name"]: e["state"] for e in status["endpoints"]}["llm"] == "healthy"
+
+
+def _rgb(colour: str) -> str:
+    """`#rrggbb` as the browser's computed style says it."""
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def _background(driver: WebDriver, css: str) -> str:
+    return str(
+        driver.execute_script(
+            "return getComputedStyle(document.querySelector(arguments[0])).backgroundColor", css
+        )
+    )
+
+
+async def test_an_endpoint_page_is_live_in_its_states_colour_and_the_tab_shows_the_worst(
+    fleet: Fleet,
+) -> None:
+    async with httpx.AsyncClient(base_url=fleet.url) as client:
+        icon = await client.get("/favicon.ico")
+    assert (icon.status_code, icon.headers["Content-Type"]) == (200, "image/x-icon")
+    assert icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO
+    with chromium() as driver:
+        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
+        assert driver.title == "llm · fleet-supervisor"
+        assert _background(driver, "#state") == _rgb(TONES["good"].colour)
+        wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "● live")
+        driver.execute_script("window.notReloaded = true")
+
+        await fleet.sim.stop()
+        wait_for(driver, lambda d: d.title == "(1) llm · fleet-supervisor")
+        icon_href = driver.find_element(By.ID, "icon").get_attribute("href") or ""
+        assert icon_href.endswith("/icons/bad.png")
+        state = wait_for(
+            driver, lambda d: tone_of(s := d.find_element(By.ID, "state").text) == "bad" and s
+        )
+        assert state in ("down", "remediating", "verifying", "escalated")
+        assert _background(driver, "#state") == _rgb(TONES["bad"].colour)
+        assert driver.find_element(By.ID, "reason").text == "connection refused"
+        assert driver.execute_script("return window.notReloaded") is True
+
+
+async def test_the_board_fits_a_phone_and_says_why_an_endpoint_is_red(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    with chromium(390, 844, phone=True) as driver:
+        await asyncio.to_thread(driver.get, fleet.url + "/")
+        assert driver.execute_script("return window.innerWidth") == 390
+        await fleet.sim.stop()
+        await asyncio.to_thread(wait_for, driver, _red)
+        reason = wait_for(driver, lambda d: _texts(d, "#ep-llm .reason"))
+        assert reason == ["connection refused"]
+        assert driver.find_element(By.CSS_SELECTOR, "#ep-llm .reason").is_displayed()
+        widths = driver.execute_script(
+            "const e = document.documentElement; return [e.scrollWidth, e.clientWidth]"
+        )
+        assert widths[0] <= widths[1]  # nothing to scroll sideways
+        shown = driver.execute_script(
+            "return [...document.querySelectorAll('table.board thead th')]"
+            ".filter(e => e.getClientRects().length).map(e => e.innerText.trim())"
+        )
+        assert shown == ["endpoint", "state", "since", "incident"]
+        driver.save_screenshot(str(shots / "phone.png"))
+
+
+async def _sign_in(driver: Chrome, url: str, who: str) -> None:
+    await asyncio.to_thread(driver.get, url + "/login")
+    driver.find_element(By.NAME, "who").send_keys(who)
+    driver.find_element(By.NAME, "token").send_keys(TOKEN)
+    await asyncio.to_thread(driver.find_element(By.CSS_SELECTOR, "form.stack button").click)
+    wait_for(driver, lambda d: f"signed in as {who}" in d.find_element(By.TAG_NAME, "header").text)
+
+
+async def test_a_glob_silence_previews_what_it_covers_then_silences_it(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    with chromium() as driver:
+        await _sign_in(driver, fleet.url, "alice")
+        await asyncio.to_thread(driver.get, fleet.url + "/silences")
+        driver.find_element(By.ID, "target").send_keys("*e*")  # qwen and embed, not llm
+        wait_for(driver, lambda d: _texts(d, "#preview li") == ["qwen healthy", "embed healthy"])
+        form = driver.find_element(By.CSS_SELECTOR, "form[data-action=silence]")
+        assert form.find_element(By.TAG_NAME, "button").text == "silence 2 endpoints"
+        form.find_element(By.CSS_SELECTOR, "input[name=for][value='1h']").click()
+        form.find_element(By.NAME, "why").send_keys("moving the rack")
+        driver.save_screenshot(str(shots / "silence.png"))
+        await asyncio.to_thread(form.find_element(By.TAG_NAME, "button").click)
+        answer = wait_for(driver, lambda d: d.find_element(By.ID, "answer")).text
+        assert answer == "silenced qwen, embed for 1h: nothing is acted on until then"
+
+        listing = (await asyncio.to_thread(_cli, fleet.config, "silences")).splitlines()
+        assert listing[0].startswith("silence #1 *e* until ")
+        assert listing[0].endswith(" by alice: moving the rack")
+        status = json.loads(await asyncio.to_thread(_cli, fleet.config, "status", "--json"))
+        states = {e["name"]: e["state"] for e in status["endpoints"]}
+        assert states == {"llm": "healthy", "qwen": "maintenance", "embed": "maintenance"}
+
+        await asyncio.to_thread(driver.get, fleet.url + "/silences")  # extend it to 4h
+        edit = driver.find_element(By.CSS_SELECTOR, "li[data-silence='1'] form[data-action=edit]")
+        edit.find_element(By.CSS_SELECTOR, "select[name=for] option[value='4h']").click()
+        await asyncio.to_thread(edit.find_element(By.TAG_NAME, "button").click)
+        answer = wait_for(driver, lambda d: d.find_element(By.ID, "answer")).text
+        assert answer.startswith("silence #1 on *e* (qwen, embed) now ends ")
+        until = answer.rsplit(" ", 2)[-2:]
+        longer = (await asyncio.to_thread(_cli, fleet.config, "silences")).splitlines()[0]
+        assert longer.split()[4] == "T".join(until).removesuffix("Z") + "Z"
+
+        await asyncio.to_thread(driver.get, fleet.url + "/silences")  # expire it
+        expire = driver.find_element(
+            By.CSS_SELECTOR, "li[data-silence='1'] form[data-action=unsilence] button"
+        )
+        await asyncio.to_thread(expire.click)
+        answer = wait_for(driver, lambda d: d.find_element(By.ID, "answer")).text
+        assert answer == "unsilenced qwen, embed: they are judged afresh"
+        await asyncio.to_thread(driver.get, fleet.url + "/silences")
+        assert _texts(driver, "#active-silences li") == ["none"]
+        ended = _texts(driver, "#expired-silences li")
+        assert len(ended) == 1
+        assert ended[0].startswith("#1 *e* from ")
+        assert "ended early" in ended[0]
+        assert ended[0].endswith(" by alice · set by alice (web): moving the rack")
+    assert (await asyncio.to_thread(_cli, fleet.config, "silences")).strip() == (
+        "no silences, no pauses"
+    )
+
+
+async def _known_history(db: Path, now: datetime) -> None:
+    """llm over the last 48 h: healthy, down 20 h-18 h ago (an incident, repaired), silenced
+    10 h-8 h ago, healthy since; the daemon that watched it was last seen `now`."""
+    h = timedelta(hours=1)
+    ep = SubjectKind.ENDPOINT
+    async with await Store.open(db) as store:
+        await store.supervising(now - 48 * h, [(ep, "llm", "healthy")])
+        steps = [
+            ("healthy", "down", now - 20 * h, "connection refused", None),
+            ("down", "healthy", now - 18 * h, None, "a real completion passes again"),
+            ("healthy", "maintenance", now - 10 * h, None, None),
+            ("maintenance", "healthy", now - 8 * h, None, None),
+        ]
+        for source, dest, at, cause, closed in steps:
+            await store.transition(
+                snapshot=Snapshot(kind=ep, name="llm", state=dest, since=at, updated_at=at),
+                entry=TimelineEntry(
+                    at=at,
+                    subject="llm",
+                    record=Transition(source=source, dest=dest, trigger="t", note="spec"),
+                ),
+                open_cause=cause,
+                close_resolution=closed,
+            )
+        await store.supervised(now - 48 * h, now)
+
+
+async def test_availability_on_the_page_is_what_the_store_says(
+    tmp_path: Path, sim: VllmSim
+) -> None:
+    port = free_port()
+    config = write_fleet(
+        tmp_path,
+        {"llm": {"kind": "openai", "url": sim.url, "model": "sim-model", "host": "forge"}},
+        http={"listen": f"127.0.0.1:{port}"},
+    )
+    await _known_history(tmp_path / "state" / "supervisor.db", datetime.now(UTC))
+    process = await spawn_daemon(config, tmp_path / "daemon.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await eventually(lambda: _healthy(url), within=20, what="llm healthy")
+        with chromium() as driver:
+            await asyncio.to_thread(driver.get, url + "/endpoints/llm")
+            rows = {r.split("\t")[0]: r.split("\t")[1:] for r in _texts(driver, "#availability tr")}
+            # 24 h: 20 h serving, 2 h down, 2 h silenced, and the seconds the daemon was off
+            # (between its last beat and this run): availability 20 / 22
+            # (the serving time a few seconds either side of 20 h: the window moved meanwhile)
+            percent, serving, down, silenced, off = rows["24h"]
+            assert (percent, down, silenced) == ("90.91%", "2h 0m", "2h 0m")
+            assert serving in ("19h 59m", "20h 0m")
+            assert re.fullmatch(r"\d+s", off)
+            # 7 d: 44 h serving, nobody watched it before the 48 h
+            percent, serving, down, silenced, off = rows["7d"]
+            assert (percent, down, silenced) == ("95.65%", "2h 0m", "2h 0m")
+            assert (serving, off) in (("1d 19h", "5d 0h"), ("1d 20h", "4d 23h"))
+            assert driver.find_element(By.ID, "mttr").text == "2h 0m"
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            driver.set_window_size(1280, min(int(height), 3000))
+            driver.save_screenshot(str(_shots(tmp_path) / "endpoint.png"))
+            bar = _texts(driver, "#history-causes li")
+            assert len(bar) == 1
+            assert bar[0].endswith(": #1 connection refused")
+            await asyncio.to_thread(driver.get, url + "/")
+            cells = _texts(driver, "#ep-llm td.avail")
+            assert cells == ["90.91%", "95.65%", "95.65%"]
+    finally:
+        process.terminate()
+        await process.wait()

@@ -17,6 +17,7 @@ from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.judge.machine import State
 from supervisor.record.timeline import Acked
+from supervisor.tell.web.page.actions import NEEDS_A_REASON
 from tests.helpers import eventually, write_fleet
 
 
@@ -158,10 +159,27 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
             ("resume", {"endpoint": "llm"}, 200, "automatic action on llm"),
             ("ack", {"incident": str(incident), "why": "on it"}, 200, ""),
             ("ack", {"incident": "x"}, 400, "which incident: expected its number, got 'x'"),
-            ("silence", {"target": "llm", "for": "soon"}, 400, "for how long: "),
-            ("silence", {"target": "nope", "for": "1h"}, 404, "no endpoint 'nope'"),
+            ("silence", {"target": "llm", "for": "soon", "why": "x"}, 400, "for how long: "),
+            ("silence", {"target": "llm", "for": "1h"}, 400, NEEDS_A_REASON),
+            ("silence", {"target": "nope", "for": "1h", "why": "x"}, 404, "no endpoint 'nope'"),
             ("silence", {"target": "llm", "for": "1h", "why": "disk"}, 200, "silenced llm for 1h"),
+            ("edit", {"silence": "x", "for": "1h", "why": "x"}, 400, "which silence: expected"),
+            ("edit", {"silence": "9", "for": "1h", "why": "x"}, 404, "no silence #9"),
+            ("edit", {"silence": "1", "for": "3h"}, 400, NEEDS_A_REASON),
+            ("edit", {"silence": "1", "for": "3h", "why": "disk"}, 200, "silence #1 on llm (llm)"),
             ("unsilence", {"target": "llm"}, 200, "unsilenced llm: it is judged afresh"),
+            ("edit", {"silence": "1", "for": "3h", "why": "x"}, 409, "silence #1 is over: set a"),
+            (
+                "silence",
+                {
+                    "target": "llm",
+                    "until_local": "2020-01-31T18:00",
+                    "tz_offset": "-60",
+                    "why": "x",
+                },
+                400,
+                "the silence must end in the future, got 2020-01-31 17:00:00Z",
+            ),
         ]
         for name, form, status, start in cases:
             response = await client.post(f"/actions/{name}", data={"csrf": csrf, **form})
@@ -172,7 +190,7 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
         confirm = await client.post("/actions/restart", data={"csrf": csrf, "endpoint": "llm"})
         assert confirm.status_code == 200
         assert 'id="confirm">Yes, restart llm</button>' in confirm.text
-        assert [r.action for r in await api.journal("llm")][-1] == "unsilence"  # no restart yet
+        assert [r.action for r in await api.journal("llm")][-1] == "silence"  # no restart yet
         restart = await client.post(
             "/actions/restart", data={"csrf": csrf, "endpoint": "llm", "confirm": "yes"}
         )
@@ -196,7 +214,10 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
         ("ack", f"#{incident}", "ann", "web"),
         ("silence", "nope", "ann", "web"),
         ("silence", "llm", "ann", "web"),
+        ("edit", "#9", "ann", "web"),
+        ("edit", "llm", "ann", "web"),
         ("unsilence", "llm", "ann", "web"),
+        ("edit", "#1", "ann", "web"),
         ("ack", f"#{incident}", "ann", "web"),
         ("restart", "llm", "ann", "web"),
         ("pause", "*", "ann", "web"),
@@ -329,3 +350,24 @@ async def test_the_rules_page_shows_each_rule_its_matches_how_they_ended_and_the
     )
     broken = page.split('<tr id="rule-broken.yaml"', 1)[1].split("</tr>", 1)[0]
     assert '<td>disabled<div class="error">' in broken
+
+
+async def test_a_changed_silence_is_told_in_the_open_incident(open_daemon: Supervisor) -> None:
+    store = open_daemon.store
+    assert store is not None
+    incident = open_daemon.workers["web"].incident_id
+    assert incident is not None
+    async with _client(open_daemon) as client:
+        csrf = await _sign_in(client, "ann")
+        form = {"csrf": csrf, "target": "web", "for": "1h", "why": "rewiring"}
+        silenced = await client.post("/actions/silence", data=form)
+        assert _answer(silenced.text) == "silenced web for 1h: nothing is acted on until then"
+        form = {"csrf": csrf, "silence": "1", "for": "3h", "why": "rewiring, longer"}
+        changed = await client.post("/actions/edit", data=form)
+        assert _answer(changed.text).startswith("silence #1 on web (web) now ends ")
+    until = open_daemon.workers["web"].grace_until
+    assert until is not None
+    notes = [r.summary for r in await store.timeline(incident) if r.type == "note"]
+    assert notes[-1] == (
+        f"silence #1 now ends {until.strftime('%Y-%m-%d %H:%M:%SZ')}, by ann: rewiring, longer"
+    )

@@ -10,6 +10,7 @@ import argparse
 import getpass
 import json
 import sys
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ import httpx
 from supervisor.cli.common import CliError, load
 from supervisor.config import FleetConfig
 from supervisor.control.routes import VIA_HEADER, WHO_HEADER
+from supervisor.core.timefmt import stamp
 from supervisor.tell.web.listen import ListenError, parse_listen
 
 TIMEOUT = 30.0
@@ -137,9 +139,18 @@ def listing_lines(document: dict[str, Any]) -> list[str]:
     lines = []
     for s in document.get("silences", []):
         why = f": {s['why']}" if s["why"] else ""
-        lines.append(f"silence #{s['id']} {s['target']} until {s['until']} by {s['who']}{why}")
+        until = _stamp(s["until"])
+        lines.append(f"silence #{s['id']} {s['target']} until {until} by {s['who']}{why}")
     for p in document.get("pauses", []):
         scope = "fleet-wide" if p["scope"] == "*" else p["scope"]
         why = f": {p['why']}" if p["why"] else ""
-        lines.append(f"paused {scope} since {p['at']} by {p['who']}{why}")
+        lines.append(f"paused {scope} since {_stamp(p['at'])} by {p['who']}{why}")
     return lines or ["no silences, no pauses"]
+
+
+def _stamp(text: str) -> str:
+    """A time of the daemon's JSON as the README writes it (`2026-01-31T18:00:00Z`)."""
+    try:
+        return stamp(datetime.fromisoformat(text))
+    except (TypeError, ValueError):
+        return str(text)

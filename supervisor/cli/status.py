@@ -10,6 +10,7 @@ from supervisor.cli.common import load, open_store
 from supervisor.cli.render import ago, dump, iso, num, table
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
+from supervisor.record.availability import Repair, availability, repairs
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
 from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
@@ -29,6 +30,11 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         snapshots = {(s.kind, s.name): s for s in await store.snapshots()}
         leader = await leader_view(store)
         streams = (await read_streams(store)).status  # the leader's journal streams, as saved
+        now = utcnow()
+        subjects = [(SubjectKind.ENDPOINT, name) for name in config.endpoints]
+        subjects += [(SubjectKind.HOST, name) for name in config.hosts]
+        found = await availability(store, subjects, now=now)
+        fixed = await repairs(store, now=now)
     finally:
         await store.close()
     endpoints = []
@@ -41,17 +47,21 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
                 "last_ttft_s": snap.last_ttft_s if snap else None,
                 "last_tok_s": snap.last_tok_s if snap else None,
                 "fail_streak": snap.fail_streak if snap else 0,
+                "availability": found[(SubjectKind.ENDPOINT, name)].document(),
+                "repair": fixed.by_subject.get(name, Repair()).document(),
             }
         )
     hosts = [
         {"name": name, "local": host.local, **_fields(snapshots.get((SubjectKind.HOST, name)))}
         | {"events": streams.get(name)}
+        | {"availability": found[(SubjectKind.HOST, name)].document()}
         for name, host in config.hosts.items()
     ]
     return {
-        "generated_at": iso(utcnow()),
+        "generated_at": iso(now),
         "endpoints": endpoints,
         "hosts": hosts,
+        "repair_by_rule": {rule: r.document() for rule, r in fixed.by_rule.items()},
         "leadership": leadership_document(leader) | {"line": leadership_line(leader)},
     }
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from supervisor.control.model import Actor, Via
 from supervisor.core.durations import format_duration
 from supervisor.record.store import TimelineEntry
-from supervisor.record.timeline import Acked, Paused, Record, Resumed
+from supervisor.record.timeline import Acked, Note, Paused, Record, Resumed
 
 
 def _names(subjects: Sequence[str]) -> str:
@@ -84,6 +84,26 @@ def past_until_text(until: datetime) -> str:
 
 
 NO_END = "a silence needs a length (for) or an end (until)"
+
+
+def no_silence_text(silence_id: int) -> str:
+    return f"no silence #{silence_id}"
+
+
+def silence_over_text(silence_id: int) -> str:
+    return f"silence #{silence_id} is over: set a new one"
+
+
+def edited_note(silence_id: int, until: datetime, actor: Actor, *, why: str) -> Note:
+    """In an open incident of an endpoint whose silence was changed."""
+    return Note(text=f"silence #{silence_id} now ends {_until(until)}, by {actor.who}{_why(why)}")
+
+
+def edited_text(silence_id: int, target: str, until: datetime, subjects: Sequence[str]) -> str:
+    covers = f" ({_names(subjects)})" if subjects else ""
+    return f"silence #{silence_id} on {target}{covers} now ends {_until(until)}"
+
+
 NOT_LONGER_THAN_ZERO = "the silence must last longer than 0s"
 
 

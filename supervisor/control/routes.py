@@ -23,6 +23,7 @@ from typing import Any
 from supervisor.control.api import ControlApi
 from supervisor.control.model import Actor, Answer, Code, Via
 from supervisor.core.durations import DurationError, parse_duration
+from supervisor.core.timefmt import iso
 
 STATUS = {Code.DONE: 200, Code.REFUSED: 409, Code.NOT_FOUND: 404, Code.BAD_REQUEST: 400}
 PREFIX = "/control/"
@@ -185,13 +186,13 @@ async def listing(api: ControlApi) -> dict[str, Any]:
                 "who": s.who,
                 "via": s.via,
                 "why": s.why,
-                "at": s.at.isoformat(),
-                "until": s.until.isoformat(),
+                "at": iso(s.at),
+                "until": iso(s.until),
             }
             for s in await api.silences()
         ],
         "pauses": [
-            {"scope": p.scope, "who": p.who, "via": p.via, "why": p.why, "at": p.at.isoformat()}
+            {"scope": p.scope, "who": p.who, "via": p.via, "why": p.why, "at": iso(p.at)}
             for p in api.pauses()
         ],
     }

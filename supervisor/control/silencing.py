@@ -10,6 +10,7 @@ from supervisor.control.common import ControlCommon
 from supervisor.control.matchers import MatchError, covers
 from supervisor.control.model import Actor, Answer, Code, SilenceRow
 from supervisor.judge.machine import State, Trigger
+from supervisor.record.store import TimelineEntry
 
 
 class SilenceControl(ControlCommon):
@@ -79,6 +80,48 @@ class SilenceControl(ControlCommon):
             subjects=tuple(silenced),
         )
         return await self._journal("silence", target, actor, why, answer, until=until)
+
+    async def edit(
+        self,
+        silence_id: int,
+        *,
+        actor: Actor,
+        why: str = "",
+        length: timedelta | None = None,
+        until: datetime | None = None,
+    ) -> Answer:
+        """A silence in force ends at `until` (or `length` from now: extend, shorten) with `why`
+        as its reason; the endpoints it covers stay in maintenance until then (or until a longer
+        silence covering them ends)."""
+        now, target = self._clock.now(), f"#{silence_id}"
+        if length is not None:
+            until = now + length
+        if until is None or until <= now:
+            text = entries.NO_END if until is None else entries.past_until_text(until)
+            return await self._refused("edit", target, actor, why, Code.BAD_REQUEST, text)
+        found = {row.id: row for row in await self.tables.silences()}
+        row = found.get(silence_id)
+        if row is None:
+            text = entries.no_silence_text(silence_id)
+            return await self._refused("edit", target, actor, why, Code.NOT_FOUND, text)
+        if not row.active(now):
+            text = entries.silence_over_text(silence_id)
+            return await self._refused("edit", target, actor, why, Code.REFUSED, text)
+        await self.tables.change_silence(silence_id, until=until, why=why)
+        hosts = self._hosts()
+        active = await self.tables.silences(active_at=now)
+        moved = []
+        for name, worker in list(self._workers.items()):
+            if not covers(row.target, name, hosts):
+                continue
+            end = max(s.until for s in active if covers(s.target, name, hosts))
+            if await worker.move_silence_end(end):
+                moved.append(name)
+                note = entries.edited_note(silence_id, end, actor, why=why)
+                await worker.record(TimelineEntry(at=now, subject=name, record=note))
+        text = entries.edited_text(silence_id, row.target, until, moved)
+        answer = Answer(code=Code.DONE, text=text, subjects=tuple(moved))
+        return await self._journal("edit", row.target, actor, why, answer, until=until)
 
     async def unsilence(self, target: str, *, actor: Actor, why: str = "") -> Answer:
         """End the silences covering what `target` names; every endpoint no other silence

@@ -111,6 +111,12 @@ class ControlStore:
                 .values(ended_at=at, ended_by=by)
             )
 
+    async def change_silence(self, silence_id: int, *, until: datetime, why: str) -> None:
+        async with self.store.tx(write=True) as conn:
+            await conn.execute(
+                update(silences).where(silences.c.id == silence_id).values(until=until, why=why)
+            )
+
     async def silences(self, *, active_at: datetime | None = None) -> list[SilenceRow]:
         """Every silence, oldest first; with `active_at`, only those in force then."""
         query = select(silences).order_by(silences.c.id)

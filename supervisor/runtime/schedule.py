@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -25,13 +26,16 @@ from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeTick, Tier
 from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.live import LivePlaybook
-from supervisor.record.store import Store
+from supervisor.record.store import Store, StoreError, SubjectKind
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.worker.endpoint import EndpointWorker
 
 log = structlog.get_logger("supervisor.schedule")
 
 _PRUNE_EVERY = timedelta(hours=1)
+SEEN_EVERY = timedelta(seconds=60)
+"""How often the store hears that this run still supervises (a crash loses at most this much
+supervised time: `supervisor.record.availability`)."""
 _WATCH_EVERY = timedelta(seconds=5)
 #: How long `stop` waits for running jobs before it cancels them (a host check times out in 5 s).
 _STOP_WITHIN = 10.0
@@ -58,6 +62,8 @@ class ProbeSchedule:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
         self._running: set[asyncio.Task[object]] = set()
+        self._started: datetime | None = None  #: when this run started supervising
+        self._logged = False  #: its start is in the store
 
     def _tracked(self, job: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
         """`job`, its runs remembered while they run (so `stop` can wait for them)."""
@@ -100,6 +106,13 @@ class ProbeSchedule:
                 next_run_time=now,
                 id=f"host:{watcher.host.name}",
             )
+        self._started = now
+        self._scheduler.add_job(
+            self._tracked(self._seen),
+            "interval",
+            seconds=SEEN_EVERY.total_seconds(),
+            next_run_time=now,
+        )
         self._scheduler.add_job(
             self._tracked(self._prune),
             "interval",
@@ -132,6 +145,20 @@ class ProbeSchedule:
         if self._playbook is not None:
             self._playbook.reload_if_changed()
 
+    async def _seen(self) -> None:
+        """The first run states every subject's state (the start of supervised time); later
+        ones say the run is alive."""
+        started = self._started
+        if started is None:
+            return
+        if self._logged:
+            await self._store.supervised(started, self._clock.now())
+            return
+        subjects = [(SubjectKind.ENDPOINT, n, w.state.value) for n, w in self._workers.items()]
+        subjects += [(SubjectKind.HOST, n, h.state) for n, h in self._hosts.items()]
+        await self._store.supervising(started, subjects)
+        self._logged = True
+
     async def _prune(self) -> None:
         await self._store.prune_samples(self._clock.now() - self._config.store.sample_retention)
 
@@ -148,3 +175,6 @@ class ProbeSchedule:
             if late:
                 await asyncio.wait(late, timeout=within)
         self._scheduler.shutdown(wait=False)
+        if self._logged and self._started is not None:
+            with suppress(StoreError):  # deposed, or the store is gone: the last beat stands
+                await self._store.supervised(self._started, self._clock.now())

@@ -50,4 +50,13 @@ class ProbeOnce:
     reply: asyncio.Future[ProbeResult]
 
 
-Command = Fire | Record | ProbeOnce
+@dataclass(frozen=True, kw_only=True)
+class MoveSilenceEnd:
+    """In maintenance: its silence now ends at `until` (an edited or extended silence); replies
+    whether it was in maintenance."""
+
+    until: datetime
+    reply: asyncio.Future[bool]
+
+
+Command = Fire | Record | ProbeOnce | MoveSilenceEnd

@@ -41,7 +41,7 @@ from supervisor.judge.machine import Change, FleetMachine, State, Trigger
 from supervisor.judge.policy import Streaks
 from supervisor.record.store import Store, TimelineEntry
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.worker.commands import Command, Fire, ProbeOnce, Record
+from supervisor.worker.commands import Command, Fire, MoveSilenceEnd, ProbeOnce, Record
 from supervisor.worker.probing import HostCheck, Prober, ProbingEndpoint, ProgressReader
 from supervisor.worker.queue import WorkerQueue
 from supervisor.worker.state import Restored
@@ -150,6 +150,12 @@ class EndpointWorker(ProbingEndpoint):
             Trigger.SILENCE, note, data={"until": until.isoformat()}, until=until
         )
 
+    async def move_silence_end(self, until: datetime) -> bool:
+        """In maintenance, end it at `until` instead (a silence edited or extended); False when
+        it is not in maintenance."""
+        reply: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        return await self._queue.ask(MoveSilenceEnd(until=until, reply=reply), reply)
+
     async def record(self, entry: TimelineEntry, *, incident_id: int | None = None) -> None:
         """Append an entry (diagnosis, action, decision ...) to `incident_id` (closed ones too),
         else to the open incident, if any."""
@@ -169,6 +175,12 @@ class EndpointWorker(ProbingEndpoint):
         elif isinstance(command, Record):
             await self._on_record(command.entry, command.incident_id)
             _answer(command.reply, None)
+        elif isinstance(command, MoveSilenceEnd):
+            moved = self.state is State.MAINTENANCE
+            if moved:
+                self.grace_until = command.until
+                await self._store.save_snapshot(self.snapshot())
+            _answer(command.reply, moved)
         else:
             if command.tier is Tier.DEEP:
                 self._last_deep = self._clock.monotonic()
@@ -255,7 +267,7 @@ class EndpointWorker(ProbingEndpoint):
 
 
 _T = TypeVar("_T")
-_COMMANDS = (Fire, Record, ProbeOnce)
+_COMMANDS = (Fire, Record, ProbeOnce, MoveSilenceEnd)
 
 
 def _answer(reply: asyncio.Future[_T], value: _T) -> None:

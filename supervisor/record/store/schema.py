@@ -11,6 +11,11 @@
 - `attempts`: one row per remediation attempt (the budget counts them; an unfinished row is a
   repair the daemon was stopped in the middle of).
 - `journal_cursors`: each host's journal cursor and event-stream status (the leader's).
+- `state_log`: every state each subject entered and when (milliseconds), append-only, with the
+  time it had spent serving, down, silenced and unsupervised before then (running sums): what
+  availability is computed from (`supervisor.record.availability`); a run of the daemon starts
+  by writing each subject's state, after an `unsupervised` row where the previous run ended.
+- `supervision`: one row per run of the daemon: when it started, when it was last seen alive.
 """
 
 from __future__ import annotations
@@ -130,6 +135,38 @@ attempts = Table(
     Column("epoch", Integer, nullable=True),  # the leader's epoch it ran under (None: unfenced)
 )
 Index("ix_attempts_endpoint", attempts.c.endpoint, attempts.c.started_at)
+
+state_log = Table(
+    "state_log",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("subject_kind", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("at_ms", BigInteger, nullable=False),  # Unix time in milliseconds
+    # the time the subject had spent in each count before `at_ms` since its first row (so a
+    # window's time is two lookups, whatever the history: `supervisor.record.availability`)
+    Column("serving_ms", BigInteger, nullable=False),
+    Column("down_ms", BigInteger, nullable=False),
+    Column("silenced_ms", BigInteger, nullable=False),
+    Column("unsupervised_ms", BigInteger, nullable=False),
+)
+Index(
+    "ix_state_log_subject",
+    state_log.c.subject_kind,
+    state_log.c.subject,
+    state_log.c.at_ms,
+    state_log.c.id,
+)
+Index("ix_state_log_at", state_log.c.at_ms)
+
+supervision = Table(
+    "supervision",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("started_ms", BigInteger, nullable=False, unique=True),
+    Column("seen_ms", BigInteger, nullable=False),
+)
 
 # leadership (`supervisor.record.store.lease`): the one lease row, and the journal of who led when.
 # Times in milliseconds of the database's clock (PostgreSQL's; the host's for a SQLite file), so

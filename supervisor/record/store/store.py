@@ -7,7 +7,7 @@ consistent. Several processes may read the file while one writes (WAL). How a ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +16,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from supervisor.core.events import ProbeResult
-from supervisor.record.store import queries, writes
+from supervisor.record.store import history, queries, writes
 from supervisor.record.store.engine import open_engine
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.records import (
@@ -113,9 +113,21 @@ class Store(StoreTransactions):
                     update(incidents).where(incidents.c.id == incident_id).values(**changes)
                 )
             await writes.upsert_snapshot(conn, replace(snapshot, incident_id=still_open))
+            await history.entered(conn, snapshot.kind, snapshot.name, snapshot.state, entry.at)
         if incident_id is not None:
             self._appended()
         return incident_id
+
+    async def supervising(self, started: datetime, subjects: Sequence[history.Subject]) -> None:
+        """A run of the daemon starts at `started`: each subject's (kind, name, state) is logged
+        then, after `unsupervised` where the previous run was last seen."""
+        async with self._tx(write=True) as conn:
+            await history.run_started(conn, started, subjects)
+
+    async def supervised(self, started: datetime, at: datetime) -> None:
+        """The run that started at `started` is alive at `at`."""
+        async with self._tx(write=True) as conn:
+            await history.seen(conn, started, at)
 
     async def append(self, incident_id: int, entry: TimelineEntry) -> int:
         """Append to an incident's timeline (closed ones too); returns the new row's id."""

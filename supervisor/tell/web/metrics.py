@@ -16,6 +16,10 @@ view, exposed by the library's own text writer). Every metric is a gauge except
 | `fleet_incidents_open` | | open incidents (endpoints and hosts) |
 | `fleet_remediations_total` | rule, result | remediation attempts by rule and result |
 | `fleet_host_reachable` | host | 1 when the host answers (or is not watched), 0 when not |
+| `fleet_endpoint_availability` | endpoint, window | serving / supervised time, `24h` `7d` `30d` |
+| `fleet_host_availability` | host, window | the same for a host |
+| `fleet_endpoint_mttr_seconds` | endpoint | mean time to repair (incidents opened in 30 d) |
+| `fleet_rule_mttr_seconds` | rule | the same per rule that diagnosed them |
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from supervisor.judge.machine import State
+from supervisor.record.store import SubjectKind
 from supervisor.tell.web.view import FleetView
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -66,6 +71,27 @@ class FleetCollector(Collector):
         for host in view.hosts:
             reachable.add_metric([host.name], 1 if host.reachable else 0)
         yield from (open_incidents, remediations, reachable)
+        yield from self._availability()
+
+    def _availability(self) -> Iterator[Metric]:
+        doc = "time serving / time supervised over the window (silences apart)"
+        endpoints = _gauge("fleet_endpoint_availability", doc, ("endpoint", "window"))
+        hosts = _gauge("fleet_host_availability", doc, ("host", "window"))
+        for (kind, name), found in self.view.availability.items():
+            family = endpoints if kind is SubjectKind.ENDPOINT else hosts
+            for window in found.windows.values():
+                if window.ratio is not None:
+                    family.add_metric([name, window.name], window.ratio)
+        doc = "mean time to repair, incidents opened in the last 30 days"
+        by_endpoint = _gauge("fleet_endpoint_mttr_seconds", doc, ("endpoint",))
+        for name, repair in self.view.repairs.by_subject.items():
+            if repair.mean_s is not None:
+                by_endpoint.add_metric([name], repair.mean_s)
+        by_rule = _gauge("fleet_rule_mttr_seconds", doc, ("rule",))
+        for rule, repair in self.view.repairs.by_rule.items():
+            if repair.mean_s is not None:
+                by_rule.add_metric([rule], repair.mean_s)
+        yield from (endpoints, hosts, by_endpoint, by_rule)
 
     def _endpoints(self) -> Iterator[Metric]:
         one = ("endpoint",)

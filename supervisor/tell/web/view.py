@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor.core.timefmt import iso
 from supervisor.hear.reachability import UNREACHABLE
-from supervisor.record.store import Snapshot, Store
+from supervisor.record.availability import Availability, Repair, Repairs, availability, repairs
+from supervisor.record.store import Snapshot, Store, SubjectKind
 
 if TYPE_CHECKING:
     from supervisor.tell.web.source import FleetSource
@@ -56,6 +57,8 @@ class FleetView:
     hosts: tuple[HostView, ...]
     open_incidents: int
     remediations: Mapping[tuple[str, str], int]  #: (rule, result) -> attempts
+    availability: Mapping[tuple[SubjectKind, str], Availability]  #: 24h, 7d, 30d
+    repairs: Repairs  #: the time to repair per subject and per rule (30 d)
 
 
 async def gather(daemon: FleetSource, started_at: datetime) -> FleetView:
@@ -74,7 +77,12 @@ async def gather(daemon: FleetSource, started_at: datetime) -> FleetView:
         )
     hosts = host_views(daemon)
     counts = Counter((a.rule_id, a.outcome or RUNNING) for a in await store.attempts())
+    now = daemon.clock.now()
+    subjects = [(SubjectKind.ENDPOINT, e.snapshot.name) for e in endpoints]
+    subjects += [(SubjectKind.HOST, h.name) for h in hosts]
     return FleetView(
+        availability=await availability(store, subjects, now=now),
+        repairs=await repairs(store, now=now),
         at=daemon.clock.now(),
         started_at=started_at,
         endpoints=tuple(endpoints),
@@ -129,6 +137,8 @@ def status_document(view: FleetView) -> dict[str, Any]:
                 "last_ttft_s": snap.last_ttft_s,
                 "last_tok_s": snap.last_tok_s,
                 "fail_streak": snap.fail_streak,
+                "availability": view.availability[(SubjectKind.ENDPOINT, snap.name)].document(),
+                "repair": view.repairs.by_subject.get(snap.name, Repair()).document(),
             }
         )
     hosts = [
@@ -140,7 +150,13 @@ def status_document(view: FleetView) -> dict[str, Any]:
             "incident_id": h.incident_id,
             "last_reason": h.last_reason,
             "events": h.events,
+            "availability": view.availability[(SubjectKind.HOST, h.name)].document(),
         }
         for h in view.hosts
     ]
-    return {"generated_at": iso(view.at), "endpoints": endpoints, "hosts": hosts}
+    return {
+        "generated_at": iso(view.at),
+        "endpoints": endpoints,
+        "hosts": hosts,
+        "repair_by_rule": {rule: r.document() for rule, r in view.repairs.by_rule.items()},
+    }

@@ -7,6 +7,10 @@
 | `GET /incidents/{id}` | one incident's timeline, read from the typed records |
 | `GET /endpoints/{name}` | one endpoint: its incidents, its journal, the action forms |
 | `GET /rules` | the rules in force: status, what each matched and how it ended |
+| `GET /silences?target=` | silences: in force (edit, expire), ended, a new one (previewed) |
+| `GET /alarm.json` | the worst state: how many are not serving, its tone (the tab title, icon) |
+| `GET /favicon.ico`, `GET /icons/{tone}.png` | the tab's icon: now, and per tone |
+| `GET /states.css` | each state's colour (`supervisor.tell.web.page.states`) |
 | `GET /events` | server-sent events: each timeline entry as it is committed, a tick every 5 s |
 | `GET /fragments/...` | the live parts of the pages, re-fetched by the page's script |
 | `POST /login`, `POST /logout` | a session for actions (the token from `http.token_file`) |
@@ -16,7 +20,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,16 +28,23 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from supervisor.control.matchers import MatchError, select
 from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
+from supervisor.control.tables import ControlStore
 from supervisor.core.durations import DurationError, parse_duration
+from supervisor.core.timefmt import stamp
+from supervisor.record.availability import Repair, availability, days, repairs
+from supervisor.record.store import SubjectKind
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
 from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
-from supervisor.tell.web.page.board import board
+from supervisor.tell.web.page.board import History, board
 from supervisor.tell.web.page.feed import Feed
+from supervisor.tell.web.page.icon import ico, png
 from supervisor.tell.web.page.items import item
 from supervisor.tell.web.page.peers import is_loopback
 from supervisor.tell.web.page.rules import WINDOW, rule_histories, rule_rows
+from supervisor.tell.web.page.states import TONES, Tone, stylesheet, tone_of, worst
 from supervisor.tell.web.view import host_views
 
 if TYPE_CHECKING:
@@ -43,13 +54,22 @@ if TYPE_CHECKING:
 STATIC = Path(__file__).parent / "static"
 INCIDENTS_SHOWN = 200
 JOURNAL_SHOWN = 10  #: the board's latest actions
+EXPIRED_SHOWN = 50  #: ended silences listed on /silences
+SILENCE_PRESETS = ("30m", "1h", "2h", "4h", "8h", "1d", "3d", "1w")
 
 
 def ago(value: datetime | None, now: datetime) -> str:
     """How long before `now`, in the two largest units: `3m 12s`, `2h 5m`, `4d 1h`."""
     if value is None:
         return "–"
-    seconds = max(int((now - value).total_seconds()), 0)
+    return span((now - value).total_seconds())
+
+
+def span(value: float | None) -> str:
+    """A number of seconds in the two largest units (`–` for None)."""
+    if value is None:
+        return "–"
+    seconds = max(int(value), 0)
     units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
     parts: list[str] = []
     for name, size in units:
@@ -69,9 +89,33 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["ago"] = ago
+    env.filters["span"] = span
     env.filters["num"] = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)
-    env.filters["iso"] = lambda v: "" if v is None else v.isoformat(timespec="seconds")
+    env.filters["iso"] = stamp
+    env.filters["tone"] = tone_of
     return env
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alarm:
+    """The fleet's worst state, for the tab: how many endpoints and hosts are not serving, and
+    the worst tone shown."""
+
+    count: int
+    tone: Tone
+
+    @property
+    def prefix(self) -> str:
+        return f"({self.count}) " if self.count else ""
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "tone": self.tone.name,
+            "colour": self.tone.colour,
+            "prefix": self.prefix,
+            "icon": f"/icons/{self.tone.name}.png",
+        }
 
 
 @dataclass
@@ -84,6 +128,7 @@ class Page:
     env: Environment
     follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
     reads: ControlReads | None = None  #: silences, pauses, journal (default: the API's)
+    history: History = field(default_factory=History)  #: the board's availability, kept 30 s
 
     def __post_init__(self) -> None:
         if self.reads is None:
@@ -91,12 +136,19 @@ class Page:
 
     # -- rendering -------------------------------------------------------------------------
 
+    def alarm(self) -> Alarm:
+        states = [w.snapshot().state for w in list(self.daemon.workers.values())]
+        states += [h.state for h in host_views(self.daemon)]
+        count = sum(1 for s in states if tone_of(s) == "bad")
+        return Alarm(count=count, tone=worst(states))
+
     def render(
         self, request: web.Request, template: str, status: int = 200, **context: Any
     ) -> web.Response:
         session = self.gate.session(request)
         html = self.env.get_template(template).render(
             now=self.daemon.clock.now(),
+            alarm=self.alarm(),
             session=session,
             can_act=self.api is not None and self.gate.enabled(is_loopback(request.remote or "")),
             path=request.path_qs,
@@ -115,7 +167,7 @@ class Page:
         reads = self.reads
         journal = (await reads.journal(latest=JOURNAL_SHOWN))[::-1] if reads else []
         return {
-            "board": await board(self.daemon, host_views(self.daemon)),
+            "board": await board(self.daemon, host_views(self.daemon), self.history),
             "silences": await reads.silences() if reads else [],
             "pauses": reads.pauses() if reads else [],
             "journal": journal,
@@ -167,7 +219,7 @@ class Page:
     async def incident_fragment(self, request: web.Request) -> web.Response:
         return self.render(request, "timeline_part.html", **await self._incident_context(request))
 
-    async def endpoint(self, request: web.Request) -> web.Response:
+    async def _endpoint_context(self, request: web.Request) -> dict[str, Any]:
         name = request.match_info["name"]
         worker = self.daemon.workers.get(name)
         if worker is None:
@@ -175,15 +227,87 @@ class Page:
         journal = (await self.reads.journal(name))[::-1] if self.reads else []
         incidents = await self.daemon.store.incidents(subject=name, limit=20)
         paused = self.reads.paused(name) if self.reads else ""
-        return self.render(
-            request,
-            "endpoint.html",
-            snap=worker.snapshot(),
-            endpoint=worker.endpoint,
-            incidents=incidents,
-            journal=journal,
-            paused=paused,
+        now = self.daemon.clock.now()
+        subject = (SubjectKind.ENDPOINT, name)
+        found = await availability(self.daemon.store, [subject], now=now)
+        fixed = await repairs(self.daemon.store, now=now)
+        return {
+            "availability": found[subject],
+            "days": await days(self.daemon.store, name, now=now),
+            "repair": fixed.by_subject.get(name, Repair()),
+            "snap": worker.snapshot(),
+            "endpoint": worker.endpoint,
+            "incidents": incidents,
+            "journal": journal,
+            "paused": paused,
+        }
+
+    async def endpoint(self, request: web.Request) -> web.Response:
+        return self.render(request, "endpoint.html", **await self._endpoint_context(request))
+
+    async def endpoint_fragment(self, request: web.Request) -> web.Response:
+        return self.render(request, "endpoint_part.html", **await self._endpoint_context(request))
+
+    # -- the tab ---------------------------------------------------------------------------
+
+    async def alarm_document(self, _: web.Request) -> web.Response:
+        response = web.json_response(self.alarm().document())
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    async def favicon(self, _: web.Request) -> web.Response:
+        body = ico(self.alarm().tone.colour)
+        return web.Response(
+            body=body, content_type="image/x-icon", headers={"Cache-Control": "no-store"}
         )
+
+    async def tone_icon(self, request: web.Request) -> web.Response:
+        tone = TONES.get(request.match_info["tone"])
+        if tone is None:
+            raise web.HTTPNotFound(text=f"no tone {request.match_info['tone']!r}\n")
+        return web.Response(
+            body=png(tone.colour),
+            content_type="image/png",
+            headers={"Cache-Control": "max-age=86400"},
+        )
+
+    async def states_css(self, _: web.Request) -> web.Response:
+        return web.Response(text=stylesheet(), content_type="text/css")
+
+    # -- silences --------------------------------------------------------------------------
+
+    def preview(self, target: str) -> tuple[tuple[str, ...], str]:
+        """The endpoints `target` would silence now (config order), or why it names none."""
+        if not target:
+            return (), ""
+        hosts = {n: w.endpoint.hosts() for n, w in list(self.daemon.workers.items())}
+        try:
+            return select(target, hosts, list(self.daemon.config.hosts)), ""
+        except MatchError as exc:
+            return (), exc.text
+
+    async def _silences_context(self, request: web.Request) -> dict[str, Any]:
+        target = request.query.get("target", "").strip()
+        covered, problem = self.preview(target)
+        now = self.daemon.clock.now()
+        every = await ControlStore(self.daemon.store).silences()
+        return {
+            "target": target,
+            "covered": covered,
+            "problem": problem,
+            "active": [s for s in every if s.active(now)],
+            "expired": [s for s in every if not s.active(now)][::-1][:EXPIRED_SHOWN],
+            "names": list(self.daemon.workers),
+            "hosts": list(self.daemon.config.hosts),
+            "presets": SILENCE_PRESETS,
+            "states": {n: w.snapshot().state for n, w in list(self.daemon.workers.items())},
+        }
+
+    async def silences(self, request: web.Request) -> web.Response:
+        return self.render(request, "silences.html", **await self._silences_context(request))
+
+    async def silence_preview(self, request: web.Request) -> web.Response:
+        return self.render(request, "silence_preview.html", **await self._silences_context(request))
 
     async def rules(self, request: web.Request) -> web.Response:
         playbook = self.daemon.playbook()
@@ -287,7 +411,14 @@ def mount_page(
         web.get("/incidents/{id}", page.incident),
         web.get("/fragments/incidents/{id}", page.incident_fragment),
         web.get("/endpoints/{name}", page.endpoint),
+        web.get("/fragments/endpoints/{name}", page.endpoint_fragment),
+        web.get("/alarm.json", page.alarm_document),
+        web.get("/favicon.ico", page.favicon),
+        web.get("/icons/{tone}.png", page.tone_icon),
+        web.get("/states.css", page.states_css),
         web.get("/rules", page.rules),
+        web.get("/silences", page.silences),
+        web.get("/fragments/silence-preview", page.silence_preview),
         web.get("/events", page.feed.stream),
         web.route("*", "/login", page.login),
         web.post("/logout", page.logout),

@@ -1,15 +1,26 @@
 """The board's rows: every endpoint (state and since, last TTFT and tok/s, a sparkline of its
-stored samples, its open incident) and every host, from the live daemon and one samples query."""
+stored samples, its open incident, its availability over 24 h, 7 d and 30 d and its time to
+repair) and every host (its availability too), from the live daemon and a few queries."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from supervisor.record.availability import (
+    Availability,
+    Repair,
+    Repairs,
+    Subject,
+    availability,
+    repairs,
+)
+from supervisor.record.store import Store, SubjectKind
 from supervisor.tell.web.page.reads import Point, recent_points
 from supervisor.tell.web.page.spark import sparkline
+from supervisor.tell.web.page.states import TONES, Tone, tone_of
 from supervisor.tell.web.view import HostView
 
 if TYPE_CHECKING:
@@ -17,20 +28,6 @@ if TYPE_CHECKING:
 
 SPARK_WINDOW = timedelta(hours=6)
 """How far back the sparklines look."""
-
-#: states drawn red (not serving), amber or grey on the board (everything else is green)
-TONE = {
-    "down": "bad",
-    "escalated": "bad",
-    "remediating": "bad",
-    "verifying": "bad",
-    "degraded": "warn",
-    "starting": "warn",
-    "host_down": "bad",
-    "maintenance": "muted",
-    "unknown": "muted",
-    "unreachable": "bad",
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,20 +43,33 @@ class EndpointRow:
     incident_id: int | None
     spark_tok: str  #: an inline SVG (safe markup built by `spark`)
     spark_ttft: str
+    availability: Availability
+    repair: Repair
 
     @property
     def tone(self) -> str:
-        return TONE.get(self.state, "good")
+        return tone_of(self.state)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostRow:
+    view: HostView
+    availability: Availability
 
 
 @dataclass(frozen=True, kw_only=True)
 class Board:
     at: datetime
     endpoints: tuple[EndpointRow, ...]
-    hosts: tuple[HostView, ...]
+    hosts: tuple[HostRow, ...]
+    by_rule: Mapping[str, Repair]  #: the time to repair per rule (30 d)
 
     def count(self, tone: str) -> int:
         return sum(1 for e in self.endpoints if e.tone == tone)
+
+    def counts(self) -> list[tuple[Tone, int]]:
+        """Each tone (worst first) with how many endpoints show it."""
+        return [(tone, self.count(tone.name)) for tone in TONES.values()]
 
 
 def _tok(points: Sequence[Point]) -> list[float]:
@@ -70,10 +80,39 @@ def _ttft(points: Sequence[Point]) -> list[float]:
     return [p.ttft_s for p in points if p.ttft_s is not None]
 
 
-async def board(daemon: FleetSource, hosts: tuple[HostView, ...]) -> Board:
+HISTORY_MAX_AGE = timedelta(seconds=30)
+"""How old the board's availability and repair figures may be: they move by seconds a day, the
+states beside them are live (the endpoint page, `status` and /metrics read them afresh)."""
+
+
+class History:
+    """The board's availability and repair figures, read again once older than
+    `HISTORY_MAX_AGE` or when the fleet's subjects change."""
+
+    def __init__(self) -> None:
+        self._read: tuple[datetime, tuple[Subject, ...], dict[Subject, Availability], Repairs]
+        self._read = (datetime.min.replace(tzinfo=UTC), (), {}, Repairs())
+
+    async def get(
+        self, store: Store, subjects: Sequence[Subject], now: datetime
+    ) -> tuple[dict[Subject, Availability], Repairs]:
+        at, known, found, fixed = self._read
+        if tuple(subjects) != known or not timedelta(0) <= now - at < HISTORY_MAX_AGE:
+            found = await availability(store, subjects, now=now)
+            fixed = await repairs(store, now=now)
+            self._read = (now, tuple(subjects), found, fixed)
+        return found, fixed
+
+
+async def board(
+    daemon: FleetSource, hosts: tuple[HostView, ...], figures: History | None = None
+) -> Board:
     now = daemon.clock.now()
     workers = list(daemon.workers.items())
     history = await recent_points(daemon.store, [n for n, _ in workers], since=now - SPARK_WINDOW)
+    subjects = [(SubjectKind.ENDPOINT, n) for n, _ in workers]
+    subjects += [(SubjectKind.HOST, h.name) for h in hosts]
+    found, fixed = await (figures or History()).get(daemon.store, subjects, now)
     rows = []
     for name, worker in workers:
         snap = worker.snapshot()
@@ -91,6 +130,13 @@ async def board(daemon: FleetSource, hosts: tuple[HostView, ...]) -> Board:
                 incident_id=snap.incident_id,
                 spark_tok=sparkline(_tok(points), label=f"{name} tok/s"),
                 spark_ttft=sparkline(_ttft(points), label=f"{name} TTFT"),
+                availability=found[(SubjectKind.ENDPOINT, name)],
+                repair=fixed.by_subject.get(name, Repair()),
             )
         )
-    return Board(at=now, endpoints=tuple(rows), hosts=hosts)
+    return Board(
+        at=now,
+        endpoints=tuple(rows),
+        hosts=tuple(HostRow(view=h, availability=found[(SubjectKind.HOST, h.name)]) for h in hosts),
+        by_rule=fixed.by_rule,
+    )

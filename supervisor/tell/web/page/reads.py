@@ -84,15 +84,3 @@ async def last_entry_id(store: Store) -> int:
     async with store.tx(write=False) as conn:
         value = (await conn.execute(select(func.max(timeline.c.id)))).scalar()
     return int(value or 0)
-
-
-async def latest_diagnoses(store: Store, *, limit: int = 500) -> Sequence[TimelineRow]:
-    """The latest diagnosis entries, newest first."""
-    query = (
-        select(timeline)
-        .where(timeline.c.type == "diagnosis")
-        .order_by(timeline.c.id.desc())
-        .limit(limit)
-    )
-    async with store.tx(write=False) as conn:
-        return [to_timeline_row(m) for m in (await conn.execute(query)).mappings().all()]

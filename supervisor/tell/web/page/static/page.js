@@ -1,5 +1,6 @@
 // The fleet page's only script: follow the daemon's server-sent events and re-fetch the live
-// parts of the page (elements with data-live) when the timeline moves; ask before a restart.
+// parts of the page (elements with data-live) and the tab's title and icon (/alarm.json) when
+// the timeline moves or a tick comes; ask before a restart.
 "use strict";
 (function () {
   const live = document.querySelectorAll("[data-live]");
@@ -7,8 +8,22 @@
   const badge = document.getElementById("live");
   let pending = null;
 
+  const icon = document.getElementById("icon");
+  const title = document.documentElement.dataset.title || document.title;
+
+  function alarm() {
+    fetch("/alarm.json", { credentials: "same-origin", cache: "no-store" })
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (a) {
+        document.title = a.prefix + title;
+        if (icon && icon.getAttribute("href") !== a.icon) icon.setAttribute("href", a.icon);
+      })
+      .catch(function () { /* the next event tries again */ });
+  }
+
   function refresh() {
     pending = null;
+    alarm();
     live.forEach(function (el) {
       fetch(el.dataset.live, { credentials: "same-origin" })
         .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
@@ -33,12 +48,37 @@
     while (feed.children.length > 50) feed.lastElementChild.remove();
   }
 
-  if (window.EventSource && (live.length || feed)) {
+  if (window.EventSource) {
     const source = new EventSource("/events");
     source.onopen = function () { badge.textContent = "● live"; badge.classList.add("on"); };
     source.onerror = function () { badge.textContent = "○ reconnecting"; badge.classList.remove("on"); };
     source.addEventListener("timeline", function (e) { show(JSON.parse(e.data)); soon(); });
     source.addEventListener("tick", soon);
+  }
+
+  // a picked end time is the browser's local time: say its offset from UTC
+  function zones() {
+    document.querySelectorAll("input[name=tz_offset]").forEach(function (input) {
+      input.value = String(new Date().getTimezoneOffset());
+    });
+  }
+  zones();
+
+  // the silence form: what the typed target covers, as it is typed
+  const target = document.getElementById("target");
+  const preview = document.getElementById("preview-part");
+  let typing = null;
+  if (target && preview) {
+    target.addEventListener("input", function () {
+      clearTimeout(typing);
+      typing = setTimeout(function () {
+        const url = preview.dataset.preview + "?target=" + encodeURIComponent(target.value.trim());
+        fetch(url, { credentials: "same-origin" })
+          .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+          .then(function (html) { preview.innerHTML = html; zones(); })
+          .catch(function () { /* the preview button still works */ });
+      }, 200);
+    });
   }
 
   document.querySelectorAll("form.act[data-action=restart]").forEach(function (form) {
