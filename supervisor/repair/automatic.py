@@ -10,6 +10,7 @@ from typing import Any
 from supervisor.core.durations import format_duration
 from supervisor.judge.machine import State
 from supervisor.playbook.facts import Facts
+from supervisor.playbook.matching import Latest
 from supervisor.playbook.model import Mode, Rule
 from supervisor.playbook.results import Diagnosis, RuleMatch
 from supervisor.record.timeline import Decision, Outcome
@@ -22,6 +23,8 @@ from supervisor.repair.tasks import RepairTasks, log
 from supervisor.worker.endpoint import EndpointWorker
 
 _ACTIONABLE = frozenset({State.DOWN, State.DEGRADED, State.UNREACHABLE})
+#: states whose units can be asked about a restart under way (not a host that does not answer)
+_SETTLES = frozenset({State.DOWN, State.DEGRADED})
 
 
 class AutomaticRepairs(RepairTasks):
@@ -43,14 +46,20 @@ class AutomaticRepairs(RepairTasks):
                 return
 
     async def _diagnose(self, worker: EndpointWorker) -> Diagnosis:
+        """Evidence and the rule that matches; a restart systemd or launchd is about to make is
+        waited for first, and the latest failure and death are read after it."""
         diagnosis = await self.diagnosis.diagnose(
             worker.endpoint,
             state=worker.state.value,
             trigger=worker.last_problem,
             last_ok_at=worker.last_ok_at,
             event=worker.last_unit_signal,
+            settle=worker.state in _SETTLES,
+            latest=lambda: Latest(trigger=worker.last_problem, event=worker.last_unit_signal),
         )
         now = self.clock.now()
+        for restart in diagnosis.restarts:
+            await worker.record(records.settled_entry(restart, worker.name, now))
         for run in diagnosis.evidence:
             await worker.record(records.evidence_entry(run, worker.name, now))
         await worker.record(records.diagnosis_entry(diagnosis, worker.name, now))

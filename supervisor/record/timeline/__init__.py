@@ -33,6 +33,7 @@ from supervisor.record.timeline.repair import (
     Diagnosis,
     Escalation,
     Evidence,
+    Settled,
     StepRan,
     Verification,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "ProgressSample",
     "Record",
     "Resumed",
+    "Settled",
     "Silenced",
     "StepRan",
     "Transition",
