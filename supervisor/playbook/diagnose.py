@@ -16,7 +16,7 @@ read then.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -140,12 +140,13 @@ async def diagnose(
     settle: bool = False,
     latest: Callable[[], Latest] | None = None,
     clock: Clock | None = None,
+    pause: Callable[[float], Awaitable[None]] | None = None,
 ) -> Diagnosis:
     """Gather evidence for `endpoint` (in `state`, after `trigger`) and match the playbook.
     `last_ok_at` (when the endpoint last passed a check) reaches the collectors through their
     context: the journal reads only what was logged since. With `settle`, the restarts systemd
     or launchd is about to make are waited for first (`latest`: the probe failure and unit death
-    to read after the wait; default: `trigger` and `event`); `clock` paces the wait."""
+    to read after the wait; default: `trigger` and `event`); `clock` and `pause` pace the wait."""
     gather = _CachedGather(executor=executor, http=http, timeout=timeout, last_ok_at=last_ok_at)
     scopes = scopes_of(endpoint, config)
     restarts: list[Restart] = []
@@ -154,6 +155,8 @@ async def diagnose(
         contexts = [gather.context(scope) for scope in scopes]
         if clock is not None:
             contexts = [replace(ctx, clock=clock) for ctx in contexts]
+        if pause is not None:
+            contexts = [replace(ctx, pause=pause) for ctx in contexts]
         found = await wait_for_restarts(contexts)
         restarts.extend(found)
         if found:

@@ -306,7 +306,8 @@ class _LaunchdReading:
 def _reading(scope: Scope) -> tuple[list[str], type[_SystemdReading] | type[_LaunchdReading]]:
     """The command that reads the scope's unit, and how its answer is read (NotLaunchdError for
     a launchd host's unit that is not a job)."""
-    assert scope.unit is not None and scope.host is not None
+    assert scope.unit is not None
+    assert scope.host is not None
     if scope.host.service_manager == "launchd":
         return print_argv(scope.unit), _LaunchdReading
     show = ["systemctl", "show", scope.unit.unit, "-p", ",".join(SHOW), "--no-pager"]
