@@ -389,3 +389,41 @@ def test_settle_is_validated_when_the_rule_loads(tmp_path: Path, value: str, sai
     assert load_playbook(tmp_path).lines() == [
         f"{tmp_path}/ghost.yaml:9: rule 'ghost': settle: expected true or false, got {said}"
     ]
+
+
+# --- collectors that do not apply to the scope: not run, not recorded, still explained ---------
+
+
+async def test_collectors_that_do_not_apply_are_not_run_nor_recorded(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    (tmp_path / "mac.yaml").write_text(
+        "id: mac\ntitle: mac\nseverity: critical\nmode: manual\n"
+        "evidence:\n"
+        "  - {id: job, collect: launchd_job}\n"
+        "  - {id: script, collect: path_exists, params: {path: /w/x.sh, in_container: true}}\n"
+        "  - {id: status, collect: unit_status}\n"
+        "when: {fact: job.loaded, op: eq, value: false}\n"
+    )
+    executor = ScriptedExecutor(answers={STATUS_ARGV: status(EXITED_127)})
+    cfg = config()
+    diagnosis = await diagnose(
+        cfg.endpoints["qwen"],
+        config=cfg,
+        state="down",
+        trigger=None,
+        playbook=load_playbook(tmp_path),
+        executor=executor,
+        http=http,
+        timeout=timedelta(seconds=5),
+    )
+    assert [run.collector for run in diagnosis.evidence] == ["unit_status"]
+    assert [call.argv for call in executor.calls] == [STATUS_ARGV]
+    errors = diagnosis.evaluations[0].scopes[0].evidence_errors
+    assert dict(errors) == {
+        "job": "launchd_job: spark1 is not a launchd host (systemd)",
+        "script": "path_exists: no container in this scope",
+    }
+    assert diagnosis.lines()[3] == (
+        "    job.loaded: missing (launchd_job: spark1 is not a launchd host (systemd)): eq false: no"
+    )
