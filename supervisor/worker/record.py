@@ -26,8 +26,8 @@ from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.judge.machine import Change, FleetMachine, State, Trigger
 from supervisor.judge.progress import Progress
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.summaries import resolution_text, transition_entry, unit_entry
-from supervisor.worker.runs import ProbeRuns
+from supervisor.record.summaries import resolution_text, transition_entry
+from supervisor.worker.runs import ProbeRuns, UnitRuns
 from supervisor.worker.state import Restored, WallDeadline
 
 
@@ -52,6 +52,7 @@ class EndpointRecord:
         self._store = store
         self._clock = clock
         self._runs = ProbeRuns(store, subject=self.name)
+        self._unit_runs = UnitRuns(store)
         self.since = restored.since
         self.incident_id = restored.incident_id
         self.streaks = restored.streaks
@@ -172,13 +173,16 @@ class EndpointRecord:
             await self._runs.count(result, note, progress, incident_id=self.incident_id)
 
     async def _flush_run(self) -> None:
-        """Write the runs of identical probe results (one per tier), the oldest first."""
+        """Write the runs of identical probe results (one per tier), the oldest first, and the
+        repeated unit events counted so far."""
         await self._runs.flush()
+        await self._unit_runs.flush()
 
     async def _record_unit(self, signal: UnitSignal, verdict: str) -> None:
-        """The event and its journal lines in the open incident (none open: the log only)."""
+        """The event and its journal lines in the open incident (none open: the log only); the
+        same event again is counted (`supervisor.worker.runs.UnitRuns`)."""
         if self.incident_id is not None:
-            await self._store.append(self.incident_id, unit_entry(signal, verdict))
+            await self._unit_runs.count(signal, verdict, incident_id=self.incident_id)
 
     async def _on_record(self, entry: TimelineEntry, incident_id: int | None) -> None:
         target = incident_id if incident_id is not None else self.incident_id
