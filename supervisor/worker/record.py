@@ -27,6 +27,7 @@ from supervisor.judge.machine import Change, FleetMachine, State, Trigger
 from supervisor.judge.progress import Progress
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.summaries import resolution_text, transition_entry
+from supervisor.worker.heard import Heard
 from supervisor.worker.runs import ProbeRuns, UnitRuns
 from supervisor.worker.state import Restored, WallDeadline
 
@@ -71,6 +72,9 @@ class EndpointRecord:
         self.last_unit_signal: UnitSignal | None = None
         #: called (without awaiting) after a change into down, degraded or unreachable
         self.on_problem: Callable[[Self], None] | None = None
+        #: called (without awaiting) while escalated, for each unit death and `/metrics` verdict
+        #: heard (the repair runner decides whether it is new enough to look again)
+        self.on_evidence: Callable[[Self, Heard], None] | None = None
         #: set on every state change (the repair runner waits on it while verifying)
         self.changed = asyncio.Event()
         #: the latest probe that did not pass: what a diagnosis starts from
@@ -177,6 +181,11 @@ class EndpointRecord:
         repeated unit events counted so far."""
         await self._runs.flush()
         await self._unit_runs.flush()
+
+    def _heard(self, heard: Heard) -> None:
+        """Evidence heard while escalated goes to the `on_evidence` hook."""
+        if self.state is State.ESCALATED and self.on_evidence is not None:
+            self.on_evidence(self, heard)
 
     async def _record_unit(self, signal: UnitSignal, verdict: str) -> None:
         """The event and its journal lines in the open incident (none open: the log only); the

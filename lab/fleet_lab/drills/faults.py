@@ -137,6 +137,23 @@ def inject_missing_binary(lab: Lab) -> None:
     _qwen_ghost(lab, f"{QWEN_GHOST_BINARY} serve qwen --port 8001")
 
 
+def _kill_into(lab: Lab, command: str) -> None:
+    """ExecStart repointed (a drop-in, daemon-reload, no restart), then the running server is
+    SIGKILLed: systemd restarts it after RestartSec into the ghost (issue 19's sequences)."""
+    write_dropin(lab, QWEN_GHOST_DROPIN, f"[Service]\nExecStart=\nExecStart={command}\n")
+    run(lab.host("spark1"), "systemctl", "kill", "--signal=SIGKILL", fleet.QWEN_UNIT)
+
+
+def inject_kill_into_ghost(lab: Lab) -> None:
+    """The next start exits 127 (bash: no such script)."""
+    _kill_into(lab, f"/bin/bash {QWEN_GHOST_SCRIPT}")
+
+
+def inject_kill_into_missing_binary(lab: Lab) -> None:
+    """The next start fails 203/EXEC (no such binary)."""
+    _kill_into(lab, f"{QWEN_GHOST_BINARY} serve qwen --port 8001")
+
+
 def inject_ssh_loss(lab: Lab) -> None:
     """spark1 hangs (the GSP-hang class): its sshd stops answering and the head's processes
     freeze (SIGSTOP: the kernel still accepts on :8000, nothing answers), as when the GPU
@@ -282,6 +299,14 @@ FAULTS: Mapping[str, Fault] = {
         Fault("ghost-execstart-host", "ghost-execstart-host", inject_host_ghost, endpoint="qwen"),
         Fault(
             "ghost-execstart-203", "ghost-execstart-host", inject_missing_binary, endpoint="qwen"
+        ),
+        # killed after ExecStart was repointed: the death says signal 9, the next start 127/203
+        Fault("ghost-kill-127", "ghost-execstart-host", inject_kill_into_ghost, endpoint="qwen"),
+        Fault(
+            "ghost-kill-203",
+            "ghost-execstart-host",
+            inject_kill_into_missing_binary,
+            endpoint="qwen",
         ),
         Fault("engine-death-clean-exit", "engine-death-clean-exit", drifts.inject_engine_death),
         Fault("orphan-enginecore", "orphan-enginecore", drifts.inject_orphan),
