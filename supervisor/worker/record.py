@@ -182,7 +182,7 @@ class EndpointRecord:
         await self._runs.flush()
         await self._unit_runs.flush()
 
-    def _heard(self, heard: Heard) -> None:
+    def _heard(self: Self, heard: Heard) -> None:
         """Evidence heard while escalated goes to the `on_evidence` hook."""
         if self.state is State.ESCALATED and self.on_evidence is not None:
             self.on_evidence(self, heard)

@@ -12,7 +12,15 @@ import pytest
 
 from fleet_lab.drills import run as drills
 from fleet_lab.lab import Lab
-from supervisor.record.timeline import AttemptStarted, Diagnosis, Settled
+from supervisor.record.timeline import (
+    AttemptStarted,
+    Decision,
+    Diagnosis,
+    Escalation,
+    Outcome,
+    Settled,
+    Transition,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -38,3 +46,59 @@ async def test_a_kill_into_a_ghost_is_diagnosed_from_the_next_start(
     assert report.passed, report.lines()
     assert report.detect_s is not None
     assert report.detect_s < 2  # heard at once: the wait is the diagnosis's, not the detection's
+
+
+async def test_an_escalated_endpoint_whose_evidence_changes_to_a_known_rule_heals(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """unknown-failure spent its one restart and called a person; then the preflight is gone and
+    ExecStart names a missing script: the next death says status=127, ghost-execstart-host
+    matches with its budget left, and the endpoint is repaired without a person."""
+    report = await drills.run_drill(lab, "escalated-then-ghost", folder=tmp_path)
+    print("\n".join(report.lines()))
+    assert report.problem == ""
+    records = [row.record for row in report.timeline]
+    assert [r.rule for r in records if isinstance(r, AttemptStarted)] == [
+        "unknown-failure",
+        "ghost-execstart-host",
+    ]
+    moves = [r for r in records if isinstance(r, Transition)]
+    back = [t for t in moves if t.trigger == "reconsider"]
+    assert [(t.source, t.dest, t.rule) for t in back] == [
+        ("escalated", "down", "ghost-execstart-host")
+    ]
+    assert back[0].note.startswith("new evidence: systemd: vllm-qwen.service "), back[0].note
+    assert back[0].note.endswith(
+        "; ghost-execstart-host now matches (was escalated: unknown-failure)"
+    )
+    assert "status=127" in back[0].note
+    assert report.outcome == "healed"
+    assert report.healed
+    texts = report.notified.texts
+    assert any(t.startswith("🆘 <b>a person is needed</b> on qwen: ") for t in texts), texts
+    told = [t for t in texts if t.startswith("🔁 qwen: new evidence: ")]
+    assert len(told) == 1, texts
+    assert told[0].endswith("; repairing without a person")
+    assert "✅ qwen repair: verified: ghost-execstart-host healed it" in texts
+
+
+async def test_an_escalated_endpoint_whose_evidence_changes_nothing_stays_escalated(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """The preflight now exits 2: new evidence, looked at once, and unknown-failure (spent)
+    is still all that matches: no attempt, no second call for a person."""
+    report = await drills.run_drill(lab, "escalated-other-status", folder=tmp_path)
+    print("\n".join(report.lines()))
+    assert report.problem == ""
+    assert report.passed
+    assert report.final_state == "escalated"
+    records = [row.record for row in report.timeline]
+    assert [r.rule for r in records if isinstance(r, AttemptStarted)] == ["unknown-failure"]
+    still = [r for r in records if isinstance(r, Decision) and r.outcome is Outcome.STILL_ESCALATED]
+    assert any("status=2" in d.why and d.why.endswith("; unknown-failure matches again")
+               for d in still), [d.summary for d in still]  # fmt: skip
+    assert len(still) <= 3  # at most MAX_LOOKS looks per incident
+    assert not [r for r in records if isinstance(r, Transition) and r.trigger == "reconsider"]
+    assert len([r for r in records if isinstance(r, Escalation) and not r.dry_run]) == 1
+    asks = [t for t in report.notified.texts if t.startswith("🆘")]
+    assert len(asks) == 1, report.notified.texts
