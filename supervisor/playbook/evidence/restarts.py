@@ -199,9 +199,8 @@ def _launchd_words(facts: Mapping[str, FactValue]) -> str:
 class _Watch:
     """Samples of one unit; says when its restart's outcome is known."""
 
-    def __init__(self, first: Mapping[str, FactValue], at: float) -> None:
-        self.first = first
-        self.began = at
+    def __init__(self, first: Mapping[str, FactValue]) -> None:
+        self.first = first  #: the sample that found the unit about to be restarted
         self._alive: tuple[object, float] | None = None  #: the attempt seen alive, since when
 
     def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
@@ -223,9 +222,9 @@ class _SystemdWatch(_Watch):
         base = self.first.get("n_restarts")
         now = facts.get("n_restarts")
         restarted = isinstance(now, int) and isinstance(base, int) and now > base
-        fresh = self.first.get("sub_state") not in RESTING and self.first.get("active_state") in (
-            "activating",
-        )
+        # first seen mid-start (`activating`, not resting): that start is the one to watch
+        first = self.first
+        fresh = first.get("sub_state") not in RESTING and first.get("active_state") == "activating"
         if facts.get("sub_state") in RESTING:
             return Outcome.FAILED if restarted or fresh else None
         if active in MOVING and active != "deactivating" and (restarted or fresh):
@@ -264,8 +263,8 @@ class _SystemdReading:
         return restart_s + start_s + SETTLE + SLACK
 
     @staticmethod
-    def watch(facts: Mapping[str, FactValue], at: float) -> _Watch:
-        return _SystemdWatch(facts, at)
+    def watch(facts: Mapping[str, FactValue]) -> _Watch:
+        return _SystemdWatch(facts)
 
     @staticmethod
     def words(facts: Mapping[str, FactValue]) -> str:
@@ -295,8 +294,8 @@ class _LaunchdReading:
         return (throttle if isinstance(throttle, float) else LAUNCHD_THROTTLE) + SETTLE + SLACK
 
     @staticmethod
-    def watch(facts: Mapping[str, FactValue], at: float) -> _Watch:
-        return _LaunchdWatch(facts, at)
+    def watch(facts: Mapping[str, FactValue]) -> _Watch:
+        return _LaunchdWatch(facts)
 
     @staticmethod
     def words(facts: Mapping[str, FactValue]) -> str:
@@ -335,7 +334,7 @@ async def _settle_one(ctx: CollectContext) -> Restart | None:
         return None
     began = ctx.clock.monotonic()
     bound = reading.bound(first)
-    watch = reading.watch(first, began)
+    watch = reading.watch(first)
     last: Mapping[str, FactValue] = first
     outcome: Outcome | None = None
     while outcome is None:
