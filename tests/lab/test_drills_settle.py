@@ -17,6 +17,7 @@ from supervisor.record.timeline import (
     Decision,
     Diagnosis,
     Escalation,
+    Evidence,
     Outcome,
     Settled,
     Transition,
@@ -44,6 +45,11 @@ async def test_a_kill_into_a_ghost_is_diagnosed_from_the_next_start(
     assert waited[0].after.startswith(f"status={status}, ")
     assert report.outcome == "healed"
     assert report.passed, report.lines()
+    # no timeline carries a collector that does not apply to its host (launchd, a container)
+    gathered = [r for r in records if isinstance(r, Evidence)]
+    assert gathered
+    assert not [e.summary for e in gathered if e.collector.startswith(("launchd", "mac_"))]
+    assert not [e.summary for e in gathered if "no container" in e.error]
     assert report.detect_s is not None
     assert report.detect_s < 2  # heard at once: the wait is the diagnosis's, not the detection's
 
