@@ -425,5 +425,6 @@ async def test_collectors_that_do_not_apply_are_not_run_nor_recorded(
         "script": "path_exists: no container in this scope",
     }
     assert diagnosis.lines()[3] == (
-        "    job.loaded: missing (launchd_job: spark1 is not a launchd host (systemd)): eq false: no"
+        "    job.loaded: missing (launchd_job: spark1 is not a launchd host (systemd)): "
+        "eq false: no"
     )
