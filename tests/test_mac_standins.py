@@ -4,6 +4,7 @@ job's program: here the mlx_lm-shaped server, on loopback, as real processes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import plistlib
@@ -11,14 +12,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
+from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.execute import CommandResult
+from supervisor.playbook.evidence.base import CollectContext, Scope
 from supervisor.playbook.evidence.launchctl import is_not_found, job_facts, parse_print
 from supervisor.playbook.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
+from supervisor.playbook.evidence.restarts import Outcome, Restart, wait_for_restarts
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -49,19 +56,28 @@ class Mac:
     def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return self.run("fleet_lab.mac.tools", *argv)
 
-    def plist(self, *, run_at_load: bool) -> Path:
+    def plist(
+        self,
+        *,
+        run_at_load: bool,
+        keep_alive: bool = False,
+        throttle: int = 10,
+        arguments: list[str] | None = None,
+    ) -> Path:
         path = self.folder / "com.fleet.mlx-kimi.plist"
-        arguments = [
+        arguments = arguments or [
             sys.executable, "-m", "fleet_lab.vllm_sim", "--flavour", "mlx", "--host",
             "127.0.0.1", "--port", str(self.port), "--model", "kimi",
             "--control-file", str(self.folder / "control.json"),
         ]  # fmt: skip
-        document = {
+        document: dict[str, object] = {
             "Label": "com.fleet.mlx-kimi",
             "ProgramArguments": arguments,
             "StandardErrorPath": str(self.folder / "err.log"),
             "RunAtLoad": run_at_load,
         }
+        if keep_alive:
+            document |= {"KeepAlive": True, "ThrottleInterval": throttle}
         path.write_bytes(plistlib.dumps(document))
         return path
 
@@ -189,3 +205,85 @@ def test_memory_and_stat_in_the_shapes_macos_prints(mac: Mac, tmp_path: Path) ->
     missing = mac.tool("stat", "-f", "%m", "--", str(tmp_path / "nope"))
     assert missing.returncode == 1
     assert missing.stderr == f"stat: {tmp_path / 'nope'}: stat: No such file or directory\n"
+
+
+# --- KeepAlive: launchd starts a dead job again after its throttle interval --------------------
+
+
+@dataclass
+class StandinExecutor:
+    """Runs `launchctl ...` as the stand-in on this machine (the supervisor's executor seam)."""
+
+    mac: Mac
+
+    async def run(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        timeout: timedelta,
+        sudo: bool = False,
+        mutating: bool = False,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        assert argv[0] == "launchctl"
+        done = await asyncio.to_thread(self.mac.launchctl, *argv[1:])
+        return CommandResult(
+            host=host.name,
+            command=" ".join(argv),
+            exit_status=done.returncode,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            duration_s=0.0,
+        )
+
+    async def close(self) -> None:
+        return None
+
+
+MAC_HOST = Host(name="m3ultra", local=True, service_manager="launchd")
+KIMI_JOB = UnitRef(host="m3ultra", unit="com.fleet.mlx-kimi", domain="gui/501")
+
+
+async def _settle(mac: Mac) -> tuple[Restart, ...]:
+    endpoint = Endpoint(
+        name="kimi", kind="openai", url=f"http://127.0.0.1:{mac.port}", model="kimi",
+        units=(KIMI_JOB,),
+    )  # fmt: skip
+    async with httpx.AsyncClient() as http:
+        ctx = CollectContext(
+            scope=Scope(endpoint=endpoint, host=MAC_HOST, unit=KIMI_JOB),
+            executor=StandinExecutor(mac),
+            timeout=timedelta(seconds=10),
+            http=http,
+        )
+        return await wait_for_restarts([ctx])
+
+
+async def test_keepalive_restarts_a_killed_job_and_the_diagnosis_waits_for_it(mac: Mac) -> None:
+    plist = mac.plist(run_at_load=True, keep_alive=True, throttle=2)
+    assert mac.launchctl("bootstrap", "gui/501", str(plist)).returncode == 0
+    assert await asyncio.to_thread(_until, mac.serving)
+    os.kill(int(mac.facts()["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    assert await asyncio.to_thread(_until, lambda: mac.facts()["state"] == "spawn scheduled")
+    found = await _settle(mac)
+    assert [(r.outcome, r.before) for r in found] == [
+        (Outcome.RUNNING, "signal Killed: 9, spawn scheduled, 1 runs")
+    ]
+    assert found[0].after.endswith(", running, 2 runs")
+    assert found[0].bound_s == 5.0  # the job's throttle 2 + settle 2 + slack 1
+    assert await asyncio.to_thread(_until, mac.serving)
+
+
+async def test_keepalive_restarts_a_failing_job_and_the_diagnosis_reads_the_next_exit(
+    mac: Mac,
+) -> None:
+    failing = ["/bin/sh", "-c", "sleep 0.3; exit 1"]
+    plist = mac.plist(run_at_load=True, keep_alive=True, throttle=2, arguments=failing)
+    assert mac.launchctl("bootstrap", "gui/501", str(plist)).returncode == 0
+    assert await asyncio.to_thread(_until, lambda: mac.facts()["state"] == "spawn scheduled")
+    found = await _settle(mac)
+    assert [r.outcome for r in found] == [Outcome.FAILED], found
+    assert found[0].before == "exit 1, spawn scheduled, 1 runs"
+    assert found[0].after.startswith("exit 1, ")
+    assert found[0].after.endswith(", 2 runs")

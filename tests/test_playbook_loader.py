@@ -237,7 +237,8 @@ STATUS = "active_state, drop_in_paths, exec_main_status, exec_start_script, n_re
             _swap("mode: auto\n", "mode: auto\nmode: manual\nsource: x\n"),
             [R.format(21) + "mode: duplicate key (first at line 20)",
              R.format(22) + "source: unknown key (expected one of: actions, applies_to, budget, "
-             "description, evidence, id, mode, priority, runbook, severity, title, verify, when)"],
+             "description, evidence, id, mode, priority, runbook, settle, severity, title, "
+             "verify, when)"],
             id="duplicate-and-reserved-keys",
         ),
         pytest.param(

@@ -36,6 +36,7 @@ from supervisor.record.timeline import (
     ProgressSample,
     Record,
     Resumed,
+    Settled,
     Silenced,
     StepRan,
     Transition,
@@ -166,6 +167,22 @@ CASES: list[tuple[Record, EntryKind, str]] = [
         ),
         EntryKind.EVIDENCE,
         "listeners (port) on vllm-m.service@spark1: 3 facts",
+    ),
+    (
+        Settled(
+            scope="vllm-qwen.service@spark1",
+            host="spark1",
+            unit="vllm-qwen.service",
+            outcome="failed again",
+            before="signal 9, activating/auto-restart, 0 restarts",
+            after="status=127, activating/auto-restart, 1 restart",
+            waited_s=3.62,
+            bound_s=36.0,
+        ),
+        EntryKind.EVIDENCE,
+        "waited 3.6s (of up to 36.0s) for the restart of vllm-qwen.service@spark1: failed again: "
+        "status=127, activating/auto-restart, 1 restart (before: signal 9, "
+        "activating/auto-restart, 0 restarts)",
     ),
     (
         Evidence(evidence_id="j", collector="journal", scope="ds4", error="ssh: timed out"),

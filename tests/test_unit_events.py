@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -315,3 +316,68 @@ async def test_our_own_stops_are_not_judged(tmp_path: Path, vllm: VllmSim) -> No
         assert sum(vllm.requests.values()) == before  # not even a confirming probe
     finally:
         await daemon.stop()
+
+
+LOOP_BEGAN = datetime(2026, 11, 26, 13, 0, tzinfo=UTC)
+
+
+def _looping(n: int, kind: str) -> UnitSignal:
+    """Attempt `n` of a crash loop: its start, or its death (203/EXEC, the unit crash-looping)."""
+    signal = _signal("ds4", kind=kind)
+    line = f"vllm.service {kind}: " + (
+        f"{n} restarts" if kind == "started" else f"status=203, {n} restarts (exit-code)"
+    )
+    return replace(
+        signal,
+        line=line,
+        exit_status=None if kind == "started" else 203,
+        result="" if kind == "started" else "exit-code",
+        n_restarts=n,
+        # a start, then its death a second later; every 3 s (RestartSec=3)
+        at=LOOP_BEGAN + timedelta(seconds=3 * n + (kind != "started")),
+    )
+
+
+async def test_a_crash_loop_is_counted_not_listed(tmp_path: Path, vllm: VllmSim) -> None:
+    """The unit's death, then 100 rounds of `started` and `crash_loop: status=203` (5 minutes of
+    a RestartSec=3 loop): the first of each is written at once, the repeats are one entry each."""
+    daemon = await _started(tmp_path, vllm.url)
+    worker = daemon.workers["ds4"]
+    store = daemon.store
+    assert store is not None
+    assert daemon.daemon is not None
+    try:
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+        await vllm.stop()
+        daemon.daemon.submit(_signal("ds4"))
+        await eventually(lambda: _incident(worker) is not None, what="an incident")
+        incident = worker.incident_id or 0
+        for n in range(1, 101):
+            daemon.daemon.submit(_looping(n, "started"))
+            daemon.daemon.submit(_looping(n, "crash_loop"))
+        await eventually(lambda: worker.idle.is_set(), what="the loop judged")
+        rows = await store.timeline(incident)
+        written = [r.record.summary for r in rows if isinstance(r.record, UnitHeard)]
+        assert len(written) == 3, written  # the death, the first start, the first crash_loop
+    finally:
+        await daemon.stop()  # writes the repeats counted so far
+    reopened = await Store.open(daemon.config.store.path)
+    try:
+        rows = await reopened.timeline(incident)
+    finally:
+        await reopened.close()
+    heard = [r.record for r in rows if isinstance(r.record, UnitHeard)]
+    # deaths are judged ahead of the other events: the first crash_loop comes before the start
+    assert [(h.event, h.count, h.n_restarts) for h in heard] == [
+        ("failed", 1, 2),
+        ("crash_loop", 1, 1),
+        ("started", 1, 1),
+        ("started", 99, 2),
+        ("crash_loop", 99, 2),
+    ]
+    assert heard[-1].summary == (
+        "systemd on forge: vllm.service crash_loop: status=203, 2 restarts (exit-code); "
+        "failed; down, 99 times, last at 13:05:01Z "
+        "(vllm.service crash_loop: status=203, 100 restarts (exit-code))"
+    )
+    assert len(rows) < 15, [r.summary for r in rows]

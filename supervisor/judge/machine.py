@@ -46,6 +46,7 @@ class Trigger(StrEnum):
     VERIFY = "verify"  #: the repair's steps finished; verification starts
     VERIFY_FAILED = "verify_failed"  #: verification ran out of time
     ESCALATE = "escalate"  #: a person is needed
+    RECONSIDER = "reconsider"  #: escalated, new evidence made another rule match: repair again
     SILENCE = "silence"  #: a person put it in maintenance
     UNSILENCE = "unsilence"  #: maintenance ended: judge it afresh
 
@@ -96,6 +97,7 @@ TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
         (S.STARTING, S.DEGRADED, S.DOWN, S.REMEDIATING, S.VERIFYING, S.UNREACHABLE),
         S.ESCALATED,
     ),
+    (Trigger.RECONSIDER, (S.ESCALATED,), S.DOWN),
     (Trigger.SILENCE, tuple(s for s in _ALL if s is not S.MAINTENANCE), S.MAINTENANCE),
     (Trigger.UNSILENCE, (S.MAINTENANCE,), S.UNKNOWN),
 )

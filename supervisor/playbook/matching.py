@@ -5,11 +5,17 @@ rule's evidence items are gathered in order (each item's params filled from the 
 then `when` is evaluated. The first rule that matches in at least one scope wins; nothing after
 it is tried. Where the evidence comes from is the caller's `Gather`: collectors over SSH for a
 diagnosis, a fixture's recorded facts for `rules test`.
+
+Settling (a live diagnosis only): before the first rule that applies and does not say
+`settle: false`, the caller's `Settle` waits for the restart systemd or launchd is about to make
+(`supervisor.playbook.evidence.restarts`) and answers the probe failure and unit event to read
+from then on (the latest); the rules tried before it read the evidence as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from supervisor.core.events import ProbeResult, UnitSignal
@@ -26,6 +32,18 @@ from supervisor.playbook.scopes import builtin_facts
 Gather = Callable[[EvidenceItem, Collector[Any], Scope, CollectorParams], Awaitable[Evidence]]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Latest:
+    """What a diagnosis reads after it settled: the latest failed probe and unit death."""
+
+    trigger: ProbeResult | None
+    event: UnitSignal | None
+
+
+#: Waits for the restarts about to happen; the latest trigger and event once they are known.
+Settle = Callable[[], Awaitable[Latest]]
+
+
 async def match_rules(
     rules: Sequence[Rule],
     scopes: Sequence[Scope],
@@ -35,10 +53,19 @@ async def match_rules(
     collectors: Collectors,
     gather: Gather,
     event: UnitSignal | None = None,
+    settle: Settle | None = None,
 ) -> tuple[RuleMatch | None, tuple[RuleEvaluation, ...]]:
     """(the first rule that matched, every rule considered up to it)."""
     evaluations: list[RuleEvaluation] = []
+    endpoint = scopes[0].endpoint if scopes else None
     for rule in rules:
+        applies = endpoint is None or not rule.applies(
+            endpoint=endpoint.name, kind=endpoint.kind, state=state
+        )
+        if settle is not None and rule.settle and applies:
+            latest = await settle()
+            settle = None  # once per diagnosis
+            trigger, event = latest.trigger, latest.event
         evaluation = await evaluate_rule(
             rule,
             scopes,

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from supervisor.config.models import Count, EndpointKind, PositiveDuration, Text
+from supervisor.config.models import Count, EndpointKind, Flag, PositiveDuration, Text
 from supervisor.judge.machine import State
 from supervisor.playbook.actions.base import Target
 
@@ -162,6 +162,11 @@ class Rule(_Frozen):
         default=None, description="a Markdown page for people, relative to the repository"
     )
     budget: Budget = Field(default=Budget(), description="remediation attempts per window")
+    settle: Flag = Field(
+        default=True,
+        description="wait for a restart systemd or launchd is about to make before this rule "
+        "is tried, and read the latest attempt (`false`: the evidence as it is now)",
+    )
     source: str = Field(default="", description="the file the rule came from")
 
     def applies(self, *, endpoint: str, kind: str, state: str) -> str:

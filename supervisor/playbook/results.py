@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from supervisor.config import Host, UnitRef
 from supervisor.playbook.conditions import Trace, explain, first_failure
 from supervisor.playbook.evidence.base import Evidence, Scope
+from supervisor.playbook.evidence.restarts import Restart
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import Rule
 
@@ -93,15 +94,17 @@ class Diagnosis:
     matched: RuleMatch | None
     evaluations: tuple[RuleEvaluation, ...]  #: every rule considered, in the order tried
     evidence: tuple[EvidenceRun, ...]  #: every collector run, in order
+    restarts: tuple[Restart, ...] = ()  #: the restarts it waited for before reading the units
 
     def lines(self) -> list[str]:
-        """The whole diagnosis for people: the verdict, then every rule tried and why."""
+        """The whole diagnosis for people: the verdict, the restarts it waited for, then every
+        rule tried and why."""
         if self.matched is None:
             head = f"{self.endpoint} ({self.state}): no rule matched"
         else:
             where = ", ".join(result.scope.label for result in self.matched.scopes)
             head = f"{self.endpoint} ({self.state}): {self.matched.rule.id} matched on {where}"
-        lines = [head]
+        lines = [head, *(restart.line() for restart in self.restarts)]
         for evaluation in self.evaluations:
             lines.extend(evaluation.lines())
         return lines

@@ -141,8 +141,16 @@ def transition_entry(
     return TimelineEntry(at=at, subject=subject, record=record)
 
 
-def unit_entry(signal: UnitSignal, verdict: str) -> TimelineEntry:
-    """The timeline entry of a unit event: what systemd said, the unit's lines, the verdict."""
+def unit_entry(
+    signal: UnitSignal,
+    verdict: str,
+    *,
+    count: int = 1,
+    last_at: datetime | None = None,
+    last_line: str | None = None,
+) -> TimelineEntry:
+    """The timeline entry of a unit event: what systemd said, the unit's lines, the verdict; a
+    run of `count` identical events, the last seen at `last_at` saying `last_line`."""
     record = UnitHeard(
         host=signal.host,
         unit=signal.unit,
@@ -156,5 +164,8 @@ def unit_entry(signal: UnitSignal, verdict: str) -> TimelineEntry:
         n_restarts=signal.n_restarts,
         source=signal.source,
         cursor=signal.cursor or None,
+        count=count,
+        last_at=last_at if count > 1 else None,
+        last_line=last_line if count > 1 else None,
     )
     return TimelineEntry(at=signal.at, subject=signal.endpoint, record=record)

@@ -1,27 +1,40 @@
 """Automatic repair of a problem: diagnose, check the pause, the mode (manual, confirm) and the
 budgets, plan in a dry run, or act and verify through the attempt runner; again while the
-endpoint stays down."""
+endpoint stays down.
+
+Escalated is not deaf: decisive new evidence heard while escalated (`supervisor.repair.listening`
+says which, and bounds it) is diagnosed again; when another rule than the one escalated for now
+matches, not manual, with budget left, the endpoint is `down` again (`reconsider`, the
+transition and the chat say why) and that rule repairs it. The same rule, none, a manual rule, a
+spent budget, a pause or a person's ack: it stays escalated, and the timeline says why.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from supervisor.core.durations import format_duration
-from supervisor.judge.machine import State
+from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.facts import Facts
+from supervisor.playbook.matching import Latest
 from supervisor.playbook.model import Mode, Rule
 from supervisor.playbook.results import Diagnosis, RuleMatch
-from supervisor.record.timeline import Decision, Outcome
+from supervisor.record.timeline import Acked, Decision, Outcome
 from supervisor.repair import records
 from supervisor.repair.attempt import AUTOMATIC, Acted, Attempt
-from supervisor.repair.guards import check_budget
+from supervisor.repair.guards import Spend, check_budget
+from supervisor.repair.listening import Escalated
 from supervisor.repair.rulefacts import ask_text, scopes_of
 from supervisor.repair.steps import StepRun
 from supervisor.repair.tasks import RepairTasks, log
 from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker.heard import Heard
 
 _ACTIONABLE = frozenset({State.DOWN, State.DEGRADED, State.UNREACHABLE})
+#: states whose units can be asked about a restart under way (not a host that does not answer)
+_SETTLES = frozenset({State.DOWN, State.DEGRADED})
 
 
 class AutomaticRepairs(RepairTasks):
@@ -42,15 +55,101 @@ class AutomaticRepairs(RepairTasks):
             if not await self._attempt(worker, diagnosis.matched, diagnosis):
                 return
 
-    async def _diagnose(self, worker: EndpointWorker) -> Diagnosis:
+    def reconsider(self, worker: EndpointWorker, heard: Heard) -> None:
+        """The worker's `on_evidence` hook: escalated, it heard `heard`; when that is decisive
+        (new in this incident, looks left) and no repair task runs, diagnose again."""
+        if self._stopped or self.running(worker.name) or worker.state is not State.ESCALATED:
+            return
+        memory = self.listening.decisive(worker, heard)
+        if memory is None:
+            return
+        job = self._look_again(worker, heard, memory)
+        self._tasks[worker.name] = asyncio.create_task(self._guarded(worker, job))
+
+    async def _look_again(self, worker: EndpointWorker, heard: Heard, memory: Escalated) -> None:
+        old = memory.rule or "no rule"
+        if await self._acked(worker):
+            why = f"new evidence: {heard.words}; a person acknowledged it: not looking again"
+            await self.note(worker, Decision(outcome=Outcome.STILL_ESCALATED, why=why))
+            return
+        paused = self.paused(worker.name)
+        if paused:
+            await self.note(worker, Decision(outcome=Outcome.PAUSED, why=paused))
+            return
+        diagnosis = await self._diagnose(worker, as_state=memory.state)
+        if worker.state is not State.ESCALATED:
+            return  # it moved on meanwhile (healthy again, silenced)
+        match = diagnosis.matched
+        why = ""
+        if match is None:
+            why = "no rule matches"
+        elif match.rule.id == memory.rule:
+            why = f"{old} matches again"
+        elif match.rule.mode is Mode.MANUAL:
+            why = f"{match.rule.id} matches: a person's job (manual)"
+        spend: Spend | None = None
+        if match is not None and not why:
+            spend = await self._budget(worker, match.rule)
+            if not spend.allowed:
+                why = f"{match.rule.id} matches; {spend.note}"
+        if match is None or spend is None or why:
+            still = Decision(
+                outcome=Outcome.STILL_ESCALATED,
+                rule=match.rule.id if match else None,
+                why=f"new evidence: {heard.words}; {why}",
+            )
+            await self.note(worker, still)
+            return
+        rule = match.rule
+        note = f"new evidence: {heard.words}; {rule.id} now matches (was escalated: {old})"
+        if await worker.apply(Trigger.RECONSIDER, note, data={"rule": rule.id}) is None:
+            return
+        if await self._attempt(worker, match, diagnosis):
+            await self.handle(worker)
+
+    async def _acked(self, worker: EndpointWorker) -> bool:
+        """A person acknowledged the incident since it was last escalated."""
+        if worker.incident_id is None:
+            return False
+        rows = await self.store.timeline(worker.incident_id)
+        for row in reversed(rows):
+            record = row.record
+            if isinstance(record, Acked):
+                return True
+            if getattr(record, "trigger", None) == Trigger.ESCALATE.value:
+                return False
+        return False
+
+    async def _budget(self, worker: EndpointWorker, rule: Rule) -> Spend:
+        settings = self.config.remediation
+        return await check_budget(
+            self.store,
+            endpoint=worker.name,
+            rule_id=rule.id,
+            rule_attempts=rule.budget.attempts,
+            rule_window=rule.budget.window,
+            max_attempts=settings.max_attempts,
+            window=settings.window,
+            now=self.clock.now(),
+        )
+
+    async def _diagnose(self, worker: EndpointWorker, as_state: State | None = None) -> Diagnosis:
+        """Evidence and the rule that matches (for `worker` in its state, or `as_state`); a
+        restart systemd or launchd is about to make is waited for first, and the latest failure
+        and death are read after it."""
+        state = as_state or worker.state
         diagnosis = await self.diagnosis.diagnose(
             worker.endpoint,
-            state=worker.state.value,
+            state=state.value,
             trigger=worker.last_problem,
             last_ok_at=worker.last_ok_at,
             event=worker.last_unit_signal,
+            settle=state in _SETTLES,
+            latest=lambda: Latest(trigger=worker.last_problem, event=worker.last_unit_signal),
         )
         now = self.clock.now()
+        for restart in diagnosis.restarts:
+            await worker.record(records.settled_entry(restart, worker.name, now))
         for run in diagnosis.evidence:
             await worker.record(records.evidence_entry(run, worker.name, now))
         await worker.record(records.diagnosis_entry(diagnosis, worker.name, now))
@@ -74,18 +173,8 @@ class AutomaticRepairs(RepairTasks):
                 why = "skipped by a person" if answer is False else "nobody confirmed it"
                 await self._escalate(worker, f"{rule.id} needs confirmation: {why}", rule)
                 return False
-        now = self.clock.now()
         settings = self.config.remediation
-        spend = await check_budget(
-            self.store,
-            endpoint=worker.name,
-            rule_id=rule.id,
-            rule_attempts=rule.budget.attempts,
-            rule_window=rule.budget.window,
-            max_attempts=settings.max_attempts,
-            window=settings.window,
-            now=now,
-        )
+        spend = await self._budget(worker, rule)
         if not spend.allowed:
             await self._escalate(worker, spend.note, rule)
             return False

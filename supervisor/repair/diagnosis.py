@@ -20,6 +20,7 @@ from supervisor.playbook.actions.base import Action
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.loader import Playbook
+from supervisor.playbook.matching import Latest
 from supervisor.playbook.model import Step
 from supervisor.playbook.results import Diagnosis
 from supervisor.repair.steps import StepEnv, StepRun, StepsResult, run_steps
@@ -58,9 +59,12 @@ class DiagnosisService:
         trigger: ProbeResult | None,
         last_ok_at: datetime | None,
         event: UnitSignal | None = None,
+        settle: bool = False,
+        latest: Callable[[], Latest] | None = None,
     ) -> Diagnosis:
         """Evidence gathered now for `endpoint` in `state` (after `trigger`, and the unit death
-        systemd reported, if any), and the rule that matches, if any."""
+        systemd reported, if any), and the rule that matches, if any. With `settle`, a restart
+        systemd or launchd is about to make is waited for first (`latest`: what to read then)."""
         return await diagnose(
             endpoint,
             config=self.config,
@@ -72,6 +76,9 @@ class DiagnosisService:
             timeout=self.config.remediation.evidence_timeout,
             last_ok_at=last_ok_at,
             event=event,
+            settle=settle,
+            latest=latest,
+            clock=self.clock,
         )
 
     async def probe_now(self, endpoint: Endpoint) -> list[ProbeResult]:

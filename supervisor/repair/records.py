@@ -9,9 +9,10 @@ from typing import cast
 
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import FactValue
+from supervisor.playbook.evidence.restarts import Restart
 from supervisor.playbook.results import Diagnosis, EvidenceRun
 from supervisor.record.store import JSONValue, TimelineEntry
-from supervisor.record.timeline import CommandRun, Evidence, Record, StepRan
+from supervisor.record.timeline import CommandRun, Evidence, Record, Settled, StepRan
 from supervisor.record.timeline import Diagnosis as DiagnosisRecord
 from supervisor.repair.steps import StepRun
 
@@ -79,5 +80,19 @@ def step_entry(run: StepRun, subject: str, at: datetime, *, dry_run: bool) -> Ti
         result=outcome.summary,
         needs_person=outcome.needs_person,
         commands=tuple(command_run(c) for c in outcome.commands),
+    )
+    return entry(record, subject, at)
+
+
+def settled_entry(restart: Restart, subject: str, at: datetime) -> TimelineEntry:
+    record = Settled(
+        scope=restart.scope,
+        host=restart.host,
+        unit=restart.unit,
+        outcome=restart.outcome.value,
+        before=restart.before,
+        after=restart.after,
+        waited_s=restart.waited_s,
+        bound_s=restart.bound_s,
     )
     return entry(record, subject, at)

@@ -46,8 +46,10 @@ async def report(
         )
         return lines, False
     lines += [f"playbook problem: {p}" for p in service.playbook().lines()]
+    # as the daemon would: a restart systemd or launchd is about to make is waited for first
+    settle = state in ("down", "degraded")
     diagnosis = await service.diagnose(
-        endpoint, state=state, trigger=trigger, last_ok_at=last_ok_at
+        endpoint, state=state, trigger=trigger, last_ok_at=last_ok_at, settle=settle
     )
     lines += diagnosis.lines()
     lines += _evidence_lines(diagnosis)

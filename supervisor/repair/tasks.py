@@ -25,6 +25,7 @@ from supervisor.repair import records
 from supervisor.repair.attempt import AttemptRunner
 from supervisor.repair.diagnosis import DiagnosisService, Prober
 from supervisor.repair.guards import HostLocks
+from supervisor.repair.listening import Listening
 from supervisor.repair.rulefacts import runbook_head
 from supervisor.worker.commands import WorkerStopped
 from supervisor.worker.endpoint import EndpointWorker
@@ -94,6 +95,8 @@ class RepairTasks:
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopped = False
+        #: what escalated endpoints have heard (they look again at decisive new evidence)
+        self.listening = Listening()
 
     @property
     def config(self) -> FleetConfig:
@@ -154,5 +157,7 @@ class RepairTasks:
         if self.dry_run:
             return
         data = {"why": why, "rule": rule.id if rule else "", "runbook": head}
+        was = worker.state
+        self.listening.escalated(worker, rule.id if rule else None, was=was)
         await worker.apply(Trigger.ESCALATE, f"a person is needed: {why}", data=data)
         log.warning("escalated", endpoint=worker.name, why=why)

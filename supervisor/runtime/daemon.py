@@ -144,6 +144,7 @@ class Daemon(RunningFleet):
         worker = self.workers[name]
         problems: list[EndpointWorker] = []
         worker.on_problem = problems.append
+        worker.on_evidence = None
         worker.submit(Stop(endpoint=name, at=self.clock.now()))
         for task in self.worker_tasks(name):
             with suppress(TimeoutError, asyncio.CancelledError):

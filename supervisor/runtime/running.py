@@ -142,6 +142,7 @@ class RunningFleet:
             progress=self._progress,
         )
         worker.on_problem = self.remediator.schedule
+        worker.on_evidence = self.remediator.reconsider
         self.workers[endpoint.name] = worker
         name = endpoint.name
         self._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{name}"))

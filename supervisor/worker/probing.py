@@ -33,6 +33,7 @@ from supervisor.judge.policy import (
 )
 from supervisor.judge.progress import Progress
 from supervisor.record.store import Store
+from supervisor.worker.heard import progress_heard, unit_heard
 from supervisor.worker.queue import WorkerQueue
 from supervisor.worker.record import EndpointRecord
 from supervisor.worker.state import Restored
@@ -118,12 +119,15 @@ class ProbingEndpoint(EndpointRecord):
         await self._on_result(result, is_reprobe=is_reprobe)
 
     async def _read_progress(self, result: ProbeResult) -> tuple[bool, Progress | None]:
-        """What the server is doing, when the policy wants it for `result`."""
-        if self._progress is None or not wants_progress(self.state, result):
+        """What the server is doing, when the policy wants it for `result` (and, while
+        escalated, after a failed real check: a changed verdict is new evidence)."""
+        escalated = self.state is State.ESCALATED and result.tier is Tier.DEEP and not result.ok
+        if self._progress is None or not (wants_progress(self.state, result) or escalated):
             return True, None
         done, progress = await self._queue.abortable(self._progress(self.endpoint))
         if progress is not None:
             self.last_progress = progress
+            self._heard(progress_heard(progress))
         return done, progress
 
     async def _on_result(self, result: ProbeResult, *, is_reprobe: bool) -> None:
@@ -222,3 +226,4 @@ class ProbingEndpoint(EndpointRecord):
         else:
             await self._record_probe(result, verdict.note)
         await self._record_unit(signal, words)
+        self._heard(unit_heard(signal))

@@ -26,8 +26,9 @@ from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.judge.machine import Change, FleetMachine, State, Trigger
 from supervisor.judge.progress import Progress
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.summaries import resolution_text, transition_entry, unit_entry
-from supervisor.worker.runs import ProbeRuns
+from supervisor.record.summaries import resolution_text, transition_entry
+from supervisor.worker.heard import Heard
+from supervisor.worker.runs import ProbeRuns, UnitRuns
 from supervisor.worker.state import Restored, WallDeadline
 
 
@@ -52,6 +53,7 @@ class EndpointRecord:
         self._store = store
         self._clock = clock
         self._runs = ProbeRuns(store, subject=self.name)
+        self._unit_runs = UnitRuns(store)
         self.since = restored.since
         self.incident_id = restored.incident_id
         self.streaks = restored.streaks
@@ -70,6 +72,9 @@ class EndpointRecord:
         self.last_unit_signal: UnitSignal | None = None
         #: called (without awaiting) after a change into down, degraded or unreachable
         self.on_problem: Callable[[Self], None] | None = None
+        #: called (without awaiting) while escalated, for each unit death and `/metrics` verdict
+        #: heard (the repair runner decides whether it is new enough to look again)
+        self.on_evidence: Callable[[Self, Heard], None] | None = None
         #: set on every state change (the repair runner waits on it while verifying)
         self.changed = asyncio.Event()
         #: the latest probe that did not pass: what a diagnosis starts from
@@ -172,13 +177,21 @@ class EndpointRecord:
             await self._runs.count(result, note, progress, incident_id=self.incident_id)
 
     async def _flush_run(self) -> None:
-        """Write the runs of identical probe results (one per tier), the oldest first."""
+        """Write the runs of identical probe results (one per tier), the oldest first, and the
+        repeated unit events counted so far."""
         await self._runs.flush()
+        await self._unit_runs.flush()
+
+    def _heard(self: Self, heard: Heard) -> None:
+        """Evidence heard while escalated goes to the `on_evidence` hook."""
+        if self.state is State.ESCALATED and self.on_evidence is not None:
+            self.on_evidence(self, heard)
 
     async def _record_unit(self, signal: UnitSignal, verdict: str) -> None:
-        """The event and its journal lines in the open incident (none open: the log only)."""
+        """The event and its journal lines in the open incident (none open: the log only); the
+        same event again is counted (`supervisor.worker.runs.UnitRuns`)."""
         if self.incident_id is not None:
-            await self._store.append(self.incident_id, unit_entry(signal, verdict))
+            await self._unit_runs.count(signal, verdict, incident_id=self.incident_id)
 
     async def _on_record(self, entry: TimelineEntry, incident_id: int | None) -> None:
         target = incident_id if incident_id is not None else self.incident_id

@@ -74,6 +74,13 @@ LONG_COLD_START = "6s"
 UNKNOWN_TEXT = "RuntimeError: lab preflight: the accelerator refused the context (code 0x5eed)"
 UNKNOWN_DROPIN = f"/etc/systemd/system/{HEAD_UNIT}.d/30-lab-preflight.conf"
 UNKNOWN_CONF = f"""[Service]\nExecStartPre=/bin/sh -c "echo '{UNKNOWN_TEXT}' >&2; exit 1"\n"""
+#: The same unknown failure for the single node (its preflight exits `status`).
+QWEN_UNKNOWN_DROPIN = f"/etc/systemd/system/{fleet.QWEN_UNIT}.d/30-lab-preflight.conf"
+
+
+def _qwen_unknown_conf(status: int) -> str:
+    return f"""[Service]\nExecStartPre=/bin/sh -c "echo '{UNKNOWN_TEXT}' >&2; exit {status}"\n"""
+
 
 #: The GPU-cache block of the lab's mxfp4.py (applied once: 2 lines say empty_cache).
 MXFP4_BLOCK = (
@@ -137,6 +144,44 @@ def inject_missing_binary(lab: Lab) -> None:
     _qwen_ghost(lab, f"{QWEN_GHOST_BINARY} serve qwen --port 8001")
 
 
+def _kill_into(lab: Lab, command: str) -> None:
+    """ExecStart repointed (a drop-in, daemon-reload, no restart), then the running server is
+    SIGKILLed: systemd restarts it after RestartSec into the ghost (issue 19's sequences)."""
+    write_dropin(lab, QWEN_GHOST_DROPIN, f"[Service]\nExecStart=\nExecStart={command}\n")
+    run(lab.host("spark1"), "systemctl", "kill", "--signal=SIGKILL", fleet.QWEN_UNIT)
+
+
+def inject_kill_into_ghost(lab: Lab) -> None:
+    """The next start exits 127 (bash: no such script)."""
+    _kill_into(lab, f"/bin/bash {QWEN_GHOST_SCRIPT}")
+
+
+def inject_kill_into_missing_binary(lab: Lab) -> None:
+    """The next start fails 203/EXEC (no such binary)."""
+    _kill_into(lab, f"{QWEN_GHOST_BINARY} serve qwen --port 8001")
+
+
+def inject_qwen_unknown(lab: Lab) -> None:
+    """The single node's start fails (its preflight exits 1 with a text no rule knows), on every
+    relaunch: one plain restart, then a person."""
+    write_dropin(lab, QWEN_UNKNOWN_DROPIN, _qwen_unknown_conf(1))
+    run(lab.host("spark1"), "systemctl", "restart", "--no-block", fleet.QWEN_UNIT)
+
+
+def then_ghost(lab: Lab) -> None:
+    """While escalated: the preflight is gone, ExecStart now names a missing script (systemd's
+    next automatic restart exits 127): a rule in force knows this one."""
+    run(lab.host("spark1"), "rm", "-f", QWEN_UNKNOWN_DROPIN)
+    write_dropin(
+        lab, QWEN_GHOST_DROPIN, f"[Service]\nExecStart=\nExecStart=/bin/bash {QWEN_GHOST_SCRIPT}\n"
+    )
+
+
+def then_other_status(lab: Lab) -> None:
+    """While escalated: the preflight now exits 2 (new evidence, still no rule knows it)."""
+    write_dropin(lab, QWEN_UNKNOWN_DROPIN, _qwen_unknown_conf(2))
+
+
 def inject_ssh_loss(lab: Lab) -> None:
     """spark1 hangs (the GSP-hang class): its sshd stops answering and the head's processes
     freeze (SIGSTOP: the kernel still accepts on :8000, nothing answers), as when the GPU
@@ -167,7 +212,11 @@ def inject_duplicate_patch(lab: Lab) -> None:
 
 
 def _reset_qwen(host: LabHost) -> None:
-    paths = [QWEN_GHOST_DROPIN, f"/etc/systemd/system/{fleet.QWEN_UNIT}.d/{FIX_DROPIN}"]
+    paths = [
+        QWEN_GHOST_DROPIN,
+        QWEN_UNKNOWN_DROPIN,
+        f"/etc/systemd/system/{fleet.QWEN_UNIT}.d/{FIX_DROPIN}",
+    ]
     if host.nsenter("ls", *paths).stdout.strip():
         run(host, "rm", "-f", *paths)
         run(host, "systemctl", "daemon-reload")
@@ -263,6 +312,9 @@ class Fault:
     probe: Mapping[str, object] = field(default_factory=dict)
     notify: Mapping[str, object] = field(default_factory=dict)  #: over the bot's notify section
     hold_s: float = 0.0  #: how long the fault lasts before it is judged (a saturation)
+    #: once the endpoint is escalated (and quiet), this changes the fault; `expect` is then
+    #: what must follow (heal without a person, or stay escalated with nothing more done)
+    then: Callable[[Lab], None] | None = None
     within: float | None = None  #: how long the drill waits for each phase (None: its default)
 
     def clean(self, lab: Lab) -> None:
@@ -282,6 +334,32 @@ FAULTS: Mapping[str, Fault] = {
         Fault("ghost-execstart-host", "ghost-execstart-host", inject_host_ghost, endpoint="qwen"),
         Fault(
             "ghost-execstart-203", "ghost-execstart-host", inject_missing_binary, endpoint="qwen"
+        ),
+        # killed after ExecStart was repointed: the death says signal 9, the next start 127/203
+        Fault("ghost-kill-127", "ghost-execstart-host", inject_kill_into_ghost, endpoint="qwen"),
+        Fault(
+            "ghost-kill-203",
+            "ghost-execstart-host",
+            inject_kill_into_missing_binary,
+            endpoint="qwen",
+        ),
+        # escalated (unknown-failure spent its one restart), then the evidence changes
+        Fault(
+            "escalated-then-ghost",
+            "ghost-execstart-host",
+            inject_qwen_unknown,
+            startup_grace="8s",
+            endpoint="qwen",
+            then=then_ghost,
+        ),
+        Fault(
+            "escalated-other-status",
+            "unknown-failure",
+            inject_qwen_unknown,
+            Expect.ESCALATE,
+            startup_grace="8s",
+            endpoint="qwen",
+            then=then_other_status,
         ),
         Fault("engine-death-clean-exit", "engine-death-clean-exit", drifts.inject_engine_death),
         Fault("orphan-enginecore", "orphan-enginecore", drifts.inject_orphan),

@@ -23,6 +23,7 @@ import asyncio
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 
 from fleet_lab.drills import faults
@@ -36,7 +37,7 @@ from supervisor.config import FleetConfig, load_config
 from supervisor.core.aio import poll
 from supervisor.judge.machine import State
 from supervisor.record.store import SubjectKind
-from supervisor.record.timeline import Diagnosis, Escalation, Transition
+from supervisor.record.timeline import Decision, Diagnosis, Escalation, Outcome, Transition
 
 SETTLE_WITHIN_S = 40.0
 DRILL_WITHIN_S = 60.0
@@ -98,6 +99,27 @@ async def _escalated(daemon: Supervisor, name: str, within: float) -> str:
     if worker.state is not State.ESCALATED:
         return f"{name} left escalated within {QUIET_S:g}s: now {worker.state}"
     return ""
+
+
+async def _looked_again(daemon: Supervisor, name: str, since: datetime, within: float) -> str:
+    """Escalated, its evidence changed at `since`: wait until it was diagnosed again (the
+    timeline says why it stays escalated)."""
+    worker = daemon.workers[name]
+    store = daemon.store
+    assert store is not None
+
+    async def looked() -> bool:
+        rows = await store.timeline(worker.incident_id or 0)
+        return any(
+            isinstance(r.record, Decision)
+            and r.record.outcome is Outcome.STILL_ESCALATED
+            and r.at >= since
+            for r in rows
+        )
+
+    if await poll(looked, within, every=0.2):
+        return ""
+    return f"timed out after {within:g}s waiting for {name} to look at the new evidence"
 
 
 async def _healed(daemon: Supervisor, name: str, within: float) -> str:
@@ -181,7 +203,17 @@ async def _run(
         injected = daemon.clock.now()
         started = time.monotonic()
         await asyncio.to_thread(fault.inject, lab)
-        if fault.expect is faults.Expect.ESCALATE:
+        if fault.then is not None:
+            problem = await _escalated(daemon, name, within)
+            if problem:
+                raise LabError(f"drill {fault.name}: {problem} before the evidence changed")
+            changed = daemon.clock.now()
+            await asyncio.to_thread(fault.then, lab)
+            if fault.expect is faults.Expect.ESCALATE:
+                problem = await _looked_again(daemon, name, changed, within)
+        if problem:
+            pass  # the evidence was looked at in vain: nothing more to wait for
+        elif fault.expect is faults.Expect.ESCALATE:
             problem = await _escalated(daemon, name, within)
         elif fault.expect is faults.Expect.BUSY:
             problem = await _busy(daemon, name, within + 60, started + fault.hold_s)

@@ -4,7 +4,9 @@
 Each job is a JSON file under `$FLEET_LAB_LAUNCHD` (default /var/lib/lab/launchd), changed under
 one lock file. Starting a job forks a small runner (detached from the caller, e.g. an SSH
 session) that starts the program with the plist's log files, environment and working directory,
-waits for it and records how it ended: the exit code, or the signal (negative status).
+waits for it and records how it ended: the exit code, or the signal (negative status). A job
+whose plist says KeepAlive is started again by the same runner once its ThrottleInterval since
+the last start has passed (`spawn scheduled` meanwhile), unless it was stopped.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 STATE = Path(os.environ.get("FLEET_LAB_LAUNCHD", "/var/lib/lab/launchd"))
 USAGE = 64
 DEFAULT_EXIT_TIMEOUT_S = 5.0
+DEFAULT_THROTTLE_S = 10.0  #: launchd.plist(5) ThrottleInterval
 DEFAULT_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 Job = dict[str, Any]
 
@@ -102,7 +105,18 @@ def _spawn(job: Job) -> int:
     return int(said)
 
 
+def keeps_alive(job: Job, status: int) -> bool:
+    """launchd.plist(5) KeepAlive: `true` restarts whatever the exit; `{SuccessfulExit: false}`
+    only after an unsuccessful one (a signal, or a non-zero exit)."""
+    keep = job.get("keep_alive", False)
+    if isinstance(keep, dict):
+        return "SuccessfulExit" in keep and bool(keep["SuccessfulExit"]) == (status == 0)
+    return bool(keep)
+
+
 def _run(job: Job, write: int) -> None:
+    """launchd's part: start the program, record how it ended; with KeepAlive, `spawn
+    scheduled` until the throttle interval since its start has passed, then start it again."""
     if os.fork() != 0:  # the first half ends; the grandchild (launchd's stand-in) carries on
         return
     env = {
@@ -112,37 +126,64 @@ def _run(job: Job, write: int) -> None:
         **job["env"],
     }
     try:
-        out = open(job["stdout"] or os.devnull, "ab")  # noqa: SIM115
-        err = open(job["stderr"] or os.devnull, "ab")  # noqa: SIM115
-        child = subprocess.Popen(
-            job["arguments"],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            cwd=job["cwd"] or "/",
-            env=env,
-            close_fds=True,
-        )
+        child = _popen(job, env)
     except OSError as exc:
         os.write(write, str(exc).encode())
         os.close(write)
         os._exit(0)
     os.write(write, str(child.pid).encode())
     os.close(write)
-    status = child.wait()
-    with locked():
-        current = load(job["domain"], job["label"])
-        if current is not None and current.get("pid") == child.pid:
+    while True:
+        began = time.monotonic()
+        status = child.wait()
+        with locked():
+            current = load(job["domain"], job["label"])
+            if current is None or current.get("pid") != child.pid:
+                os._exit(0)  # booted out, or another start took over
             current["pid"] = 0
             current["last"] = {"signal": -status} if status < 0 else {"code": status}
+            again = keeps_alive(current, status) and not current.get("stopping")
+            current["scheduled"] = again
             save(current)
-    os._exit(0)
+        if not again:
+            os._exit(0)
+        throttle = float(current.get("throttle", DEFAULT_THROTTLE_S))
+        time.sleep(max(0.0, throttle - (time.monotonic() - began)))
+        with locked():
+            current = load(job["domain"], job["label"])
+            if current is None or not current.get("scheduled") or current.get("pid"):
+                os._exit(0)  # booted out, stopped, or kickstarted meanwhile
+            try:
+                child = _popen(current, env)
+            except OSError:
+                current["scheduled"] = False
+                save(current)
+                os._exit(0)
+            current["pid"] = child.pid
+            current["runs"] = current.get("runs", 0) + 1
+            current["scheduled"] = False
+            save(current)
+
+
+def _popen(job: Job, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    out = open(job["stdout"] or os.devnull, "ab")  # noqa: SIM115
+    err = open(job["stderr"] or os.devnull, "ab")  # noqa: SIM115
+    return subprocess.Popen(
+        job["arguments"],
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=err,
+        cwd=job["cwd"] or "/",
+        env=env,
+        close_fds=True,
+    )
 
 
 def start(job: Job) -> int:
     pid = _spawn(job)
     job["pid"] = pid
     job["runs"] = job.get("runs", 0) + 1
+    job["scheduled"] = job["stopping"] = False
     save(job)
     return pid
 
@@ -154,6 +195,11 @@ def stop(domain: str, label: str) -> None:
     if job is None or not job.get("pid"):
         return
     pid = int(job["pid"])
+    with locked():  # a stop is no death KeepAlive answers
+        current = load(domain, label)
+        if current is not None:
+            current["stopping"] = True
+            save(current)
     for sig, within in ((signal.SIGTERM, job["exit_timeout"]), (signal.SIGKILL, 10.0)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)

@@ -18,11 +18,12 @@ mlx_lm-shaped server):
   terminating signal, program, arguments, log paths); a label the domain lacks: exit 113,
   `Could not find service "LABEL" in domain for ...`.
 
-What launchd does and this does not: KeepAlive (a job that dies stays dead: the lab's plists have
-no KeepAlive), sockets, throttling, `spawn scheduled`. launchd is the parent of its jobs; here a
-small runner process stands in for it (`fleet_lab.mac.jobs`, which also keeps the job
-state in files): it starts the program, waits for it and records how it ended (exit code, or the
-signal, which `print` names as macOS's strsignal does).
+KeepAlive (`true`, or `{SuccessfulExit: false}`) with its ThrottleInterval is kept: a job that
+dies is `spawn scheduled`, then started again (the lab's Kimi plist has none: it stays dead).
+What launchd does and this does not: sockets, KeepAlive's other conditions. launchd is the
+parent of its jobs; here a small runner process stands in for it (`fleet_lab.mac.jobs`, which
+also keeps the job state in files): it starts the program, waits for it and records how it ended
+(exit code, or the signal, which `print` names as macOS's strsignal does).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import sys
 from fleet_lab.mac.jobs import (
     DEFAULT_EXIT_TIMEOUT_S,
     DEFAULT_PATH,
+    DEFAULT_THROTTLE_S,
     USAGE,
     Job,
     RefusedError,
@@ -109,6 +111,8 @@ def bootstrap(domain: str, plist: str) -> str:
             "env": {str(k): str(v) for k, v in data.get("EnvironmentVariables", {}).items()},
             "exit_timeout": float(data.get("ExitTimeOut", DEFAULT_EXIT_TIMEOUT_S)),
             "run_at_load": bool(data.get("RunAtLoad", False)),
+            "keep_alive": data.get("KeepAlive", False),
+            "throttle": float(data.get("ThrottleInterval", DEFAULT_THROTTLE_S)),
             "runs": 0,
             "pid": 0,
             "last": None,
@@ -180,6 +184,12 @@ def _last(job: Job) -> str:
     return f"last exit code = {last['code']}"
 
 
+def _state(job: Job, running: bool) -> str:
+    if running:
+        return "running"
+    return "spawn scheduled" if job.get("scheduled") else "not running"
+
+
 def render(job: Job) -> str:
     """`launchctl print` of a loaded job, in the shape of macOS's (see the module docstring)."""
     pid = int(job.get("pid") or 0)
@@ -191,7 +201,7 @@ def render(job: Job) -> str:
         f"\tactive count = {1 if running else 0}",
         f"\tpath = {job['plist']}",
         f"\ttype = {kind}",
-        f"\tstate = {'running' if running else 'not running'}",
+        f"\tstate = {_state(job, running)}",
         "",
         f"\tprogram = {job['arguments'][0]}",
         "\targuments = {",
@@ -206,7 +216,8 @@ def render(job: Job) -> str:
     lines += ["\tdefault environment = {", f"\t\tPATH => {DEFAULT_PATH}", "\t}", ""]
     env = {**job["env"], "XPC_SERVICE_NAME": job["label"]}
     lines += ["\tenvironment = {", *(f"\t\t{k} => {v}" for k, v in env.items()), "\t}", ""]
-    lines += [f"\tdomain = {domain}", "\tminimum runtime = 10"]
+    throttle = float(job.get("throttle", DEFAULT_THROTTLE_S))
+    lines += [f"\tdomain = {domain}", f"\tminimum runtime = {throttle:g}"]
     lines += [f"\texit timeout = {job['exit_timeout']:g}", f"\truns = {job.get('runs', 0)}"]
     lines += [f"\tpid = {pid}", "\timmediate reason = non-ipc demand"] if running else []
     lines += [f"\t{_last(job)}", "", "\tspawn type = daemon (3)"]

@@ -84,3 +84,6 @@ class Collector(Generic[P]):
     doc: str  #: one line for the README's collector table
     facts: Mapping[str, str]  #: fact name -> meaning; rules may only name these
     needs_host: bool = True  #: False for collectors that only talk HTTP to the endpoint
+    #: why it does not apply to a scope with these params ('' when it does): a launchd collector
+    #: on a systemd host, a container's file where there is no container
+    applies: Callable[[Scope, CollectorParams], str] = field(default=lambda _s, _p: "")

@@ -25,7 +25,15 @@ from types import MappingProxyType
 from supervisor.config import Host, UnitRef
 from supervisor.execute import CommandResult
 from supervisor.execute.containers import CONTAINER_SUDO, ContainerNameError, in_container
-from supervisor.playbook.evidence.base import CollectContext, Collector, Evidence, FactValue, P
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    Collector,
+    CollectorParams,
+    Evidence,
+    FactValue,
+    P,
+    Scope,
+)
 
 NO_UNIT = "no unit in this scope"
 NO_HOST = "no host in this scope"
@@ -54,7 +62,9 @@ def collector(
     """Declare a collector. `needs_unit` (for `systemctl`/`journalctl` collectors) answers
     `no unit in this scope` without running anything; `needs_host` likewise for the host;
     `service_manager` (`systemd`, `launchd`) likewise for a host managed otherwise (its commands
-    are another OS's: no `journalctl` on a Mac, no `launchctl` on a Spark)."""
+    are another OS's: no `journalctl` on a Mac, no `launchctl` on a Spark); params with
+    `in_container: true` likewise for a unit without a container. The collector's `applies`
+    answers the same before anything runs (a diagnosis then neither runs nor records it)."""
     if not _NAME.fullmatch(name):
         raise ValueError(f"collector name must match {_NAME.pattern}, got {name!r}")
     if not doc.strip() or "\n" in doc:
@@ -62,15 +72,24 @@ def collector(
     if not facts:
         raise ValueError(f"collector {name}: declares no facts")
 
+    def applies(scope: Scope, params: CollectorParams) -> str:
+        if needs_unit and scope.unit is None:
+            return NO_UNIT
+        if needs_host and scope.host is None:
+            return NO_HOST
+        host = scope.host
+        if service_manager and host is not None and host.service_manager != service_manager:
+            return f"{host.name} is not a {service_manager} host ({host.service_manager})"
+        if getattr(params, "in_container", False) is True and (
+            scope.unit is None or scope.unit.container is None
+        ):
+            return NO_CONTAINER
+        return ""
+
     def declare(function: RunFunction[P]) -> Collector[P]:
         async def run(ctx: CollectContext, parsed: P) -> Evidence:
-            if needs_unit and ctx.scope.unit is None:
-                return Evidence(collector=name, error=NO_UNIT)
-            if needs_host and ctx.scope.host is None:
-                return Evidence(collector=name, error=NO_HOST)
-            host = ctx.scope.host
-            if service_manager and host is not None and host.service_manager != service_manager:
-                why = f"{host.name} is not a {service_manager} host ({host.service_manager})"
+            why = applies(ctx.scope, parsed)
+            if why:
                 return Evidence(collector=name, error=why)
             try:
                 evidence = await function(ctx, parsed)
@@ -85,6 +104,7 @@ def collector(
             doc=doc,
             facts=MappingProxyType(dict(facts)),
             needs_host=needs_host,
+            applies=applies,
         )
 
     return declare

@@ -1,6 +1,7 @@
 """What the guard rails decided when they did not let a repair go ahead as usual: paused, the
-endpoint moved on, hosts busy, a dry run's plan, a person's restart refused or failed. (Budget
-spent, manual and confirm modes end in an `Escalation`.)"""
+endpoint moved on, hosts busy, a dry run's plan, a person's restart refused or failed, new
+evidence heard while escalated that changes nothing. (Budget spent, manual and confirm modes end
+in an `Escalation`.)"""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Outcome(StrEnum):
     RESTART_REFUSED = "restart_refused"  #: a person's restart refused by a guard
     RESTART_PLAN = "restart_plan"  #: a person's restart in a dry run: what it would do
     RESTART_FAILED = "restart_failed"  #: a person's restart ran and failed
+    STILL_ESCALATED = "still_escalated"  #: escalated, new evidence heard: nothing new to do
 
 
 @register
@@ -58,4 +60,5 @@ _RENDER: dict[Outcome, Callable[[Decision], str]] = {
     Outcome.RESTART_REFUSED: lambda d: f"restart by {d.actor} refused: {d.why}",
     Outcome.RESTART_PLAN: lambda d: f"dry run: restart by {d.actor}: {list(d.plan)}",
     Outcome.RESTART_FAILED: lambda d: f"restart by {d.actor} failed: {d.why}",
+    Outcome.STILL_ESCALATED: lambda d: f"still escalated: {d.why}",
 }

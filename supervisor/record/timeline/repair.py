@@ -36,6 +36,32 @@ class Evidence(Record):
 
 @register
 @dataclass(frozen=True, kw_only=True)
+class Settled(Record):
+    """Before a diagnosis: systemd (or launchd) was about to restart a unit, and the diagnosis
+    waited for that restart's outcome (`running`, `failed again`, `stopped`, `no outcome`,
+    `unreadable`) to read the latest attempt, not the last death."""
+
+    TAG = "settled"
+    KIND = EntryKind.EVIDENCE
+    scope: str  #: `vllm-qwen.service@spark1`
+    host: str
+    unit: str
+    outcome: str
+    before: str  #: how the unit looked when the wait began: `signal 9, activating/auto-restart`
+    after: str  #: how it looked when the wait ended: `status=127, activating/auto-restart`
+    waited_s: float
+    bound_s: float  #: the most it would have waited (RestartSec + start timeout + settle)
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"waited {self.waited_s:.1f}s (of up to {self.bound_s:.1f}s) for the restart of "
+            f"{self.scope}: {self.outcome}: {self.after} (before: {self.before})"
+        )
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
 class Diagnosis(Record):
     """The verdict of the playbook: the rule that matched (None: none did), where, on which
     facts, and every rule tried, in `lines`."""

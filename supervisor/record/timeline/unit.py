@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from supervisor.record.timeline.base import EntryKind, Record, register
 
@@ -11,7 +12,9 @@ from supervisor.record.timeline.base import EntryKind, Record, register
 @dataclass(frozen=True, kw_only=True)
 class UnitHeard(Record):
     """A unit event from the host's journal stream (or its polling fallback): what systemd said,
-    the unit's own last lines, and what the daemon made of it (`verdict`)."""
+    the unit's own last lines, and what the daemon made of it (`verdict`). The same event again
+    and again (a crash loop) is one more entry: `count` repeats, the last at `last_at` saying
+    `last_line`."""
 
     TAG = "unit_event"
     KIND = EntryKind.EVIDENCE
@@ -27,7 +30,15 @@ class UnitHeard(Record):
     n_restarts: int | None = None
     source: str = "journal"  #: `journal`, or `poll` when the host fell back to polling
     cursor: str | None = None
+    count: int = 1  #: identical events in this entry (repeats of the one written before)
+    last_at: datetime | None = None  #: when the last of them was seen (count > 1)
+    last_line: str | None = None  #: what the last of them said (count > 1)
 
     @property
     def summary(self) -> str:
-        return f"systemd on {self.host}: {self.line}; {self.verdict}"
+        line = f"systemd on {self.host}: {self.line}; {self.verdict}"
+        if self.count > 1 and self.last_at is not None:
+            line += f", {self.count} times, last at {self.last_at.strftime('%H:%M:%SZ')}"
+            if self.last_line and self.last_line != self.line:
+                line += f" ({self.last_line})"
+        return line

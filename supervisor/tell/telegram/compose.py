@@ -101,6 +101,9 @@ def _transition(
         return _problem(row, incident, memory, settings, text)
     if trigger == "remediate":
         return _once(memory, "repairing", note, texts.repairing(name, note), incident)
+    if trigger == "reconsider":  # no more reminders: it is being repaired again
+        memory = replace(memory, escalated_at=None, reminded_at=None)
+        return _once(memory, "reconsidered", note, texts.reconsidered(name, note), incident)
     if trigger == "escalate":
         why = record.why or note
         memory = replace(

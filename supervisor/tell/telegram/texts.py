@@ -45,6 +45,11 @@ def repairing(name: str, note: str) -> str:
     return f"🔧 repairing {h(name)}: {h(note)}"
 
 
+def reconsidered(name: str, note: str) -> str:
+    """Escalated, new evidence made another rule match: no person needed after all (yet)."""
+    return f"🔁 {h(name)}: {h(note)}; repairing without a person"
+
+
 def repair_result(name: str, ok: bool, line: str) -> str:
     return f"{'✅' if ok else '❌'} {h(name)} repair: {h(line)}"
 

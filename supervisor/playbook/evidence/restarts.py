@@ -1,0 +1,367 @@
+"""Settle before diagnosing: when systemd (or launchd's KeepAlive) is about to restart a unit,
+wait for that restart's outcome, so the diagnosis reads the latest attempt, not the last death.
+
+The cause of a death (`signal 9`) and the reason the unit cannot come back (the next start exits
+127) are different facts. A unit systemd will restart rests in `SubState=auto-restart` for its
+`RestartSec=` (or is still `deactivating` from a death its `Restart=` policy answers); a launchd
+job with KeepAlive shows `state = spawn scheduled` for its throttle interval. `wait_for_restarts`
+reads each unit of the endpoint once; for each one about to be restarted it samples again every
+`PAUSE` until the restart's outcome is known:
+
+- `failed again`: the new attempt ended too (the unit rests again with a higher restart count, or
+  the job's run count rose and it is not running);
+- `running`: the new attempt has lived `SETTLE` (a crash-loop attempt lives less);
+- `stopped`: the unit is inactive or failed (systemd gave up: `start-limit-hit`, or a person
+  stopped it);
+- `no outcome`: the bound ran out: `RestartSec` plus the start timeout (`TimeoutStartSec`, at
+  most `START_CAP`) plus `SETTLE` and a little slack (for launchd: its `minimum runtime`, the
+  throttle interval).
+
+A unit whose host cannot be asked (an error) is not waited for: the diagnosis goes ahead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from supervisor.execute import CommandResult
+from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
+from supervisor.playbook.evidence.launchctl import (
+    NotLaunchdError,
+    is_not_found,
+    job_facts,
+    parse_print,
+    print_argv,
+)
+from supervisor.playbook.evidence.settling import MOVING, PAUSE, RESTING, SETTLE, attempt_of
+from supervisor.playbook.evidence.systemd import show_properties
+
+#: the start timeout counted into the bound at most (`TimeoutStartSec=infinity`, or 90 s of a
+#: unit whose start never ends: a live process is `running` after SETTLE anyway)
+START_CAP = 30.0
+SLACK = 1.0
+#: launchd's throttle interval when `launchctl print` does not say (`minimum runtime`)
+LAUNCHD_THROTTLE = 10.0
+
+SHOW = (
+    "ActiveState",
+    "SubState",
+    "Result",
+    "ExecMainCode",
+    "ExecMainStatus",
+    "MainPID",
+    "NRestarts",
+    "ActiveEnterTimestampMonotonic",
+    "Restart",
+    "RestartUSec",
+    "TimeoutStartUSec",
+)
+#: signals after which `Restart=on-failure` does not restart (systemd.service(5): "clean")
+_CLEAN_SIGNALS = frozenset({1, 2, 13, 15})
+_EXITED, _KILLED, _DUMPED = 1, 2, 3  # ExecMainCode: CLD_EXITED, CLD_KILLED, CLD_DUMPED
+_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|w|y|month)?")
+_UNITS = {
+    None: 1.0,
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "month": 2629800.0,
+    "y": 31557600.0,
+}
+SPAWN_SCHEDULED = "spawn scheduled"
+
+
+class Outcome(StrEnum):
+    """How the restart a diagnosis waited for turned out."""
+
+    RUNNING = "running"  #: the new attempt lived SETTLE
+    FAILED = "failed again"  #: the new attempt ended too: its exit is the latest
+    STOPPED = "stopped"  #: inactive or failed: nothing restarts it (start limit, a stop)
+    NO_OUTCOME = "no outcome"  #: the bound ran out first
+    UNREADABLE = "unreadable"  #: the unit could not be read again
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restart:
+    """One wait for a restart: the unit, how it looked before and after, how long it took."""
+
+    scope: str  #: `vllm-qwen.service@spark1`
+    host: str
+    unit: str
+    before: str  #: `signal 9, auto-restart, 0 restarts`
+    outcome: Outcome
+    after: str  #: `status=127, auto-restart, 1 restart`
+    waited_s: float
+    bound_s: float
+
+    def line(self) -> str:
+        return (
+            f"waited {self.waited_s:.1f}s (of up to {self.bound_s:.1f}s) for the restart of "
+            f"{self.scope}: {self.outcome}: {self.after} (before: {self.before})"
+        )
+
+
+def timespan_s(text: str) -> float | None:
+    """systemd's `1min 30s`, `3s`, `100ms` in seconds; None for `infinity` or nonsense."""
+    text = text.strip()
+    if not text or text == "infinity":
+        return None
+    total, end = 0.0, 0
+    for match in _SPAN.finditer(text):
+        if text[end : match.start()].strip():
+            return None
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        end = match.end()
+    return total if text[end:].strip() == "" and end else None
+
+
+def _int(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
+def _systemd_facts(text: str) -> dict[str, FactValue]:
+    found = {key: values[0] for key, values in show_properties(text).items()}
+    return {
+        "active_state": found.get("ActiveState", ""),
+        "sub_state": found.get("SubState", ""),
+        "result": found.get("Result", ""),
+        "exec_main_code": _int(found.get("ExecMainCode", "")),
+        "exec_main_status": _int(found.get("ExecMainStatus", "")),
+        "main_pid": _int(found.get("MainPID", "")),
+        "n_restarts": _int(found.get("NRestarts", "")),
+        "active_enter_monotonic_us": _int(found.get("ActiveEnterTimestampMonotonic", "")),
+        "restart": found.get("Restart", "no"),
+        "restart_s": timespan_s(found.get("RestartUSec", "")) or 0.0,
+        "start_timeout_s": timespan_s(found.get("TimeoutStartUSec", "")) or START_CAP,
+    }
+
+
+def policy_fires(facts: Mapping[str, FactValue]) -> bool:
+    """Whether the unit's `Restart=` restarts it after the death its last exit shows."""
+    policy = facts.get("restart")
+    code, status = facts.get("exec_main_code"), facts.get("exec_main_status")
+    clean_exit = code == _EXITED and status == 0
+    clean_signal = code == _KILLED and status in _CLEAN_SIGNALS
+    unclean_signal = code in (_KILLED, _DUMPED) and not clean_signal
+    match policy:
+        case "always":
+            return True
+        case "on-success":
+            return clean_exit or clean_signal
+        case "on-failure":
+            return not (clean_exit or clean_signal)
+        case "on-abnormal" | "on-abort":
+            return unclean_signal
+    return False
+
+
+def systemd_pending(facts: Mapping[str, FactValue]) -> bool:
+    """systemd is about to restart the unit: it rests between two attempts, is still
+    deactivating from a death its policy answers, or was just restarted (mid-attempt)."""
+    if facts.get("sub_state") in RESTING:
+        return True
+    active = facts.get("active_state")
+    if active == "deactivating":
+        return policy_fires(facts)
+    n_restarts = facts.get("n_restarts")
+    return isinstance(n_restarts, int) and n_restarts > 0 and active in ("activating",)
+
+
+def _systemd_words(facts: Mapping[str, FactValue]) -> str:
+    code, status = facts.get("exec_main_code"), facts.get("exec_main_status")
+    if code in (_KILLED, _DUMPED):
+        exit_text = f"signal {status}"
+    elif code == _EXITED:
+        exit_text = f"status={status}"
+    else:
+        exit_text = "no exit yet"
+    n = facts.get("n_restarts") or 0
+    state = f"{facts.get('active_state')}/{facts.get('sub_state')}"
+    return f"{exit_text}, {state}, {n} restart{'s' if n != 1 else ''}"
+
+
+def _launchd_words(facts: Mapping[str, FactValue]) -> str:
+    runs = facts.get("runs") or 0
+    return f"{facts.get('last_exit')}, {facts.get('state') or 'not loaded'}, {runs} runs"
+
+
+class _Watch:
+    """Samples of one unit; says when its restart's outcome is known."""
+
+    def __init__(self, first: Mapping[str, FactValue]) -> None:
+        self.first = first  #: the sample that found the unit about to be restarted
+        self._alive: tuple[object, float] | None = None  #: the attempt seen alive, since when
+
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+        raise NotImplementedError
+
+    def _lived(self, attempt: object, at: float) -> Outcome | None:
+        """`running` once the same attempt has been seen alive for SETTLE."""
+        if self._alive is None or self._alive[0] != attempt:
+            self._alive = (attempt, at)
+            return None
+        return Outcome.RUNNING if at - self._alive[1] >= SETTLE else None
+
+
+class _SystemdWatch(_Watch):
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+        active = facts.get("active_state")
+        if active in ("inactive", "failed"):
+            return Outcome.STOPPED
+        base = self.first.get("n_restarts")
+        now = facts.get("n_restarts")
+        restarted = isinstance(now, int) and isinstance(base, int) and now > base
+        # first seen mid-start (`activating`, not resting): that start is the one to watch
+        first = self.first
+        fresh = first.get("sub_state") not in RESTING and first.get("active_state") == "activating"
+        if facts.get("sub_state") in RESTING:
+            return Outcome.FAILED if restarted or fresh else None
+        if active in MOVING and active != "deactivating" and (restarted or fresh):
+            return self._lived(attempt_of(facts), at)
+        return None
+
+
+class _LaunchdWatch(_Watch):
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+        if not facts.get("loaded"):
+            return Outcome.STOPPED
+        base, now = self.first.get("runs"), facts.get("runs")
+        restarted = isinstance(now, int) and isinstance(base, int) and now > base
+        if not restarted:
+            return None
+        if facts.get("running"):
+            return self._lived(facts.get("pid"), at)
+        return Outcome.FAILED
+
+
+class _SystemdReading:
+    @staticmethod
+    def read(result: CommandResult) -> dict[str, FactValue] | None:
+        return _systemd_facts(result.stdout) if result.ok else None
+
+    @staticmethod
+    def pending(facts: Mapping[str, FactValue]) -> bool:
+        return systemd_pending(facts)
+
+    @staticmethod
+    def bound(facts: Mapping[str, FactValue]) -> float:
+        restart = facts.get("restart_s")
+        start = facts.get("start_timeout_s")
+        restart_s = restart if isinstance(restart, float) else 0.0
+        start_s = min(start if isinstance(start, float) else START_CAP, START_CAP)
+        return restart_s + start_s + SETTLE + SLACK
+
+    @staticmethod
+    def watch(facts: Mapping[str, FactValue]) -> _Watch:
+        return _SystemdWatch(facts)
+
+    @staticmethod
+    def words(facts: Mapping[str, FactValue]) -> str:
+        return _systemd_words(facts)
+
+
+class _LaunchdReading:
+    @staticmethod
+    def read(result: CommandResult) -> dict[str, FactValue] | None:
+        if result.ok:
+            job = parse_print(result.stdout)
+            facts = job_facts(job)
+            throttle = timespan_s(job.keys.get("minimum runtime", ""))
+            facts["throttle_s"] = throttle if throttle is not None else LAUNCHD_THROTTLE
+            return facts
+        if not result.error and is_not_found(result.exit_status, result.stderr):
+            return {"loaded": False, "state": "", "runs": 0, "last_exit": "not loaded"}
+        return None
+
+    @staticmethod
+    def pending(facts: Mapping[str, FactValue]) -> bool:
+        return facts.get("state") == SPAWN_SCHEDULED
+
+    @staticmethod
+    def bound(facts: Mapping[str, FactValue]) -> float:
+        throttle = facts.get("throttle_s")
+        return (throttle if isinstance(throttle, float) else LAUNCHD_THROTTLE) + SETTLE + SLACK
+
+    @staticmethod
+    def watch(facts: Mapping[str, FactValue]) -> _Watch:
+        return _LaunchdWatch(facts)
+
+    @staticmethod
+    def words(facts: Mapping[str, FactValue]) -> str:
+        return _launchd_words(facts)
+
+
+def _reading(scope: Scope) -> tuple[list[str], type[_SystemdReading] | type[_LaunchdReading]]:
+    """The command that reads the scope's unit, and how its answer is read (NotLaunchdError for
+    a launchd host's unit that is not a job)."""
+    assert scope.unit is not None
+    assert scope.host is not None
+    if scope.host.service_manager == "launchd":
+        return print_argv(scope.unit), _LaunchdReading
+    show = ["systemctl", "show", scope.unit.unit, "-p", ",".join(SHOW), "--no-pager"]
+    return show, _SystemdReading
+
+
+async def _settle_one(ctx: CollectContext) -> Restart | None:
+    """The wait for one scope's unit, or None when nothing is about to restart it (or it cannot
+    be read)."""
+    scope = ctx.scope
+    if scope.unit is None or scope.host is None:
+        return None
+    try:
+        argv, reading = _reading(scope)
+    except NotLaunchdError:
+        return None
+    host = scope.host
+
+    async def sample() -> dict[str, FactValue] | None:
+        result = await ctx.executor.run(host, argv, timeout=ctx.timeout, mutating=False)
+        return reading.read(result)
+
+    first = await sample()
+    if first is None or not reading.pending(first):
+        return None
+    began = ctx.clock.monotonic()
+    bound = reading.bound(first)
+    watch = reading.watch(first)
+    last: Mapping[str, FactValue] = first
+    outcome: Outcome | None = None
+    while outcome is None:
+        if ctx.clock.monotonic() + PAUSE > began + bound:
+            outcome = Outcome.NO_OUTCOME
+            break
+        await ctx.pause(PAUSE)
+        facts = await sample()
+        if facts is None:
+            outcome = Outcome.UNREADABLE
+            break
+        last = facts
+        outcome = watch.outcome(facts, ctx.clock.monotonic())
+    return Restart(
+        scope=scope.label,
+        host=host.name,
+        unit=scope.unit.unit,
+        before=reading.words(first),
+        outcome=outcome,
+        after=reading.words(last),
+        waited_s=round(ctx.clock.monotonic() - began, 3),
+        bound_s=round(bound, 3),
+    )
+
+
+async def wait_for_restarts(contexts: Sequence[CollectContext]) -> tuple[Restart, ...]:
+    """Each scope's unit read once; those about to be restarted watched (together) until the
+    outcome of that restart is known or its bound runs out. The waits, in scope order."""
+    found = await asyncio.gather(*(_settle_one(ctx) for ctx in contexts))
+    return tuple(restart for restart in found if restart is not None)
