@@ -8,15 +8,18 @@ from pydantic import Field, field_validator
 
 from supervisor.config import UnitRef
 from supervisor.config.models import Flag
+from supervisor.execute.shape import fixed
 from supervisor.playbook.actions.base import (
     ActionContext,
     ActionOutcome,
     ActionParams,
+    ActionScope,
     NoParams,
+    Privileged,
     Target,
 )
 from supervisor.playbook.actions.declare import Stop, action
-from supervisor.playbook.actions.launchd import LAUNCHD
+from supervisor.playbook.actions.launchd import LAUNCHD, launchd_privileged
 from supervisor.playbook.actions.managers import UnitManager, Units, manager_of
 from supervisor.playbook.actions.steps import Steps, unit_of, units_of
 
@@ -82,6 +85,42 @@ SYSTEMD = UnitManager(restart=_systemd_restart, stop=_systemd_stop, start=_syste
 MANAGERS: dict[str, UnitManager] = {"systemd": SYSTEMD, "launchd": LAUNCHD}
 
 
+def _verbs_privileged(
+    scope: ActionScope, systemd: tuple[str, ...], launchd: tuple[str, ...]
+) -> tuple[Privileged, ...]:
+    """`systemctl VERB UNIT` for each systemd unit of the call, the launchd verbs for a job."""
+    found: list[Privileged] = []
+    for host, unit in units_of(scope):
+        if host.service_manager == "launchd":
+            found.extend(launchd_privileged(host, unit, launchd))
+        else:
+            found.extend((host, fixed("systemctl", verb, unit.unit)) for verb in systemd)
+    return tuple(found)
+
+
+def _restart_privileged(scope: ActionScope, params: RestartParams) -> tuple[Privileged, ...]:
+    verbs = ("stop", "reset-failed", "start") if params.reset_failed else ("stop", "start")
+    return _verbs_privileged(scope, verbs, ("kickstart",))
+
+
+def _stop_privileged(scope: ActionScope, params: NoParams) -> tuple[Privileged, ...]:
+    return _verbs_privileged(scope, ("stop",), ("bootout",))
+
+
+def _start_privileged(scope: ActionScope, params: RestartParams) -> tuple[Privileged, ...]:
+    verbs = ("reset-failed", "start") if params.reset_failed else ("start",)
+    return _verbs_privileged(scope, verbs, ("bootstrap", "kickstart"))
+
+
+def _dropin_privileged(scope: ActionScope, params: DropInParams) -> tuple[Privileged, ...]:
+    host, unit = unit_of(scope)
+    path = f"{params.systemd_dir.rstrip('/')}/{unit.unit}.d/{params.dropin_name}"
+    return (
+        (host, fixed("install", "-D", "-m", "0644", "/dev/stdin", path)),
+        (host, fixed("systemctl", "daemon-reload")),
+    )
+
+
 def unit_name(unit: UnitRef, *, file: bool = False) -> str:
     """The unit's name, refused when it could be read as an option (or, for a `file` name, as
     a path)."""
@@ -97,6 +136,7 @@ def unit_name(unit: UnitRef, *, file: bool = False) -> str:
     targets=UNIT_TARGETS,
     doc="stop the units in reverse restart order, reset-failed each, start them in order "
     "(launchd: `launchctl kickstart -k` each, in order)",
+    privileged=_restart_privileged,
 )
 async def restart_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
     steps = Steps(ctx)
@@ -111,6 +151,7 @@ async def restart_units(ctx: ActionContext, params: RestartParams) -> ActionOutc
     target=Target.UNITS,
     targets=UNIT_TARGETS,
     doc="stop the units in reverse restart order (launchd: `launchctl bootout`)",
+    privileged=_stop_privileged,
 )
 async def stop_units(ctx: ActionContext, params: NoParams) -> ActionOutcome:
     steps = Steps(ctx)
@@ -126,6 +167,7 @@ async def stop_units(ctx: ActionContext, params: NoParams) -> ActionOutcome:
     targets=UNIT_TARGETS,
     doc="reset-failed and start the units in restart order (launchd: `launchctl bootstrap` "
     "the plist if not loaded, then `launchctl kickstart`)",
+    privileged=_start_privileged,
 )
 async def start_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
     steps = Steps(ctx)
@@ -139,6 +181,7 @@ async def start_units(ctx: ActionContext, params: RestartParams) -> ActionOutcom
     params=DropInParams,
     target=Target.UNIT,
     doc="write a drop-in that clears ExecStart and sets the known-good command, daemon-reload",
+    privileged=_dropin_privileged,
 )
 async def write_execstart_dropin(ctx: ActionContext, params: DropInParams) -> ActionOutcome:
     steps = Steps(ctx)

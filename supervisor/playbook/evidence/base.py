@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from supervisor.config import Endpoint, Host, UnitRef
 from supervisor.core.clock import Clock, SystemClock
 from supervisor.execute import CommandResult, Executor
+from supervisor.execute.shape import Shape
 
 #: A fact's value: scalars, or a tuple of scalars (pids, commands, drop-in paths ...).
 Scalar = str | int | float | bool | None
@@ -84,3 +85,5 @@ class Collector(Generic[P]):
     doc: str  #: one line for the README's collector table
     facts: Mapping[str, str]  #: fact name -> meaning; rules may only name these
     needs_host: bool = True  #: False for collectors that only talk HTTP to the endpoint
+    #: the commands it runs as root in one scope, on the scope's host (for sudoers and `doctor`)
+    privileged: Callable[[Scope, P], tuple[Shape, ...]] = lambda scope, params: ()
