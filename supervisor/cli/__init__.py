@@ -20,11 +20,16 @@ from supervisor.cli import (
     rules,
     run,
     status,
+    sudoers,
 )
 from supervisor.cli.common import CliError, add_config_option
 from supervisor.config import ConfigError
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store import StoreError
+
+#: Before letting it act: `sudoers` (and `doctor`, `report`); each module has NAME,
+#: add_parser(sub) and main(args).
+TRUST = (sudoers,)
 
 
 def _duration(text: str) -> object:
@@ -76,6 +81,8 @@ def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     rules.add_parser(sub)
     control.add_parsers(sub)
+    for module in TRUST:
+        module.add_parser(sub)
     for command in commands.values():
         command.add_parser(sub)
     sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
@@ -115,6 +122,7 @@ def main(
         "rules": rules.main,
         "notify-test": notify.main,
         **dict.fromkeys(control.COMMANDS, control.main),
+        **{module.NAME: module.main for module in TRUST},
     }
     try:
         return handlers[args.command](args)

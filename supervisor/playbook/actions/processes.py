@@ -172,7 +172,8 @@ def host_units(scope: ActionContext | ActionScope, host: Host) -> tuple[UnitRef,
 
 def _kill_privileged(scope: ActionScope, params: KillParams) -> tuple[Privileged, ...]:
     host = host_of(scope)
-    found: list[Privileged] = [(host, signal_shape(host_units(scope, host)))]
+    units = host_units(scope, host)
+    found: list[Privileged] = [(host, signal_shape(units))] if units else []
     if params.only_listening_on is not None:
         port = f":{params.only_listening_on}"
         found.append((host, fixed("ss", "-Hltnp", "sport", "=", port)))
