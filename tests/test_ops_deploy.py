@@ -224,7 +224,7 @@ ALLOWED = [
     "UNIT,_SYSTEMD_UNIT,_PID,SYSLOG_IDENTIFIER,JOB_TYPE,JOB_RESULT,EXIT_CODE,EXIT_STATUS,"
     "UNIT_RESULT,N_RESTARTS --lines=0 --unit=ollama.service --unit=vllm-ds4-head.service",
     "rm -f -- /dev/shm/psm_1a2b /dev/shm/sem.mp-xyz",
-    "sh -c echo~3~>~\"$1\" sh /proc/sys/vm/drop_caches",
+    'sh -c echo~3~>~"$1" sh /proc/sys/vm/drop_caches',
     "docker exec vllm_ds4 test -e /workspace/vllm-head.sh",
     "docker exec vllm_ds4 head -c 65536 -- /workspace/vllm-worker.sh",
     f"docker exec vllm_ds4 sed -i.bak -e 12,15d -e 30,33d {MXFP4}",
@@ -324,3 +324,30 @@ def test_install_refuses_a_bad_postgresql_url(tmp_path: Path, url: str, message:
     result = _run(DEPLOY / "install.sh", "--root", tmp_path, "--no-venv", "--postgresql", url)
     assert (result.returncode, result.stderr) == (1, message)
     assert list(tmp_path.iterdir()) == []
+
+
+@needs_root
+def test_install_sudoers_on_a_repaired_host_twice(tmp_path: Path, generated: Path) -> None:
+    root = tmp_path / "spark1"
+    root.mkdir()
+    first = _run(DEPLOY / "install.sh", "--root", root, "--sudoers", generated)
+    assert first.returncode == 0, first.stderr
+    helper = root / "usr/local/libexec/fleet-supervisor/signal"
+    installed = root / "etc/sudoers.d/fleet-supervisor"
+    assert f"install.sh: wrote {installed}" in first.stdout
+    assert helper.read_text() == (DEPLOY.parent / "supervisor/execute/signal.sh").read_text()
+    assert oct(helper.stat().st_mode & 0o777) == "0o755"
+    assert oct(installed.stat().st_mode & 0o777) == "0o440"
+    assert installed.read_text() == generated.read_text()
+    assert sorted(p.name for p in root.iterdir()) == ["etc", "usr"]  # nothing else: no user
+    second = _run(DEPLOY / "install.sh", "--root", root, "--sudoers", generated)
+    assert second.stdout == "install.sh: no change\n"
+
+
+def test_install_refuses_a_sudoers_file_visudo_refuses(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.write_text("fleet ALL = (root) NOPASSWD: sh\n")  # not an absolute path
+    result = _run(DEPLOY / "install.sh", "--root", tmp_path / "r", "--sudoers", bad)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"install.sh: --sudoers {bad}: visudo refuses it: ")
+    assert not (tmp_path / "r").exists()
