@@ -13,6 +13,7 @@ from supervisor.cli import (
     check,
     control,
     diagnose,
+    doctor,
     extra,
     incidents,
     notify,
@@ -27,9 +28,8 @@ from supervisor.config import ConfigError
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store import StoreError
 
-#: Before letting it act: `sudoers` (and `doctor`, `report`); each module has NAME,
-#: add_parser(sub) and main(args).
-TRUST = (sudoers,)
+#: Before letting it act: `doctor`, `sudoers`, `report` (each module: add_parser, main).
+TRUST: Mapping[str, extra.Command] = {doctor.NAME: doctor, sudoers.NAME: sudoers}
 
 
 def _duration(text: str) -> object:
@@ -81,7 +81,7 @@ def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     rules.add_parser(sub)
     control.add_parsers(sub)
-    for module in TRUST:
+    for module in TRUST.values():
         module.add_parser(sub)
     for command in commands.values():
         command.add_parser(sub)
@@ -122,7 +122,7 @@ def main(
         "rules": rules.main,
         "notify-test": notify.main,
         **dict.fromkeys(control.COMMANDS, control.main),
-        **{module.NAME: module.main for module in TRUST},
+        **{name: module.main for name, module in TRUST.items()},
     }
     try:
         return handlers[args.command](args)
