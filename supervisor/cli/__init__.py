@@ -18,6 +18,7 @@ from supervisor.cli import (
     incidents,
     notify,
     probe,
+    report,
     rules,
     run,
     status,
@@ -29,7 +30,11 @@ from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store import StoreError
 
 #: Before letting it act: `doctor`, `sudoers`, `report` (each module: add_parser, main).
-TRUST: Mapping[str, extra.Command] = {doctor.NAME: doctor, sudoers.NAME: sudoers}
+TRUST: Mapping[str, extra.Command] = {
+    doctor.NAME: doctor,
+    sudoers.NAME: sudoers,
+    report.NAME: report,
+}
 
 
 def _duration(text: str) -> object:
