@@ -142,10 +142,14 @@ class _Kill:
 
     async def signal(self, signal: str, procs: list[Process]) -> None:
         """Through the root-owned helper, which checks each pid is one of this host's units'
-        (their cgroup, their container) or a vLLM engine/worker of their user."""
+        (their cgroup, their container) or a vLLM engine/worker of their user; a login that is
+        root already (or this box's daemon running as root) signals with `kill` itself."""
         units = host_units(self.steps.ctx, self.host)
         for proc in procs:
-            argv = signal_argv(signal, proc.pid, units)
+            if runs_as_root(self.host):
+                argv = ["kill", "-s", signal, "--", str(proc.pid)]
+            else:
+                argv = signal_argv(signal, proc.pid, units)
             result = await self.steps.run(self.host, argv, sudo=True, mutating=True)
             if not result.ok and proc in await self.processes():  # not just gone meanwhile
                 raise self.steps.failed(self.host, argv, result)
@@ -163,6 +167,12 @@ class _Kill:
                 self.steps.results.append(result)
                 return alive
             await asyncio.sleep(min(POLL_S, max(0.0, deadline - clock.monotonic())))
+
+
+def runs_as_root(host: Host) -> bool:
+    """Whether commands on `host` run as root without sudo: a root login, or this box when the
+    daemon itself runs as root. The helper guards a service account; root needs no guard."""
+    return host.user == "root" or (host.local and os.geteuid() == 0)
 
 
 def host_units(scope: ActionContext | ActionScope, host: Host) -> tuple[UnitRef, ...]:
