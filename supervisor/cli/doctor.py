@@ -12,6 +12,7 @@ from typing import Any
 from supervisor.cli.common import CliError, load, open_store
 from supervisor.cli.render import dump, table
 from supervisor.config import FleetConfig
+from supervisor.core import logs
 from supervisor.core.clock import SystemClock
 from supervisor.execute import FleetExecutor
 from supervisor.probe import make_client
@@ -36,6 +37,7 @@ def add_parser(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     config = load(args)
+    logs.silence()
     try:
         run = asyncio.run(_doctor(config, args.names))
     except UnknownNameError as exc:

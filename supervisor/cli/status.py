@@ -12,6 +12,7 @@ from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
+from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
 
 
@@ -29,6 +30,7 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         snapshots = {(s.kind, s.name): s for s in await store.snapshots()}
         leader = await leader_view(store)
         streams = (await read_streams(store)).status  # the leader's journal streams, as saved
+        doctor = await last_doctor_run(store)
     finally:
         await store.close()
     endpoints = []
@@ -53,6 +55,14 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         "endpoints": endpoints,
         "hosts": hosts,
         "leadership": leadership_document(leader) | {"line": leadership_line(leader)},
+        "doctor": None
+        if doctor is None
+        else {
+            "at": iso(doctor.at),
+            "ok": doctor.ok,
+            "summary": doctor.summary,
+            "line": doctor.line(),
+        },
     }
 
 
@@ -94,6 +104,9 @@ def render(document: dict[str, Any]) -> str:
         ]
         out += "\n\n" + table(["HOST", "STATE", "SINCE", "LAST PROBLEM"], host_rows)
     line: str = document["leadership"]["line"]
+    doctor = document.get("doctor")
+    if doctor is not None:
+        line += f"\n{doctor['line']}" + ("" if doctor["ok"] else ": run `fleet-supervisor doctor`")
     return f"{out}\n\n{line}" + polling_warnings(document["hosts"])
 
 
