@@ -19,8 +19,6 @@ from supervisor.probe import make_client
 from supervisor.record.store import StoreError
 from supervisor.record.store.doctor import save_doctor_run
 from supervisor.trust.doctor.model import DoctorRun, Status
-from supervisor.trust.doctor.run import UnknownNameError, run_doctor
-from supervisor.trust.load import in_force
 
 NAME = "doctor"
 
@@ -38,6 +36,8 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     config = load(args)
     logs.silence()
+    from supervisor.trust.doctor.run import UnknownNameError  # (loads asyncssh: not for `run`)
+
     try:
         run = asyncio.run(_doctor(config, args.names))
     except UnknownNameError as exc:
@@ -51,6 +51,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _doctor(config: FleetConfig, names: list[str]) -> DoctorRun:
+    from supervisor.trust.doctor.run import run_doctor
+    from supervisor.trust.load import in_force
+
     found = in_force(config)
     executor = FleetExecutor(config)
     http = make_client()

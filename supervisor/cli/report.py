@@ -13,9 +13,7 @@ from supervisor.cli.render import dump
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.durations import DurationError, format_duration, parse_duration
-from supervisor.trust.load import in_force
 from supervisor.trust.report import Report, build_report, render
-from supervisor.trust.sudoers import sudo_user
 
 NAME = "report"
 DEFAULT_SINCE = timedelta(days=7)
@@ -46,6 +44,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _report(config: FleetConfig, since: timedelta) -> Report:
+    from supervisor.trust.load import in_force  # (loads asyncssh: not for `run`)
+    from supervisor.trust.sudoers import sudo_user
+
     needs = in_force(config).needs
     roots = frozenset(name for name, host in config.hosts.items() if sudo_user(host) == "root")
     store = await open_store(config)

@@ -7,8 +7,6 @@ import argparse
 from typing import Any
 
 from supervisor.cli.common import CliError, load
-from supervisor.trust.load import in_force
-from supervisor.trust.sudoers import render
 
 NAME = "sudoers"
 
@@ -23,6 +21,9 @@ def add_parser(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from supervisor.trust.load import in_force  # (loads asyncssh: not for `run`)
+    from supervisor.trust.sudoers import render
+
     config = load(args)
     found = in_force(config)
     hosts = args.host or sorted(config.hosts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from supervisor.core.durations import format_duration
 from supervisor.judge.machine import State
@@ -18,7 +18,9 @@ from supervisor.record.store.records import IncidentRow, TimelineRow
 from supervisor.record.timeline.decision import Decision
 from supervisor.record.timeline.repair import Escalation, Evidence, StepRan
 from supervisor.record.timeline.state import Transition
-from supervisor.trust.needs import Needs
+
+if TYPE_CHECKING:
+    from supervisor.trust.needs import Needs
 
 #: evidence errors that only say a collector does not fit the scope (not a failure)
 NOT_HERE = (NO_UNIT, NO_HOST, NO_CONTAINER, "is not a systemd host", "is not a launchd host")
