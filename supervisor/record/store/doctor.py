@@ -35,6 +35,11 @@ class DoctorRecord:
     summary: str
     document: Mapping[str, Any]
 
+    def as_status(self) -> dict[str, Any]:
+        """`status --json`'s and `/status`'s `doctor`."""
+        at = self.at.isoformat().replace("+00:00", "Z")
+        return {"at": at, "ok": self.ok, "summary": self.summary, "line": self.line()}
+
     def line(self) -> str:
         """`last doctor run 2026-11-26 13:40 UTC: 40 ok, 0 warn, 0 fail in 2.3s`."""
         when = self.at.strftime("%Y-%m-%d %H:%M UTC")
