@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -173,4 +174,49 @@ def test_an_unknown_name_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert capsys.readouterr().err == (
         "fleet-supervisor: no endpoint or host 'nope' (known: ds4, kimi, embed, rerank, ollama, "
         "asr, tts, spark1, spark2, m3ultra, m5max, forge)\n"
+    )
+
+
+#: macOS's launchctl when nobody is logged in at the screen (a stand-in: no macOS here)
+NO_GUI = """\
+#!/bin/sh
+case "$1" in
+  version) echo "Darwin Bootstrapper Version 7.0.0: root:libxpc-2462" ;;
+  print) echo "Could not find domain for user gui: 501" >&2; exit 113 ;;
+  *) exit 64 ;;
+esac
+"""
+
+
+async def test_a_gui_domain_nobody_is_logged_in_to_says_what_to_do(
+    tmp_path: Path, sim_factory: SimFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await sim_factory(flavour="mlx")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "launchctl").write_text(NO_GUI)
+    (tools / "launchctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    unit = {"host": "mac", "unit": "com.fleet.mlx-kimi", "domain": "gui/501", "plist": "~/x.plist"}
+    endpoint = {**_endpoint(server), "units": [unit], "expect_reasoning": False}
+    del endpoint["host"]
+    hosts = {"mac": {"local": True, "service_manager": "launchd"}}
+    config = _config(tmp_path, {"kimi": endpoint}, hosts)
+    code, document = await asyncio.to_thread(_doctor, config)
+    assert code == 1
+    assert _rows(document, "mac")["manager"][:2] == (
+        "ok",
+        "launchd: Darwin Bootstrapper Version 7.0.0: root:libxpc-2462",
+    )
+    assert _rows(document, "kimi")["job com.fleet.mlx-kimi@mac"] == (
+        "fail",
+        "Could not find domain for user gui: 501: nobody is logged in at mac's screen, "
+        "so gui/501 does not exist",
+        "turn on automatic login for that user on the Mac (or make it a LaunchDaemon: domain "
+        "system)",
+    )
+    assert _rows(document, "kimi")["metrics"] == (
+        "ok",
+        "no /metrics (mlx_lm exports none): busy and hung are told by time only",
+        "",
     )
