@@ -368,19 +368,12 @@ async def container(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
         argv = ["docker", "inspect", "--format", "{{.State.Status}}", unit.container]
         result = await ctx.run(host, argv, sudo=True)
         if result.ok:
-            state = result.stdout.strip()
-            finding = ok if state == "running" else None
-            if finding is not None:
+            state = result.stdout.strip() or "no state"
+            if state == "running":
                 found.append(ok(endpoint.name, label, state))
             else:
-                found.append(
-                    warn(
-                        endpoint.name,
-                        label,
-                        state or "no state",
-                        f"start it: docker start {unit.container}",
-                    )
-                )
+                fix = f"start it: docker start {unit.container}"
+                found.append(warn(endpoint.name, label, state, fix))
             continue
         said = _first(result.stderr) or result.error or f"exit {result.exit_status}"
         found.append(

@@ -25,9 +25,10 @@ _GRANT = re.compile(r"^\s+\([^)]*\)\s+(?:NOPASSWD:\s+)?(.+)$")
 def _login_fix(host: Host) -> str:
     user = host.user or "(your user)"
     key = f" -i {host.key}" if host.key else ""
+    where = f"{user}@{host.address or host.name}"
     return (
-        f"try `ssh{key} -p {host.port} {user}@{host.address or host.name} true`; check "
-        "hosts.{name}.user, key and known_hosts".replace("{name}", host.name)
+        f"try `ssh{key} -p {host.port} {where} true`; "
+        f"check hosts.{host.name}.user, key and known_hosts"
     )
 
 
