@@ -17,8 +17,8 @@
 #                                          # install FILE (from `fleet-supervisor sudoers
 #                                          # --host H`, checked with visudo -c) as
 #                                          # /etc/sudoers.d/fleet-supervisor (0440) and the
-#                                          # root-owned signal helper as
-#                                          # /usr/local/libexec/fleet-supervisor/signal (0755);
+#                                          # root-owned helpers as
+#                                          # /usr/local/libexec/fleet-supervisor/{signal,dropin};
 #                                          # nothing else
 #
 # It makes: the system user fleet-supervisor; the venv under /opt/fleet-supervisor; the shipped
@@ -81,7 +81,9 @@ if [ -n "$SUDOERS" ]; then
     visudo -c -q -f "$SUDOERS" >/dev/null 2>&1 \
         || fail "--sudoers $SUDOERS: visudo refuses it: $(visudo -c -f "$SUDOERS" 2>&1 | head -n 1)"
     ensure_dir "$ROOT/usr/local/libexec/fleet-supervisor" 755 0 0
-    ensure_file "$SRC/supervisor/execute/signal.sh" "$ROOT/usr/local/libexec/fleet-supervisor/signal" 755 0 0 1
+    for helper in signal dropin; do
+        ensure_file "$SRC/supervisor/execute/$helper.sh" "$ROOT/usr/local/libexec/fleet-supervisor/$helper" 755 0 0 1
+    done
     if [ ! -d "$ROOT/etc/sudoers.d" ]; then  # the system's own folder: never re-moded
         mkdir -p -m 755 "$ROOT/etc/sudoers.d"; changed "created $ROOT/etc/sudoers.d"
     fi

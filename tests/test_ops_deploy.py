@@ -190,9 +190,10 @@ def sudo_user(generated: Path) -> Iterator[str]:
         text = generated.read_text()
         text = text.replace("Defaults:supervisor", f"Defaults:{name}")
         text = text.replace("\nsupervisor ALL", f"\n{name} ALL")
-        text = text.replace(HELPER, str(SIGNAL))  # not installed on this machine: the checkout's
+        for installed, checkout in CHECKOUT.items():
+            text = text.replace(installed, checkout)
         if not Path("/usr/bin/docker").exists() and Path("/usr/local/bin/docker").exists():
-            text = text.replace("/usr/bin/docker ", "/usr/local/bin/docker ")
+            text = text.replace("NOPASSWD: /usr/bin/docker ", "NOPASSWD: /usr/local/bin/docker ")
         staged = Path(f"/tmp/{name}.sudoers")
         staged.write_text(text)
         checked = _run("visudo", "-c", "-f", staged)
@@ -206,15 +207,20 @@ def sudo_user(generated: Path) -> Iterator[str]:
 
 
 HELPER = "/usr/local/libexec/fleet-supervisor/signal"
-SIGNAL = DEPLOY.parent / "supervisor/execute/signal.sh"
+DROPIN = "/usr/local/libexec/fleet-supervisor/dropin"
+#: not installed on this machine: the checkout's copies stand at the paths sudo resolves
+CHECKOUT = {
+    HELPER: str(DEPLOY.parent / "supervisor/execute/signal.sh"),
+    DROPIN: str(DEPLOY.parent / "supervisor/execute/dropin.sh"),
+}
+HEAD_DROPIN = "/etc/systemd/system/vllm-ds4-head.service.d/50-fleet-supervisor-execstart.conf"
 MXFP4 = "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/quantization/mxfp4.py"
 ALLOWED = [
     "systemctl stop vllm-ds4-head.service",
     "systemctl reset-failed vllm-ds4-worker.service",
     "systemctl start ollama.service",
     "systemctl daemon-reload",
-    "install -D -m 0644 /dev/stdin "
-    "/etc/systemd/system/vllm-ds4-head.service.d/50-fleet-supervisor-execstart.conf",
+    f"{DROPIN} {HEAD_DROPIN} -- /usr/bin/docker exec vllm_ds4 bash /workspace/vllm-head.sh",
     f"{HELPER} TERM 4242 --unit=vllm-ds4-head.service --container=vllm_ds4",
     f"{HELPER} KILL 4242 --unit=vllm-ds4-worker.service --container=vllm_ds4",
     "ss -Hltnp sport = :29501",
@@ -258,13 +264,19 @@ REFUSED = [
     "docker run --privileged debian",
     "journalctl -u ssh.service -n 300 --no-pager -o cat",
     "install -D -m 0644 /dev/stdin /etc/sudoers.d/x",
+    # a unit's ExecStart: only the known-good command, written by the helper (never free text)
+    f"install -D -m 0644 /dev/stdin {HEAD_DROPIN}",
+    f"{DROPIN} {HEAD_DROPIN} -- /bin/sh -c id",
+    f"{DROPIN} /etc/systemd/system/ssh.service.d/x.conf -- /usr/bin/docker exec vllm_ds4 bash "
+    "/workspace/vllm-head.sh",
 ]
 
 
 def _words(command: str) -> list[str]:
     """The command's words (`~` stands for a space inside one word); the helper as the spec
     finds it (see `sudo_user`)."""
-    return [word.replace("~", " ").replace(HELPER, str(SIGNAL)) for word in command.split()]
+    words = [word.replace("~", " ") for word in command.split()]
+    return [CHECKOUT.get(word, word) for word in words]
 
 
 @pytest.mark.parametrize("command", ALLOWED)
@@ -336,6 +348,8 @@ def test_install_sudoers_on_a_repaired_host_twice(tmp_path: Path, generated: Pat
     installed = root / "etc/sudoers.d/fleet-supervisor"
     assert f"install.sh: wrote {installed}" in first.stdout
     assert helper.read_text() == (DEPLOY.parent / "supervisor/execute/signal.sh").read_text()
+    dropin = root / "usr/local/libexec/fleet-supervisor/dropin"
+    assert dropin.read_text() == (DEPLOY.parent / "supervisor/execute/dropin.sh").read_text()
     assert oct(helper.stat().st_mode & 0o777) == "0o755"
     assert oct(installed.stat().st_mode & 0o777) == "0o440"
     assert installed.read_text() == generated.read_text()

@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import UnitRef
-from supervisor.execute.signals import SCRIPT, signal_argv
+from supervisor.execute.helpers import DROPIN, SIGNAL, SOURCES, signal_argv
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (signals other users)")
 
 
 def _helper(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["sh", str(SCRIPT), *args], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        ["sh", str(SOURCES[SIGNAL]), *args], capture_output=True, text=True, check=False
+    )
 
 
 @pytest.fixture
@@ -100,3 +102,37 @@ def test_a_vllm_worker_of_another_user_is_refused(spawn: object) -> None:
 def test_bad_requests_are_refused(args: list[str], code: int, message: str) -> None:
     result = _helper(*[str(os.getpid()) if arg == "SELF" else arg for arg in args])
     assert (result.returncode, result.stderr) == (code, f"fleet-supervisor-signal: {message}\n")
+
+
+def _dropin(*args: str) -> subprocess.CompletedProcess[str]:
+    script = str(SOURCES[DROPIN])
+    return subprocess.run(["sh", script, *args], capture_output=True, text=True, check=False)
+
+
+def test_the_dropin_helper_writes_only_the_command_it_is_given(tmp_path: Path) -> None:
+    path = tmp_path / "vllm-a.service.d" / "50-fleet-supervisor-execstart.conf"
+    result = _dropin(str(path), "--", "/usr/bin/docker", "exec", "c", "bash", "/w/run.sh")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert path.read_text() == (
+        "[Service]\nExecStart=\nExecStart=/usr/bin/docker exec c bash /w/run.sh\n"
+    )
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["/etc/passwd", "--", "x"], "not a drop-in path: /etc/passwd"),
+        (["/etc/systemd/system/a.d/../../x.d/y.conf", "--", "x"], "not a drop-in path: "
+         "/etc/systemd/system/a.d/../../x.d/y.conf"),
+        (["/etc/systemd/system/a.d/x.conf", "x"], "too few arguments"),
+        (["/etc/systemd/system/a.d/x.conf", "x", "y"], "expected -- after the path"),
+    ],
+)  # fmt: skip
+def test_the_dropin_helper_refuses_anything_else(args: list[str], message: str) -> None:
+    result = _dropin(*args)
+    usage = "(usage: fleet-supervisor-dropin /PATH/UNIT.d/NAME.conf -- COMMAND [ARG]...)"
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"fleet-supervisor-dropin: {message} {usage}\n",
+    )

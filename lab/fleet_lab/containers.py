@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleet_lab.boot import INSIDE
-from supervisor.execute.signals import SCRIPT
+from supervisor.execute.helpers import DROPIN, SIGNAL, SOURCES
 
 DOCKER = f"""\
 #!/bin/bash
@@ -89,11 +89,16 @@ exec "$@"
 
 def write_tools(folder: Path) -> None:
     """Write the host's `bin/docker`, `bin/enter` and the supervisor's signal helper; stage 2
-    installs docker as /usr/bin/docker and the helper where install.sh puts it."""
+    installs docker as /usr/bin/docker and the helpers where install.sh puts them."""
     bin_folder = folder / "bin"
     bin_folder.mkdir(parents=True, exist_ok=True)
-    helper = SCRIPT.read_text()
-    for name, text in (("docker", DOCKER), ("enter", ENTER), ("fleet-supervisor-signal", helper)):
+    tools = {
+        "docker": DOCKER,
+        "enter": ENTER,
+        "fleet-supervisor-signal": SOURCES[SIGNAL].read_text(),
+        "fleet-supervisor-dropin": SOURCES[DROPIN].read_text(),
+    }
+    for name, text in tools.items():
         path = bin_folder / name
         path.write_text(text)
         path.chmod(0o755)

@@ -20,8 +20,8 @@ from supervisor.config import Host, UnitRef
 from supervisor.config.models import Duration, Port
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
+from supervisor.execute.helpers import signal_argv, signal_shape
 from supervisor.execute.shape import fixed
-from supervisor.execute.signals import signal_argv, signal_shape
 from supervisor.playbook.actions.base import (
     ActionContext,
     ActionOutcome,

@@ -4,10 +4,13 @@ systemd unit's ExecStart."""
 
 from __future__ import annotations
 
+import shlex
+
 from pydantic import Field, field_validator
 
 from supervisor.config import UnitRef
 from supervisor.config.models import Flag
+from supervisor.execute.helpers import dropin_argv, dropin_shape
 from supervisor.execute.shape import fixed
 from supervisor.playbook.actions.base import (
     ActionContext,
@@ -21,6 +24,7 @@ from supervisor.playbook.actions.base import (
 from supervisor.playbook.actions.declare import Stop, action
 from supervisor.playbook.actions.launchd import LAUNCHD, launchd_privileged
 from supervisor.playbook.actions.managers import UnitManager, Units, manager_of
+from supervisor.playbook.actions.processes import runs_as_root
 from supervisor.playbook.actions.steps import Steps, unit_of, units_of
 
 #: `on: units` (the default: every unit of the endpoint, in order) or `on: unit` (one unit).
@@ -112,11 +116,25 @@ def _start_privileged(scope: ActionScope, params: RestartParams) -> tuple[Privil
     return _verbs_privileged(scope, verbs, ("bootstrap", "kickstart"))
 
 
+def dropin_path(params: DropInParams, unit: str) -> str:
+    return f"{params.systemd_dir.rstrip('/')}/{unit}.d/{params.dropin_name}"
+
+
+def split_command(command: str) -> list[str]:
+    """The command's words as systemd will read them (its quoting is the shell's)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        raise Stop(f"the known-good command is not well quoted: {command!r}") from None
+
+
 def _dropin_privileged(scope: ActionScope, params: DropInParams) -> tuple[Privileged, ...]:
+    """The helper with this unit's drop-in and known-good command pinned (a service account
+    never writes a unit file's text itself)."""
     host, unit = unit_of(scope)
-    path = f"{params.systemd_dir.rstrip('/')}/{unit.unit}.d/{params.dropin_name}"
+    words = split_command(params.command.strip())
     return (
-        (host, fixed("install", "-D", "-m", "0644", "/dev/stdin", path)),
+        (host, dropin_shape(dropin_path(params, unit.unit), words)),
         (host, fixed("systemctl", "daemon-reload")),
     )
 
@@ -192,10 +210,13 @@ async def write_execstart_dropin(ctx: ActionContext, params: DropInParams) -> Ac
         raise steps.refuse(f"no known-good command for {name}: set units[].known_good")
     if "\n" in command or "\r" in command:
         raise steps.refuse(f"the command for {name} holds a line break: not writing it")
-    path = f"{params.systemd_dir.rstrip('/')}/{name}.d/{params.dropin_name}"
-    text = f"[Service]\nExecStart=\nExecStart={command}\n"
-    install = ["install", "-D", "-m", "0644", "/dev/stdin", path]
-    await steps.must(host, install, sudo=True, mutating=True, stdin=text)
+    path = dropin_path(params, name)
+    if runs_as_root(host):
+        text = f"[Service]\nExecStart=\nExecStart={command}\n"
+        install = ["install", "-D", "-m", "0644", "/dev/stdin", path]
+        await steps.must(host, install, sudo=True, mutating=True, stdin=text)
+    else:  # a service account: the root-owned helper writes what its (pinned) arguments say
+        await steps.must(host, dropin_argv(path, split_command(command)), sudo=True, mutating=True)
     await steps.must(host, ["systemctl", "daemon-reload"], sudo=True, mutating=True)
     wrote = steps.said("wrote", "would write")
     return steps.done(f"{wrote} {path} on {host.name} (ExecStart={command}), then daemon-reload")

@@ -1,5 +1,5 @@
 """Host checks: the SSH login, the service manager, the journal the event streams follow, the
-clock, the installed sudoers file and signal helper."""
+clock, the installed sudoers file and the root-owned helpers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import time
 
 from supervisor.config import Host
-from supervisor.execute.signals import HELPER, SCRIPT
+from supervisor.execute.helpers import SOURCES
 from supervisor.hear.streams.journal import head_argv
 from supervisor.trust.doctor.context import DoctorContext, Login
 from supervisor.trust.doctor.model import Finding, fail, ok, warn
@@ -144,7 +144,7 @@ def parse_sudo_list(text: str) -> set[str]:
     return found
 
 
-@check("sudoers", over=Over.HOST, doc="the installed sudoers and signal helper match the rules")
+@check("sudoers", over=Over.HOST, doc="the installed sudoers and helpers match the rules")
 async def sudoers(ctx: DoctorContext, login: Login) -> list[Finding]:
     host = login.host
     if login.root or host.service_manager != "systemd":
@@ -185,13 +185,17 @@ async def sudoers(ctx: DoctorContext, login: Login) -> list[Finding]:
                     f"{user} may run exactly the {len(wanted)} commands the rules need",
                 )
             )
-    if any(n.shape.program == HELPER for n in ctx.needs.on(host.name)):
-        digest = hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
-        result = await ctx.run(host, ["sha256sum", HELPER])
+    programs = {need.shape.program for need in ctx.needs.on(host.name)}
+    for helper, source in SOURCES.items():
+        if helper not in programs:
+            continue
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        result = await ctx.run(host, ["sha256sum", helper])
         have = result.stdout.split()[0] if result.ok and result.stdout.split() else ""
+        label = f"helper {helper.rsplit('/', 1)[1]}"
         if have != digest:
             why = "missing" if not have else "differs from this version's"
-            found.append(fail(host.name, "signal helper", f"{HELPER} {why}", fix))
+            found.append(fail(host.name, label, f"{helper} {why}", fix))
         else:
-            found.append(ok(host.name, "signal helper", f"{HELPER} is this version's"))
+            found.append(ok(host.name, label, f"{helper} is this version's"))
     return found
