@@ -13,6 +13,13 @@
 #                                          # (0640, made empty: write the password there, or
 #                                          # PGPASSWORD= in env). The role and the database are
 #                                          # made by the database's admin (README: PostgreSQL).
+#   --sudoers FILE                         # on a host the supervisor repairs (a Spark): only
+#                                          # install FILE (from `fleet-supervisor sudoers
+#                                          # --host H`, checked with visudo -c) as
+#                                          # /etc/sudoers.d/fleet-supervisor (0440) and the
+#                                          # root-owned helpers as
+#                                          # /usr/local/libexec/fleet-supervisor/{signal,dropin};
+#                                          # nothing else
 #
 # It makes: the system user fleet-supervisor; the venv under /opt/fleet-supervisor; the shipped
 # rules and runbooks in /opt/fleet-supervisor/{playbooks,runbooks} (kept equal to this checkout);
@@ -24,6 +31,7 @@ set -eu
 ROOT=""
 VENV=1
 PG_URL=""
+SUDOERS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --root|--prefix) ROOT="${2:?--root needs a directory}"; shift 2 ;;
@@ -31,6 +39,8 @@ while [ $# -gt 0 ]; do
         --no-venv) VENV=0; shift ;;
         --postgresql) PG_URL="${2:?--postgresql needs a URL like postgresql+asyncpg://fleet@db/fleet}"; shift 2 ;;
         --postgresql=*) PG_URL="${1#*=}"; shift ;;
+        --sudoers) SUDOERS="${2:?--sudoers needs a file (fleet-supervisor sudoers --host H)}"; shift 2 ;;
+        --sudoers=*) SUDOERS="${1#*=}"; shift ;;
         -h|--help) sed -n '/^set -eu/q; 2,$p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
@@ -47,6 +57,40 @@ CHANGES=0
 say() { echo "install.sh: $*"; }
 fail() { echo "install.sh: $*" >&2; exit 1; }
 changed() { CHANGES=$((CHANGES + 1)); say "$*"; }
+
+ensure_dir() {  # PATH MODE UID GID
+    if [ ! -d "$1" ]; then
+        mkdir -p "$1"; changed "created $1"
+    fi
+    if [ "$(stat -c '%a %u %g' "$1")" != "$2 $3 $4" ]; then
+        chmod "$2" "$1"; chown "$3:$4" "$1"; changed "set $1 to mode $2, owner $3:$4"
+    fi
+}
+ensure_file() {  # SOURCE DEST MODE UID GID REPLACE(1: keep it equal to SOURCE, 0: create only)
+    if [ ! -e "$2" ] || { [ "$6" = 1 ] && ! cmp -s "$1" "$2"; }; then
+        cp "$1" "$2"; changed "wrote $2"
+    fi
+    if [ "$(stat -c '%a %u %g' "$2")" != "$3 $4 $5" ]; then
+        chmod "$3" "$2"; chown "$4:$5" "$2"; changed "set $2 to mode $3, owner $4:$5"
+    fi
+}
+
+# --- a repaired host: the sudoers file and the signal helper only ------------------------
+if [ -n "$SUDOERS" ]; then
+    [ -f "$SUDOERS" ] || fail "--sudoers $SUDOERS: no such file"
+    visudo -c -q -f "$SUDOERS" >/dev/null 2>&1 \
+        || fail "--sudoers $SUDOERS: visudo refuses it: $(visudo -c -f "$SUDOERS" 2>&1 | head -n 1)"
+    ensure_dir "$ROOT/usr/local/libexec/fleet-supervisor" 755 0 0
+    for helper in signal dropin; do
+        ensure_file "$SRC/supervisor/execute/$helper.sh" "$ROOT/usr/local/libexec/fleet-supervisor/$helper" 755 0 0 1
+    done
+    if [ ! -d "$ROOT/etc/sudoers.d" ]; then  # the system's own folder: never re-moded
+        mkdir -p -m 755 "$ROOT/etc/sudoers.d"; changed "created $ROOT/etc/sudoers.d"
+    fi
+    ensure_file "$SUDOERS" "$ROOT/etc/sudoers.d/fleet-supervisor" 440 0 0 1
+    if [ "$CHANGES" = 0 ]; then say "no change"; else say "$CHANGES changes"; fi
+    exit 0
+fi
 
 # --- checks, before anything changes ----------------------------------------------------
 for part in playbooks runbooks; do
@@ -108,23 +152,6 @@ OWNER_UID="${1:-0}"
 OWNER_GID="${2:-0}"
 
 # --- directories and files ---------------------------------------------------------------
-ensure_dir() {  # PATH MODE UID GID
-    if [ ! -d "$1" ]; then
-        mkdir -p "$1"; changed "created $1"
-    fi
-    if [ "$(stat -c '%a %u %g' "$1")" != "$2 $3 $4" ]; then
-        chmod "$2" "$1"; chown "$3:$4" "$1"; changed "set $1 to mode $2, owner $3:$4"
-    fi
-}
-ensure_file() {  # SOURCE DEST MODE UID GID REPLACE(1: keep it equal to SOURCE, 0: create only)
-    if [ ! -e "$2" ] || { [ "$6" = 1 ] && ! cmp -s "$1" "$2"; }; then
-        cp "$1" "$2"; changed "wrote $2"
-    fi
-    if [ "$(stat -c '%a %u %g' "$2")" != "$3 $4 $5" ]; then
-        chmod "$3" "$2"; chown "$4:$5" "$2"; changed "set $2 to mode $3, owner $4:$5"
-    fi
-}
-
 ensure_dir "$ROOT/etc/fleet-supervisor" 750 0 "$OWNER_GID"
 ensure_dir "$ROOT/var/lib/fleet-supervisor" 750 "$OWNER_UID" "$OWNER_GID"
 ensure_dir "$ROOT/opt/fleet-supervisor" 755 0 0

@@ -53,6 +53,8 @@ from tests.sshd import Sshd
 FORGE = Host(name="forge", local=True)
 SPARK1 = Host(name="spark1", address="192.168.1.11")
 SPARK2 = Host(name="spark2", address="192.168.1.12")
+#: spark1 logged in to as root: the drop-in is written with `install` (no helper needed)
+SPARK1_ROOT = Host(name="spark1", address="192.168.1.11", user="root")
 WORKER = UnitRef(
     host="spark2", unit="vllm-ds4-worker.service", container="vllm_ds4", known_good="/w/worker.sh"
 )
@@ -426,7 +428,7 @@ async def test_execstart_dropin_is_written_then_reload_failure_is_reported(
     command = "/usr/bin/docker exec vllm_ds4 bash /w/head.sh"
     outcome = await act(
         "write_execstart_dropin",
-        context(LocalExecutor(), host=SPARK1, unit=HEAD),
+        context(LocalExecutor(), host=SPARK1_ROOT, unit=HEAD),
         command=command,
         systemd_dir=str(tmp_path / "system"),
     )
@@ -442,7 +444,7 @@ async def test_execstart_dropin_is_written_then_reload_failure_is_reported(
     systemctl.fail("", "")
     again = await act(
         "write_execstart_dropin",
-        context(LocalExecutor(), host=SPARK1, unit=HEAD),
+        context(LocalExecutor(), host=SPARK1_ROOT, unit=HEAD),
         command=command + "  ",
         systemd_dir=str(tmp_path / "system") + "/",
     )
@@ -464,8 +466,13 @@ async def test_execstart_dropin_plan() -> None:
         f"would write {path} on spark1 "
         "(ExecStart=/usr/bin/docker exec vllm_ds4 bash /w/head.sh), then daemon-reload"
     )
+    # a service account: the root-owned helper writes the drop-in from its (pinned) arguments
     assert plan(executor) == [
-        ("spark1", f"sudo -n install -D -m 0644 /dev/stdin {path}"),
+        (
+            "spark1",
+            f"sudo -n /usr/local/libexec/fleet-supervisor/dropin {path} -- "
+            "/usr/bin/docker exec vllm_ds4 bash /w/head.sh",
+        ),
         ("spark1", "sudo -n systemctl daemon-reload"),
     ]
 

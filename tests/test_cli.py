@@ -156,7 +156,14 @@ def test_status_json_lists_every_configured_endpoint_and_host(
     asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
     assert main(["--config", str(path), "status", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert set(document) == {"generated_at", "endpoints", "hosts", "leadership", "repair_by_rule"}
+    assert set(document) == {
+        "generated_at",
+        "endpoints",
+        "hosts",
+        "leadership",
+        "repair_by_rule",
+        "doctor",
+    }
     for repair in document["repair_by_rule"].values():  # its incident, while under 30 days old
         assert set(repair) == {"mttr_s", "repaired", "open"}
     for subject in document["endpoints"] + document["hosts"]:
@@ -171,6 +178,7 @@ def test_status_json_lists_every_configured_endpoint_and_host(
         }
         if "repair" in subject:
             assert set(subject.pop("repair")) == {"mttr_s", "repaired", "open"}
+    assert document["doctor"] is None  # no doctor run yet
     assert document["leadership"] == {
         "leader": None,
         "host": None,

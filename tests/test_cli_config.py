@@ -33,6 +33,9 @@ COMMANDS = [
     pytest.param(["ack"], ["7"], id="ack"),
     pytest.param(["restart"], ["ds4", "--why", "stuck"], id="restart"),
     pytest.param(["silences"], ["--json"], id="silences"),
+    pytest.param(["doctor"], ["ds4", "spark1", "--json"], id="doctor"),
+    pytest.param(["sudoers"], ["--host", "spark1"], id="sudoers"),
+    pytest.param(["report"], ["--since", "7d", "--json"], id="report"),
 ]
 
 

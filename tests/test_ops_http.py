@@ -71,6 +71,7 @@ async def test_metrics_parse_and_show_every_endpoint(tmp_path: Path, sim: VllmSi
             status = (await client.get("/status")).json()
             assert [e["name"] for e in status["endpoints"]] == ["llm", "web"]
             assert status["endpoints"][0]["state"] == "healthy"
+            assert status["doctor"] is None  # no `doctor` run yet
             healthz = await client.get("/healthz")
             assert (healthz.status_code, healthz.text) == (200, "ok\n")
             daemon.workers["web"].submit(Stop(endpoint="web", at=daemon.clock.now()))

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from supervisor.execute import helpers
+
 #: Where the host's own folder appears inside the host.
 INSIDE = "/var/lib/lab"
 
@@ -140,6 +142,8 @@ mount -t tmpfs -o mode=755 fleet-lab-units "$R/etc/systemd/system"
 cp -a {folder}/units/. "$R/etc/systemd/system/"
 echo {name} > "$R/etc/hostname"
 cp {folder}/bin/docker "$R/usr/bin/docker"
+install -D -m 0755 {folder}/bin/fleet-supervisor-signal "$R{signal}"
+install -D -m 0755 {folder}/bin/fleet-supervisor-dropin "$R{dropin}"
 mkdir -p "$R/oldroot"
 cd "$R"
 pivot_root . oldroot
@@ -157,7 +161,14 @@ def stage1(name: str, folder: str) -> str:
 
 def stage2(name: str, folder: str) -> str:
     """Stage 2 of host `name`: the fenced-off root and the exec of systemd."""
-    return STAGE2.format(name=name, folder=folder, inside=INSIDE, devices=" ".join(_DEVICES))
+    return STAGE2.format(
+        name=name,
+        folder=folder,
+        inside=INSIDE,
+        devices=" ".join(_DEVICES),
+        signal=helpers.SIGNAL,
+        dropin=helpers.DROPIN,
+    )
 
 
 def lab_target(wants: Iterable[str]) -> str:

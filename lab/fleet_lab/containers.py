@@ -1,8 +1,9 @@
 """Containers in the lab: a directory tree, entered by a `/usr/bin/docker` stand-in.
 
 No docker engine runs in the lab. Each lab host gets a `/usr/bin/docker` script (in its
-overlay root, never on the machine) that implements exactly one command, `docker exec [-i] [-t]
-NAME CMD...`. The container `NAME` is the tree `/var/lib/lab/containers/NAME`: the command runs in
+overlay root, never on the machine) that implements `docker exec [-i] [-t] NAME CMD...` (and
+`docker inspect --format FORMAT NAME`, which says `running` for any tree). The container
+`NAME` is the tree `/var/lib/lab/containers/NAME`: the command runs in
 a new mount namespace in which every path of the tree that the host lacks is bind-mounted over
 the host's root (`/workspace`, `/usr/local/lib/python3.12/...`), then `exec`s `CMD` in place.
 So `supervisor.execute.containers.in_container` stays exactly what it is for a real fleet, and
@@ -21,11 +22,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleet_lab.boot import INSIDE
+from supervisor.execute.helpers import DROPIN, SIGNAL, SOURCES
 
 DOCKER = f"""\
 #!/bin/bash
 # fleet lab: `docker exec NAME CMD...` over a directory tree (see lab/fleet_lab/containers.py).
 set -euo pipefail
+if [ "${{1:-}}" = inspect ] && [ "${{2:-}}" = --format ] && [ $# -eq 4 ]; then
+  # `docker inspect --format {{{{.State.Status}}}} NAME`: a tree is a running container
+  if [ -d "{INSIDE}/containers/$4" ]; then echo running; exit 0; fi
+  echo "[]"
+  echo "Error: No such object: $4" >&2
+  exit 1
+fi
 if [ "${{1:-}}" != exec ]; then
   echo "lab docker: only 'docker exec NAME CMD...' is simulated, not '${{1:-}}'" >&2
   exit 125
@@ -79,10 +88,17 @@ exec "$@"
 
 
 def write_tools(folder: Path) -> None:
-    """Write the host's `bin/docker` and `bin/enter`; stage 2 installs docker as /usr/bin/docker."""
+    """Write the host's `bin/docker`, `bin/enter` and the supervisor's signal helper; stage 2
+    installs docker as /usr/bin/docker and the helpers where install.sh puts them."""
     bin_folder = folder / "bin"
     bin_folder.mkdir(parents=True, exist_ok=True)
-    for name, text in (("docker", DOCKER), ("enter", ENTER)):
+    tools = {
+        "docker": DOCKER,
+        "enter": ENTER,
+        "fleet-supervisor-signal": SOURCES[SIGNAL].read_text(),
+        "fleet-supervisor-dropin": SOURCES[DROPIN].read_text(),
+    }
+    for name, text in tools.items():
         path = bin_folder / name
         path.write_text(text)
         path.chmod(0o755)

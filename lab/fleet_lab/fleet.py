@@ -166,7 +166,7 @@ def prepare(lab: Lab) -> None:
 
     - the lab's `docker` must be the one every PATH finds, sudo's secure_path included: boot
       installs it as /usr/bin/docker only, and a real docker client in /usr/local/bin would
-      shadow it;
+      shadow it (a link to it, so sudoers' `/usr/bin/docker` matches either path);
     - the host's name must resolve (its address in /etc/hosts), else sudo warns on stderr
       ("unable to resolve host") and the collectors read the warning as a failed command;
     - root's shell start-up is a fresh box's, not this machine's: bash reads `~/.bashrc` for
@@ -178,8 +178,8 @@ def prepare(lab: Lab) -> None:
         if host.pid is None:
             continue
         script = (
-            "cmp -s /var/lib/lab/bin/docker /usr/local/bin/docker || "
-            "cp /var/lib/lab/bin/docker /usr/local/bin/docker; "
+            '[ "$(readlink /usr/local/bin/docker)" = /usr/bin/docker ] || '
+            "ln -sf /usr/bin/docker /usr/local/bin/docker; "
             f'grep -qw "{host.name}" /etc/hosts || '
             f'echo "{host.address} {host.name}" >> /etc/hosts; '
             f"grep -qx '{FRESH_BASHRC}' /root/.bashrc || echo '{FRESH_BASHRC}' > /root/.bashrc; "

@@ -13,18 +13,28 @@ from supervisor.cli import (
     check,
     control,
     diagnose,
+    doctor,
     extra,
     incidents,
     notify,
     probe,
+    report,
     rules,
     run,
     status,
+    sudoers,
 )
 from supervisor.cli.common import CliError, add_config_option
 from supervisor.config import ConfigError
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store import StoreError
+
+#: Before letting it act: `doctor`, `sudoers`, `report` (each module: add_parser, main).
+TRUST: Mapping[str, extra.Command] = {
+    doctor.NAME: doctor,
+    sudoers.NAME: sudoers,
+    report.NAME: report,
+}
 
 
 def _duration(text: str) -> object:
@@ -76,6 +86,8 @@ def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     rules.add_parser(sub)
     control.add_parsers(sub)
+    for module in TRUST.values():
+        module.add_parser(sub)
     for command in commands.values():
         command.add_parser(sub)
     sub.add_parser("notify-test", help="send one Telegram message to every configured chat")
@@ -115,6 +127,7 @@ def main(
         "rules": rules.main,
         "notify-test": notify.main,
         **dict.fromkeys(control.COMMANDS, control.main),
+        **{name: module.main for name, module in TRUST.items()},
     }
     try:
         return handlers[args.command](args)

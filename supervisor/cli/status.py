@@ -13,6 +13,7 @@ from supervisor.core.clock import utcnow
 from supervisor.record.availability import Repair, availability, repairs
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
+from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
 
 
@@ -35,6 +36,7 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         subjects += [(SubjectKind.HOST, name) for name in config.hosts]
         found = await availability(store, subjects, now=now)
         fixed = await repairs(store, now=now)
+        doctor = await last_doctor_run(store)
     finally:
         await store.close()
     endpoints = []
@@ -63,6 +65,14 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         "hosts": hosts,
         "repair_by_rule": {rule: r.document() for rule, r in fixed.by_rule.items()},
         "leadership": leadership_document(leader) | {"line": leadership_line(leader)},
+        "doctor": None
+        if doctor is None
+        else {
+            "at": iso(doctor.at),
+            "ok": doctor.ok,
+            "summary": doctor.summary,
+            "line": doctor.line(),
+        },
     }
 
 
@@ -104,6 +114,9 @@ def render(document: dict[str, Any]) -> str:
         ]
         out += "\n\n" + table(["HOST", "STATE", "SINCE", "LAST PROBLEM"], host_rows)
     line: str = document["leadership"]["line"]
+    doctor = document.get("doctor")
+    if doctor is not None:
+        line += f"\n{doctor['line']}" + ("" if doctor["ok"] else ": run `fleet-supervisor doctor`")
     return f"{out}\n\n{line}" + polling_warnings(document["hosts"])
 
 

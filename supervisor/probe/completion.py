@@ -129,4 +129,5 @@ async def completion_check(ctx: ProbeContext) -> Finding:
         tok_s=stats.tok_s,
         tokens=stats.tokens,
         detail=detail_of(stats),
+        reasoning_field=transcript.reasoning_field,
     )

@@ -26,6 +26,7 @@ class Finding:
     tok_s: float | None = None
     tokens: int | None = None
     detail: str = ""
+    reasoning_field: str = ""  #: a completion's: which field held the reasoning ('' none)
 
 
 class ProbeError(Exception):

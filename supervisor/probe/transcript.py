@@ -28,6 +28,7 @@ class Transcript:
     usage_tokens: int | None = None  #: `usage.completion_tokens`, when a usage record came
     finish_reason: str | None = None
     done: bool = False  #: `data: [DONE]` was seen
+    reasoning_field: str = ""  #: where the reasoning came (`reasoning`, `reasoning_content`)
 
     @property
     def reasoning_text(self) -> str:
@@ -47,6 +48,7 @@ class Transcript:
             piece = part.get(key)
             if isinstance(piece, str) and piece:
                 self._piece(self.reasoning, piece, now)
+                self.reasoning_field = self.reasoning_field or key
                 break
         content = part.get("content")
         if isinstance(content, str) and content:

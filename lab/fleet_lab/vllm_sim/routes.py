@@ -67,6 +67,11 @@ async def metrics(sim: VllmSim, request: Request, out: Responder) -> None:
         hung=behaviour.engine_hung or behaviour.engine_dead,
     )
     text = sim.metrics.render(sim.model)
+    if not behaviour.progress_metrics:
+        progress = ("vllm:generation_tokens_total", "vllm:num_requests_running")
+        text = "".join(
+            line for line in text.splitlines(keepends=True) if not any(p in line for p in progress)
+        )
     await out.send_text(200, text, "text/plain; version=0.0.4")
 
 

@@ -63,6 +63,9 @@ class SimBehaviour:
     #: the engine stops stepping: /health and /v1/models answer, requests run and get no token,
     #: the generation counter freezes (vLLM's dead-engine-but-/health-200 class)
     engine_hung: bool = False
+    #: /metrics holds vLLM's progress series (`generation_tokens_total`, the requests running);
+    #: False: a build that exports other series only, as the busy/hung judge cannot use
+    progress_metrics: bool = True
 
 
 class VllmSim:

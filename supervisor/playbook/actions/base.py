@@ -20,6 +20,7 @@ from supervisor.config import Endpoint, Host, UnitRef
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeResult
 from supervisor.execute import CommandResult, Executor
+from supervisor.execute.shape import Shape
 from supervisor.playbook.evidence.base import FactValue
 
 
@@ -65,6 +66,21 @@ class NoParams(ActionParams):
     pass
 
 
+@dataclass(frozen=True, kw_only=True)
+class ActionScope:
+    """Whom one step would act on, without running anything: what `Action.privileged` reads
+    (the same `host`/`unit`/`units` an `ActionContext` of that call would hold)."""
+
+    endpoint: Endpoint
+    host: Host | None
+    unit: UnitRef | None
+    units: tuple[tuple[Host, UnitRef], ...]
+
+
+#: One command an action would run as root (`sudo -n`), on the host it names.
+Privileged = tuple[Host, Shape]
+
+
 P = TypeVar("P", bound=ActionParams)
 
 
@@ -76,6 +92,8 @@ class Action(Generic[P]):
     target: Target  #: the default target; a rule step may name another
     doc: str  #: one line for the README's action table
     targets: frozenset[Target] = frozenset(Target)  #: targets this action accepts
+    #: the commands it would run as root for one call (for sudoers and `doctor`); none by default
+    privileged: Callable[[ActionScope, P], tuple[Privileged, ...]] = lambda scope, params: ()
 
 
 def facts_view(facts: Mapping[str, FactValue], prefix: str) -> Mapping[str, FactValue]:

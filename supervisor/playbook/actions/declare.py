@@ -11,9 +11,18 @@ from collections.abc import Awaitable, Callable
 from functools import wraps
 
 from supervisor.execute import CommandResult
-from supervisor.playbook.actions.base import Action, ActionContext, ActionOutcome, P, Target
+from supervisor.playbook.actions.base import (
+    Action,
+    ActionContext,
+    ActionOutcome,
+    ActionScope,
+    P,
+    Privileged,
+    Target,
+)
 
 RunFn = Callable[[ActionContext, P], Awaitable[ActionOutcome]]
+NeedsFn = Callable[[ActionScope, P], tuple[Privileged, ...]]
 
 
 class Stop(Exception):  # noqa: N818 - it is a control-flow signal, not an error type
@@ -40,8 +49,10 @@ def action(
     target: Target,
     doc: str,
     targets: frozenset[Target] | None = None,
+    privileged: NeedsFn[P] | None = None,
 ) -> Callable[[RunFn[P]], Action[P]]:
-    """Declare an action. `targets` (the `on:` values a rule may use) defaults to `{target}`."""
+    """Declare an action. `targets` (the `on:` values a rule may use) defaults to `{target}`;
+    `privileged` lists the commands one call would run as root (none when not given)."""
     accepted = frozenset({target}) if targets is None else targets
     if target not in accepted:
         raise ValueError(f"action {name}: default target {target} is not among its targets")
@@ -59,6 +70,18 @@ def action(
                     needs_person=stop.needs_person,
                 )
 
-        return Action(name=name, params=params, run=run, target=target, doc=doc, targets=accepted)
+        if privileged is None:
+            return Action(
+                name=name, params=params, run=run, target=target, doc=doc, targets=accepted
+            )
+        return Action(
+            name=name,
+            params=params,
+            run=run,
+            target=target,
+            doc=doc,
+            targets=accepted,
+            privileged=privileged,
+        )
 
     return wrap

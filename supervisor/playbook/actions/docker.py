@@ -8,7 +8,15 @@ from pydantic import Field
 
 from supervisor.config.models import Flag
 from supervisor.execute.containers import CONTAINER_NAME, CONTAINER_SUDO
-from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
+from supervisor.execute.shape import fixed
+from supervisor.playbook.actions.base import (
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    ActionScope,
+    Privileged,
+    Target,
+)
 from supervisor.playbook.actions.declare import Stop, action
 from supervisor.playbook.actions.steps import UNIT_CONTAINER, Steps, container_of, host_of, inside
 
@@ -27,12 +35,24 @@ class ExecParams(ActionParams):
     mutating: Flag = Field(default=True, description="the command changes something")
 
 
+def _restart_privileged(
+    scope: ActionScope, params: RestartContainerParams
+) -> tuple[Privileged, ...]:
+    return ((host_of(scope), fixed("docker", "restart", container_of(scope, params.container))),)
+
+
+def _exec_privileged(scope: ActionScope, params: ExecParams) -> tuple[Privileged, ...]:
+    argv = inside(container_of(scope, params.container), params.argv)
+    return ((host_of(scope), fixed(*argv)),)
+
+
 @action(
     "docker_restart",
     params=RestartContainerParams,
     target=Target.UNIT,
     targets=frozenset({Target.UNIT, Target.HOST}),
     doc="docker restart the unit's container",
+    privileged=_restart_privileged,
 )
 async def docker_restart(ctx: ActionContext, params: RestartContainerParams) -> ActionOutcome:
     steps = Steps(ctx)
@@ -51,6 +71,7 @@ async def docker_restart(ctx: ActionContext, params: RestartContainerParams) -> 
     target=Target.UNIT,
     targets=frozenset({Target.UNIT, Target.HOST}),
     doc="run a command inside the unit's container (arguments quoted, never a shell line)",
+    privileged=_exec_privileged,
 )
 async def docker_exec(ctx: ActionContext, params: ExecParams) -> ActionOutcome:
     steps = Steps(ctx)

@@ -12,7 +12,15 @@ from __future__ import annotations
 from pydantic import Field
 
 from supervisor.config.models import Flag
-from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
+from supervisor.execute.shape import Pattern, Shape, Word
+from supervisor.playbook.actions.base import (
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    ActionScope,
+    Privileged,
+    Target,
+)
 from supervisor.playbook.actions.declare import action
 from supervisor.playbook.actions.dedupe import DedupeError, DedupePlan, lines_with, plan_dedupe
 from supervisor.playbook.actions.steps import Steps, absolute, container_of, host_of, inside, why
@@ -36,12 +44,36 @@ def _what(plan: DedupePlan, marker: str) -> str:
     )
 
 
+#: `-e FIRST,LASTd` once or more: the line ranges sed deletes (numbers computed here).
+SED_RANGES = Pattern(regex="-e [0-9]+\\,[0-9]+d( -e [0-9]+\\,[0-9]+d)*", example="-e 12,15d")
+
+
+def _dedupe_privileged(scope: ActionScope, params: DedupeParams) -> tuple[Privileged, ...]:
+    host = host_of(scope)
+    path = absolute(params.path, "path")
+    container = container_of(scope) if params.in_container else None
+
+    def shape(*words: Word) -> Privileged:
+        argv: tuple[Word, ...] = ("docker", "exec", container, *words) if container else words
+        return host, Shape(argv=argv)
+
+    found = [
+        shape("cat", path),
+        shape("sed", "-i.bak", SED_RANGES, path),
+        shape("cp", "-p", f"{path}.bak", path),
+    ]
+    if params.compile_check:
+        found.append(shape("python3", "-m", "py_compile", path))
+    return tuple(found)
+
+
 @action(
     "dedupe_block",
     params=DedupeParams,
     target=Target.UNIT,
     targets=frozenset({Target.UNIT, Target.HOST}),
     doc="remove repeated copies of the block holding a marker until its count is right; compile",
+    privileged=_dedupe_privileged,
 )
 async def dedupe_block(ctx: ActionContext, params: DedupeParams) -> ActionOutcome:
     steps = Steps(ctx)

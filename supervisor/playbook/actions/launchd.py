@@ -28,7 +28,15 @@ from supervisor.config import Host, UnitRef
 from supervisor.config.models import Duration
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
-from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
+from supervisor.execute.shape import PID, Pattern, Shape, fixed
+from supervisor.playbook.actions.base import (
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    ActionScope,
+    Privileged,
+    Target,
+)
 from supervisor.playbook.actions.declare import Stop, action
 from supervisor.playbook.actions.managers import UnitManager, Units, UnitState
 from supervisor.playbook.actions.steps import Steps, timed_out, units_of, why
@@ -56,6 +64,27 @@ def target(unit: UnitRef) -> str:
 def needs_root(unit: UnitRef) -> bool:
     """Only the system domain needs root to change a job."""
     return unit.domain == "system"
+
+
+def launchd_privileged(host: Host, unit: UnitRef, verbs: tuple[str, ...]) -> list[Privileged]:
+    """What `verbs` (`kickstart`, `bootout`, `bootstrap`, `kill`) run as root for one job:
+    nothing in a user's own domain (`gui/<uid>`, `user/<uid>`), `launchctl VERB system/LABEL` in
+    `system`."""
+    if not needs_root(unit):
+        return []
+    label = f"system/{unit.unit}"
+    shapes = {
+        "kickstart": fixed("launchctl", "kickstart", "-k", label),
+        "bootout": fixed("launchctl", "bootout", label),
+        "kill": fixed("launchctl", "kill", "SIGKILL", label),
+        "bootstrap": Shape(
+            argv=("launchctl", "bootstrap", "system", unit.plist or "/Library/LaunchDaemons/x")
+        ),
+    }
+    found = [(host, shapes[verb]) for verb in verbs]
+    if "bootstrap" in verbs:
+        found.append((host, fixed("launchctl", "kickstart", label)))
+    return found
 
 
 async def launchctl(steps: Steps, host: Host, unit: UnitRef, *argv: str) -> CommandResult:
@@ -212,6 +241,17 @@ async def _stop_one(steps: Steps, host: Host, unit: UnitRef, grace: timedelta) -
     return f"sent TERM to {name} (pid {pid}); it still ran after {waited} and got KILL"
 
 
+def _graceful_privileged(scope: ActionScope, params: GracefulParams) -> tuple[Privileged, ...]:
+    """A LaunchDaemon's pid is signalled as root (`kill -s TERM|KILL PID`): the one signal
+    to a pid the daemon picks; a LaunchAgent's needs no root."""
+    signal = Pattern(regex="(TERM|KILL)", example="TERM")
+    return tuple(
+        (host, Shape(argv=("kill", "-s", signal, PID)))
+        for host, unit in units_of(scope)
+        if host.service_manager == "launchd" and needs_root(unit)
+    )
+
+
 @action(
     "stop_job_gracefully",
     params=GracefulParams,
@@ -219,6 +259,7 @@ async def _stop_one(steps: Steps, host: Host, unit: UnitRef, grace: timedelta) -
     targets=frozenset({Target.UNITS, Target.UNIT}),
     doc="launchd jobs: TERM the job's process, KILL it only if it still runs after `grace` "
     "(a KeepAlive job is started again by launchd; `start_units` starts any other)",
+    privileged=_graceful_privileged,
 )
 async def stop_job_gracefully(ctx: ActionContext, params: GracefulParams) -> ActionOutcome:
     steps = Steps(ctx)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
+from supervisor.execute.shape import Pattern, Shape, ere_literal, fixed
+from supervisor.playbook.actions.base import (
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    ActionScope,
+    Privileged,
+    Target,
+)
 from supervisor.playbook.actions.declare import action
 from supervisor.playbook.actions.steps import Steps, host_of
 
@@ -69,12 +77,39 @@ def _files(found: list[str]) -> str:
     return f"{len(found)} shm {noun} ({', '.join(found[:SHOWN])}{more})"
 
 
+def glob_regex(glob: str) -> str:
+    """A file pattern (`/dev/shm/psm_*`) as sudoers' regex for one file name without spaces."""
+    out = []
+    for char in glob:
+        if char == "*":
+            out.append("[^ /]*")
+        elif char == "?":
+            out.append("[^ /]")
+        else:
+            out.append(ere_literal(char))
+    return "".join(out)
+
+
+def _page_cache_privileged(scope: ActionScope, params: PageCacheParams) -> tuple[Privileged, ...]:
+    host = host_of(scope)
+    found: list[Privileged] = [
+        (host, fixed("sh", "-c", DROP_SCRIPT, "sh", params.drop_caches_path))
+    ]
+    if params.shm_globs:
+        one = "(" + "|".join(glob_regex(g) for g in params.shm_globs) + ")"
+        example = params.shm_globs[0].replace("*", "x").replace("?", "x")
+        files = Pattern(regex=f"{one}( {one})*", example=example)
+        found.append((host, Shape(argv=("rm", "-f", "--", files))))
+    return tuple(found)
+
+
 @action(
     "drop_page_cache",
     params=PageCacheParams,
     target=Target.HOSTS,
     targets=frozenset({Target.HOSTS, Target.HOST}),
     doc="sync, write 3 into /proc/sys/vm/drop_caches, remove vLLM's /dev/shm segments",
+    privileged=_page_cache_privileged,
 )
 async def drop_page_cache(ctx: ActionContext, params: PageCacheParams) -> ActionOutcome:
     steps = Steps(ctx)

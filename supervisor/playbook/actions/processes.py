@@ -16,11 +16,20 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from supervisor.config import Host
+from supervisor.config import Host, UnitRef
 from supervisor.config.models import Duration, Port
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
-from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
+from supervisor.execute.helpers import signal_argv, signal_shape
+from supervisor.execute.shape import fixed
+from supervisor.playbook.actions.base import (
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    ActionScope,
+    Privileged,
+    Target,
+)
 from supervisor.playbook.actions.declare import action
 from supervisor.playbook.actions.steps import Steps, host_of, shorten
 from supervisor.playbook.evidence.processes import PS_ARGV, Process, parse_ps, same_user
@@ -132,8 +141,15 @@ class _Kill:
         return [p for p in chosen if p.pid in listening]
 
     async def signal(self, signal: str, procs: list[Process]) -> None:
+        """Through the root-owned helper, which checks each pid is one of this host's units'
+        (their cgroup, their container) or a vLLM engine/worker of their user; a login that is
+        root already (or this box's daemon running as root) signals with `kill` itself."""
+        units = host_units(self.steps.ctx, self.host)
         for proc in procs:
-            argv = ["kill", "-s", signal, "--", str(proc.pid)]
+            if runs_as_root(self.host):
+                argv = ["kill", "-s", signal, "--", str(proc.pid)]
+            else:
+                argv = signal_argv(signal, proc.pid, units)
             result = await self.steps.run(self.host, argv, sudo=True, mutating=True)
             if not result.ok and proc in await self.processes():  # not just gone meanwhile
                 raise self.steps.failed(self.host, argv, result)
@@ -153,12 +169,35 @@ class _Kill:
             await asyncio.sleep(min(POLL_S, max(0.0, deadline - clock.monotonic())))
 
 
+def runs_as_root(host: Host) -> bool:
+    """Whether commands on `host` run as root without sudo: a root login, or this box when the
+    daemon itself runs as root. The helper guards a service account; root needs no guard."""
+    return host.user == "root" or (host.local and os.geteuid() == 0)
+
+
+def host_units(scope: ActionContext | ActionScope, host: Host) -> tuple[UnitRef, ...]:
+    """The endpoint's units on `host`, in restart order (the helper's scope there)."""
+    return tuple(unit for unit_host, unit in scope.units if unit_host.name == host.name)
+
+
+def _kill_privileged(scope: ActionScope, params: KillParams) -> tuple[Privileged, ...]:
+    host = host_of(scope)
+    units = host_units(scope, host)
+    found: list[Privileged] = [(host, signal_shape(units))] if units else []
+    if params.only_listening_on is not None:
+        port = f":{params.only_listening_on}"
+        found.append((host, fixed("ss", "-Hltnp", "sport", "=", port)))
+    return tuple(found)
+
+
 @action(
     "kill_processes",
     params=KillParams,
     target=Target.HOST,
     targets=frozenset({Target.HOST, Target.HOSTS}),
-    doc="kill the processes whose command line matches the pattern (never pid 1 or ours)",
+    doc="kill the processes whose command line matches the pattern (never pid 1 or ours), "
+    "through the root-owned signal helper (only this host's units' processes or vLLM's)",
+    privileged=_kill_privileged,
 )
 async def kill_processes(ctx: ActionContext, params: KillParams) -> ActionOutcome:
     run = _Kill(ctx, params, host_of(ctx))

@@ -7,7 +7,15 @@ import shlex
 from pydantic import Field
 
 from supervisor.config.models import Flag
-from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
+from supervisor.execute.shape import fixed
+from supervisor.playbook.actions.base import (
+    ActionContext,
+    ActionOutcome,
+    ActionParams,
+    ActionScope,
+    Privileged,
+    Target,
+)
 from supervisor.playbook.actions.declare import action
 from supervisor.playbook.actions.steps import Steps, host_of
 
@@ -18,12 +26,17 @@ class ShellParams(ActionParams):
     mutating: Flag = Field(default=True, description="it changes something (a dry run skips it)")
 
 
+def _shell_privileged(scope: ActionScope, params: ShellParams) -> tuple[Privileged, ...]:
+    return ((host_of(scope), fixed(*params.argv)),) if params.sudo else ()
+
+
 @action(
     "shell",
     params=ShellParams,
     target=Target.UNIT,
     targets=frozenset({Target.UNIT, Target.HOST, Target.HOSTS, Target.ENDPOINT}),
     doc="run one command on the host (a list of arguments, never a shell line)",
+    privileged=_shell_privileged,
 )
 async def shell(ctx: ActionContext, params: ShellParams) -> ActionOutcome:
     steps = Steps(ctx)

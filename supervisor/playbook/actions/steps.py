@@ -10,8 +10,11 @@ from datetime import timedelta
 from supervisor.config import Host, UnitRef
 from supervisor.execute import CommandResult
 from supervisor.execute.containers import ContainerNameError, in_container
-from supervisor.playbook.actions.base import ActionContext, ActionOutcome
+from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionScope
 from supervisor.playbook.actions.declare import Stop
+
+#: What the helpers below read: a running call's context, or a planned call's scope.
+Where = ActionContext | ActionScope
 
 #: A params default meaning "the unit's container" (what the engine's templating would give).
 UNIT_CONTAINER = "{unit.container}"
@@ -111,19 +114,19 @@ class Steps:
         return planned if self.ctx.dry_run else done
 
 
-def host_of(ctx: ActionContext) -> Host:
+def host_of(ctx: Where) -> Host:
     if ctx.host is None:
         raise Stop(f"no host to act on for endpoint {ctx.endpoint.name}")
     return ctx.host
 
 
-def unit_of(ctx: ActionContext) -> tuple[Host, UnitRef]:
+def unit_of(ctx: Where) -> tuple[Host, UnitRef]:
     if ctx.unit is None or ctx.host is None:
         raise Stop(f"no unit to act on for endpoint {ctx.endpoint.name}")
     return ctx.host, ctx.unit
 
 
-def units_of(ctx: ActionContext) -> tuple[tuple[Host, UnitRef], ...]:
+def units_of(ctx: Where) -> tuple[tuple[Host, UnitRef], ...]:
     """The scope's unit when the step runs per unit (`on: unit`), else every unit of the
     endpoint in restart order (`on: units`: the runner leaves `ctx.unit` unset)."""
     if ctx.unit is not None and ctx.host is not None:
@@ -133,7 +136,7 @@ def units_of(ctx: ActionContext) -> tuple[tuple[Host, UnitRef], ...]:
     return ctx.units
 
 
-def container_of(ctx: ActionContext, given: str = UNIT_CONTAINER) -> str:
+def container_of(ctx: Where, given: str = UNIT_CONTAINER) -> str:
     """The container a step names, `{unit.container}` (still unresolved) meaning the unit's."""
     if given != UNIT_CONTAINER:
         return given

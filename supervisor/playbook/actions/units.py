@@ -13,6 +13,7 @@ sooner when it is shorter.
 from __future__ import annotations
 
 import asyncio
+import shlex
 from datetime import timedelta
 
 from pydantic import Field, field_validator
@@ -21,15 +22,20 @@ from supervisor.config import Host, UnitRef
 from supervisor.config.models import Flag, PositiveDuration
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
+from supervisor.execute.helpers import dropin_argv, dropin_shape
+from supervisor.execute.shape import fixed
 from supervisor.playbook.actions.base import (
     ActionContext,
     ActionOutcome,
     ActionParams,
+    ActionScope,
+    Privileged,
     Target,
 )
 from supervisor.playbook.actions.declare import Stop, action
-from supervisor.playbook.actions.launchd import LAUNCHD
+from supervisor.playbook.actions.launchd import LAUNCHD, launchd_privileged
 from supervisor.playbook.actions.managers import UnitManager, Units, UnitState, manager_of
+from supervisor.playbook.actions.processes import runs_as_root
 from supervisor.playbook.actions.steps import Steps, timed_out, unit_of, units_of, why
 from supervisor.playbook.evidence.systemd import parse_unit_status
 
@@ -183,6 +189,64 @@ SYSTEMD = UnitManager(
 MANAGERS: dict[str, UnitManager] = {"systemd": SYSTEMD, "launchd": LAUNCHD}
 
 
+#: the kill a stop falls back to past `stop_within` (`_systemd_stop_one`)
+_KILL = "kill --signal=SIGKILL"
+
+
+def _verbs_privileged(
+    scope: ActionScope, systemd: tuple[str, ...], launchd: tuple[str, ...]
+) -> tuple[Privileged, ...]:
+    """`systemctl VERB UNIT` for each systemd unit of the call, the launchd verbs for a job."""
+    found: list[Privileged] = []
+    for host, unit in units_of(scope):
+        if host.service_manager == "launchd":
+            found.extend(launchd_privileged(host, unit, launchd))
+        else:
+            found.extend((host, fixed("systemctl", *verb.split(), unit.unit)) for verb in systemd)
+    return tuple(found)
+
+
+def _restart_privileged(scope: ActionScope, params: RestartParams) -> tuple[Privileged, ...]:
+    verbs = (
+        ("stop", _KILL, "reset-failed", "start")
+        if params.reset_failed
+        else ("stop", _KILL, "start")
+    )
+    return _verbs_privileged(scope, verbs, ("kickstart", "kill"))
+
+
+def _stop_privileged(scope: ActionScope, params: StopParams) -> tuple[Privileged, ...]:
+    return _verbs_privileged(scope, ("stop", _KILL), ("bootout", "kill"))
+
+
+def _start_privileged(scope: ActionScope, params: StartParams) -> tuple[Privileged, ...]:
+    verbs = ("reset-failed", "start") if params.reset_failed else ("start",)
+    return _verbs_privileged(scope, verbs, ("bootstrap", "kickstart"))
+
+
+def dropin_path(params: DropInParams, unit: str) -> str:
+    return f"{params.systemd_dir.rstrip('/')}/{unit}.d/{params.dropin_name}"
+
+
+def split_command(command: str) -> list[str]:
+    """The command's words as systemd will read them (its quoting is the shell's)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        raise Stop(f"the known-good command is not well quoted: {command!r}") from None
+
+
+def _dropin_privileged(scope: ActionScope, params: DropInParams) -> tuple[Privileged, ...]:
+    """The helper with this unit's drop-in and known-good command pinned (a service account
+    never writes a unit file's text itself)."""
+    host, unit = unit_of(scope)
+    words = split_command(params.command.strip())
+    return (
+        (host, dropin_shape(dropin_path(params, unit.unit), words)),
+        (host, fixed("systemctl", "daemon-reload")),
+    )
+
+
 def unit_name(unit: UnitRef, *, file: bool = False) -> str:
     """The unit's name, refused when it could be read as an option (or, for a `file` name, as
     a path)."""
@@ -200,6 +264,7 @@ def unit_name(unit: UnitRef, *, file: bool = False) -> str:
     "processes killed: `systemctl kill --signal=SIGKILL`), reset-failed each, start them in "
     "order (launchd: `launchctl kickstart -k` each, in order, `launchctl kill SIGKILL` then "
     "`kickstart` past `stop_within`)",
+    privileged=_restart_privileged,
 )
 async def restart_units(ctx: ActionContext, params: RestartParams) -> ActionOutcome:
     steps = Steps(ctx)
@@ -216,6 +281,7 @@ async def restart_units(ctx: ActionContext, params: RestartParams) -> ActionOutc
     targets=UNIT_TARGETS,
     doc="stop the units in reverse restart order (launchd: `launchctl bootout`); one not "
     "stopped within `stop_within` has its processes killed with SIGKILL",
+    privileged=_stop_privileged,
 )
 async def stop_units(ctx: ActionContext, params: StopParams) -> ActionOutcome:
     steps = Steps(ctx)
@@ -231,6 +297,7 @@ async def stop_units(ctx: ActionContext, params: StopParams) -> ActionOutcome:
     targets=UNIT_TARGETS,
     doc="reset-failed and start the units in restart order (launchd: `launchctl bootstrap` "
     "the plist if not loaded, then `launchctl kickstart`)",
+    privileged=_start_privileged,
 )
 async def start_units(ctx: ActionContext, params: StartParams) -> ActionOutcome:
     steps = Steps(ctx)
@@ -244,6 +311,7 @@ async def start_units(ctx: ActionContext, params: StartParams) -> ActionOutcome:
     params=DropInParams,
     target=Target.UNIT,
     doc="write a drop-in that clears ExecStart and sets the known-good command, daemon-reload",
+    privileged=_dropin_privileged,
 )
 async def write_execstart_dropin(ctx: ActionContext, params: DropInParams) -> ActionOutcome:
     steps = Steps(ctx)
@@ -254,10 +322,13 @@ async def write_execstart_dropin(ctx: ActionContext, params: DropInParams) -> Ac
         raise steps.refuse(f"no known-good command for {name}: set units[].known_good")
     if "\n" in command or "\r" in command:
         raise steps.refuse(f"the command for {name} holds a line break: not writing it")
-    path = f"{params.systemd_dir.rstrip('/')}/{name}.d/{params.dropin_name}"
-    text = f"[Service]\nExecStart=\nExecStart={command}\n"
-    install = ["install", "-D", "-m", "0644", "/dev/stdin", path]
-    await steps.must(host, install, sudo=True, mutating=True, stdin=text)
+    path = dropin_path(params, name)
+    if runs_as_root(host):
+        text = f"[Service]\nExecStart=\nExecStart={command}\n"
+        install = ["install", "-D", "-m", "0644", "/dev/stdin", path]
+        await steps.must(host, install, sudo=True, mutating=True, stdin=text)
+    else:  # a service account: the root-owned helper writes what its (pinned) arguments say
+        await steps.must(host, dropin_argv(path, split_command(command)), sudo=True, mutating=True)
     await steps.must(host, ["systemctl", "daemon-reload"], sudo=True, mutating=True)
     wrote = steps.said("wrote", "would write")
     return steps.done(f"{wrote} {path} on {host.name} (ExecStart={command}), then daemon-reload")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from supervisor.config import Endpoint, Host, UnitRef
 from supervisor.core.clock import Clock, SystemClock
 from supervisor.execute import CommandResult, Executor
+from supervisor.execute.shape import Shape
 
 #: A fact's value: scalars, or a tuple of scalars (pids, commands, drop-in paths ...).
 Scalar = str | int | float | bool | None
@@ -87,3 +88,5 @@ class Collector(Generic[P]):
     #: why it does not apply to a scope with these params ('' when it does): a launchd collector
     #: on a systemd host, a container's file where there is no container
     applies: Callable[[Scope, CollectorParams], str] = field(default=lambda _s, _p: "")
+    #: the commands it runs as root in one scope, on the scope's host (for sudoers and `doctor`)
+    privileged: Callable[[Scope, P], tuple[Shape, ...]] = lambda scope, params: ()

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from supervisor.config import Host, UnitRef
 from supervisor.execute import CommandResult
 from supervisor.execute.containers import CONTAINER_SUDO, ContainerNameError, in_container
+from supervisor.execute.shape import Shape, Word
 from supervisor.playbook.evidence.base import (
     CollectContext,
     Collector,
@@ -42,6 +43,7 @@ NO_CONTAINER = "no container in this scope"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 RunFunction = Callable[[CollectContext, P], Awaitable[Evidence]]
+NeedsFunction = Callable[[Scope, P], tuple[Shape, ...]]
 
 
 class ScopeError(Exception):
@@ -58,13 +60,15 @@ def collector(
     needs_host: bool = True,
     needs_unit: bool = False,
     service_manager: str | None = None,
+    privileged: NeedsFunction[P] | None = None,
 ) -> Callable[[RunFunction[P]], Collector[P]]:
     """Declare a collector. `needs_unit` (for `systemctl`/`journalctl` collectors) answers
     `no unit in this scope` without running anything; `needs_host` likewise for the host;
     `service_manager` (`systemd`, `launchd`) likewise for a host managed otherwise (its commands
     are another OS's: no `journalctl` on a Mac, no `launchctl` on a Spark); params with
     `in_container: true` likewise for a unit without a container. The collector's `applies`
-    answers the same before anything runs (a diagnosis then neither runs nor records it)."""
+    answers the same before anything runs (a diagnosis then neither runs nor records it).
+    `privileged` lists the commands it runs as root in one scope (none when not given)."""
     if not _NAME.fullmatch(name):
         raise ValueError(f"collector name must match {_NAME.pattern}, got {name!r}")
     if not doc.strip() or "\n" in doc:
@@ -97,6 +101,17 @@ def collector(
                 return Evidence(collector=name, error=str(exc))
             return replace(evidence, collector=name)
 
+        def needs(scope: Scope, parsed: P) -> tuple[Shape, ...]:
+            host = scope.host
+            if privileged is None or host is None or (needs_unit and scope.unit is None):
+                return ()
+            if service_manager and host.service_manager != service_manager:
+                return ()
+            try:
+                return privileged(scope, parsed)
+            except ScopeError:
+                return ()
+
         return Collector(
             name=name,
             params=params,
@@ -105,6 +120,7 @@ def collector(
             facts=MappingProxyType(dict(facts)),
             needs_host=needs_host,
             applies=applies,
+            privileged=needs,
         )
 
     return declare
@@ -148,6 +164,16 @@ def scope_unit(ctx: CollectContext) -> UnitRef:
     if ctx.scope.unit is None:
         raise ScopeError(NO_UNIT)
     return ctx.scope.unit
+
+
+def read_shape(scope: Scope, *argv: Word, inside: bool = False) -> tuple[Shape, ...]:
+    """The shape of a `run_read(ctx, argv, sudo=True, inside=inside)` in `scope`."""
+    if not inside:
+        return (Shape(argv=argv),)
+    unit = scope.unit
+    if unit is None or unit.container is None:
+        raise ScopeError(NO_CONTAINER)
+    return (Shape(argv=("docker", "exec", unit.container, *argv)),)
 
 
 async def run_read(

@@ -14,8 +14,22 @@ from typing import Annotated
 from pydantic import Field
 
 from supervisor.execute import CommandResult
-from supervisor.playbook.evidence.base import CollectContext, CollectorParams, Evidence, FactValue
-from supervisor.playbook.evidence.declare import collector, failed, failure, found, run_read
+from supervisor.execute.shape import Shape
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectorParams,
+    Evidence,
+    FactValue,
+    Scope,
+)
+from supervisor.playbook.evidence.declare import (
+    collector,
+    failed,
+    failure,
+    found,
+    read_shape,
+    run_read,
+)
 
 MISSING = "No such file or directory"
 PathText = Annotated[str, Field(strict=True, min_length=1)]
@@ -59,6 +73,24 @@ def grep_facts(result: CommandResult) -> dict[str, FactValue] | None:
     return None
 
 
+def _grep_privileged(scope: Scope, params: GrepCountParams) -> tuple[Shape, ...]:
+    if not params.in_container:
+        return ()
+    argv = ("grep", "-c", "-F", "-e", params.pattern, "--", params.path)
+    return read_shape(scope, *argv, inside=True)
+
+
+def _exists_privileged(scope: Scope, params: PathParams) -> tuple[Shape, ...]:
+    return read_shape(scope, "test", "-e", params.path, inside=True) if params.in_container else ()
+
+
+def _text_privileged(scope: Scope, params: FileTextParams) -> tuple[Shape, ...]:
+    if not params.in_container:
+        return ()
+    argv = ("head", "-c", str(params.max_bytes), "--", params.path)
+    return read_shape(scope, *argv, inside=True)
+
+
 @collector(
     "grep_count",
     params=GrepCountParams,
@@ -68,6 +100,7 @@ def grep_facts(result: CommandResult) -> dict[str, FactValue] | None:
         "count": "how many lines hold the pattern (0 when none, or when the file is missing)",
         "exists": "whether the file exists",
     },
+    privileged=_grep_privileged,
 )
 async def grep_count(ctx: CollectContext, params: GrepCountParams) -> Evidence:
     argv = ["grep", "-c", "-F", "-e", params.pattern, "--", params.path]
@@ -92,6 +125,7 @@ def exists_fact(result: CommandResult) -> dict[str, FactValue] | None:
     params=PathParams,
     doc="whether a path exists: `test -e PATH` (host or container)",
     facts={"exists": "whether the path exists (a file, a folder, anything)"},
+    privileged=_exists_privileged,
 )
 async def path_exists(ctx: CollectContext, params: PathParams) -> Evidence:
     result = await run_read(ctx, ["test", "-e", params.path], inside=params.in_container)
@@ -118,6 +152,7 @@ def text_facts(result: CommandResult) -> dict[str, FactValue] | None:
         "text": "the file's first `max_bytes` bytes ('' when it is missing)",
         "exists": "whether the file exists",
     },
+    privileged=_text_privileged,
 )
 async def file_text(ctx: CollectContext, params: FileTextParams) -> Evidence:
     argv = ["head", "-c", str(params.max_bytes), "--", params.path]

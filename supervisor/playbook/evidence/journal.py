@@ -13,7 +13,14 @@ from typing import Annotated
 
 from pydantic import Field
 
-from supervisor.playbook.evidence.base import CollectContext, CollectorParams, Evidence, FactValue
+from supervisor.execute.shape import Pattern, Shape
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectorParams,
+    Evidence,
+    FactValue,
+    Scope,
+)
 from supervisor.playbook.evidence.declare import (
     collector,
     failed,
@@ -59,6 +66,16 @@ def since_text(since: datetime | None) -> str:
     return since.strftime("%Y-%m-%dT%H:%M:%SZ") if since is not None else ""
 
 
+#: `-n`, after `--since @EPOCH` when the endpoint passed a check before (see `journal_since`).
+SINCE_THEN_N = Pattern(regex="(--since @[0-9]+ )?-n", example="-n")
+
+
+def _journal_privileged(scope: Scope, params: JournalParams) -> tuple[Shape, ...]:
+    unit = scope.unit.unit if scope.unit is not None else ""
+    argv = ("journalctl", "-u", unit, SINCE_THEN_N, str(params.lines), "--no-pager", "-o", "cat")
+    return (Shape(argv=argv),)
+
+
 @collector(
     "journal",
     params=JournalParams,
@@ -73,6 +90,7 @@ def since_text(since: datetime | None) -> str:
     },
     needs_unit=True,
     service_manager="systemd",
+    privileged=_journal_privileged,
 )
 async def journal(ctx: CollectContext, params: JournalParams) -> Evidence:
     unit = scope_unit(ctx)

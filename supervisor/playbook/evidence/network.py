@@ -15,7 +15,14 @@ from typing import Annotated
 
 from pydantic import Field
 
-from supervisor.playbook.evidence.base import CollectContext, CollectorParams, Evidence, FactValue
+from supervisor.execute.shape import Shape, fixed
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectorParams,
+    Evidence,
+    FactValue,
+    Scope,
+)
 from supervisor.playbook.evidence.declare import collector, failed, failure, found, run_read
 
 _OWNER = re.compile(r'\("((?:[^"\\]|\\.)*)",pid=(\d+),fd=\d+\)')
@@ -62,6 +69,10 @@ def listener_facts(sockets: Sockets, args: Mapping[int, str]) -> dict[str, FactV
     return {"count": sockets.count, "pids": pids, "commands": commands}
 
 
+def _listeners_privileged(scope: Scope, params: ListenersParams) -> tuple[Shape, ...]:
+    return (fixed("ss", "-Hltnp", "sport", "=", f":{params.port}"),)
+
+
 @collector(
     "listeners",
     params=ListenersParams,
@@ -72,6 +83,7 @@ def listener_facts(sockets: Sockets, args: Mapping[int, str]) -> dict[str, FactV
         "commands": "each owner's command line, in the order of `pids`",
     },
     service_manager="systemd",
+    privileged=_listeners_privileged,
 )
 async def listeners(ctx: CollectContext, params: ListenersParams) -> Evidence:
     ss = await run_read(ctx, ["ss", "-Hltnp", "sport", "=", f":{params.port}"], sudo=True)

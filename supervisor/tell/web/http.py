@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from supervisor.control import routes as control_routes
+from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.lease_view import leader_view, leadership_document
 from supervisor.tell.web import metrics
 from supervisor.tell.web.leadership import LeadershipCollector
@@ -93,6 +94,8 @@ class OpsServer(HttpSite):
         document = status_document(await gather(self._daemon, self._started_at))
         document["leadership"] = leadership_document(await leader_view(self._daemon.store))
         document["role"] = "leader"  # [leadership] a follower's says `follower`
+        doctor = await last_doctor_run(self._daemon.store)
+        document["doctor"] = None if doctor is None else doctor.as_status()
         return web.Response(text=json.dumps(document, indent=2), content_type="application/json")
 
     async def _healthz(self, request: web.Request) -> web.Response:

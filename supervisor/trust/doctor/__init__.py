@@ -1,0 +1,1 @@
+"""`fleet-supervisor doctor`: every read-only check against the real hosts, in one table."""
