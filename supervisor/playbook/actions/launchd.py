@@ -1,6 +1,7 @@
 """launchd jobs: the unit verbs for `service_manager: launchd` hosts, and a graceful stop.
 
-launchctl(1): `kickstart -k DOMAIN/LABEL` kills the running instance and starts the job again;
+launchctl(1): `kickstart -k DOMAIN/LABEL` kills the running instance and starts the job again
+(a job launchd does not hold is bootstrapped from its plist first);
 `bootout DOMAIN/LABEL` unloads it (stopping it); `bootstrap DOMAIN PLIST` loads it (RunAtLoad
 starts it). The man page does not say which signal `kickstart -k` sends, and a Metal process
 killed with SIGKILL can leave its wired memory behind until a reboot: `stop_job_gracefully`
@@ -85,8 +86,23 @@ async def plist_path(steps: Steps, host: Host, unit: UnitRef) -> str:
 
 
 async def _restart(steps: Steps, units: Units, reset_failed: bool) -> None:
+    """`kickstart -k`; a job launchd does not hold (booted out, never bootstrapped) answers
+    only `Could not find service "LABEL" in domain for system`, exit 113: it is loaded from
+    its plist and started, as `start_units` does."""
     for host, unit in units:
-        await launchctl(steps, host, unit, "kickstart", "-k", target(unit))
+        argv = ["launchctl", "kickstart", "-k", target(unit)]
+        result = await steps.run(host, argv, sudo=needs_root(unit), mutating=True)
+        if result.ok:
+            continue
+        if result.error or not is_not_found(result.exit_status, result.stderr):
+            raise steps.failed(host, argv, result)
+        await _load_and_start(steps, host, unit)
+
+
+async def _load_and_start(steps: Steps, host: Host, unit: UnitRef) -> None:
+    plist = await plist_path(steps, host, unit)
+    await launchctl(steps, host, unit, "bootstrap", unit.domain or "", plist)
+    await launchctl(steps, host, unit, "kickstart", target(unit))
 
 
 async def _stop(steps: Steps, units: Units) -> None:
@@ -101,10 +117,10 @@ async def _stop(steps: Steps, units: Units) -> None:
 async def _start(steps: Steps, units: Units, reset_failed: bool) -> None:
     for host, unit in units:
         _, loaded = await read_job(steps, host, unit)
-        if not loaded:
-            plist = await plist_path(steps, host, unit)
-            await launchctl(steps, host, unit, "bootstrap", unit.domain or "", plist)
-        await launchctl(steps, host, unit, "kickstart", target(unit))
+        if loaded:
+            await launchctl(steps, host, unit, "kickstart", target(unit))
+        else:
+            await _load_and_start(steps, host, unit)
 
 
 LAUNCHD = UnitManager(restart=_restart, stop=_stop, start=_start)
