@@ -13,8 +13,8 @@ from supervisor.config.fields import Duration, FilePath, Flag, Frozen, Port, Rat
 from supervisor.config.messages import render_value
 from supervisor.config.sections import ProbeSettings
 
-EndpointKind = Literal["openai", "ollama", "health", "embedding", "rerank"]
-MODEL_KINDS: frozenset[str] = frozenset({"openai", "ollama", "embedding", "rerank"})
+EndpointKind = Literal["openai", "ollama", "health", "embedding", "rerank", "asr", "tts"]
+MODEL_KINDS: frozenset[str] = frozenset({"openai", "ollama", "embedding", "rerank", "asr", "tts"})
 """Kinds whose probe names a model, so `model` is required."""
 COMPLETION_KINDS: frozenset[str] = frozenset({"openai", "ollama"})
 """Kinds probed with a real chat completion (reasoning text, tokens per second)."""
@@ -64,13 +64,19 @@ class UnitRef(Frozen):
 
 class Endpoint(Frozen):
     name: str = Field(description="the endpoint's key under `endpoints`")
-    kind: EndpointKind = Field(description="`openai`, `ollama`, `health`, `embedding` or `rerank`")
+    kind: EndpointKind = Field(
+        description="`openai`, `ollama`, `health`, `embedding`, `rerank`, `asr` (speech to text) "
+        "or `tts` (text to speech)"
+    )
     url: Text = Field(
         description="base URL, `http://` or `https://` (for `health`: the URL to GET)"
     )
     model: Text | None = Field(
         default=None,
         description="model name the probes ask for, as the server lists it",
+    )
+    voice: Text = Field(
+        default="alloy", description="tts: the voice the probe asks for (`/v1/audio/speech`)"
     )
     expect_reasoning: Flag = Field(
         default=False, description="the completion must return reasoning text (openai, ollama)"
