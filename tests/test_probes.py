@@ -652,3 +652,44 @@ def test_an_error_record_is_one_clean_line(
     with pytest.raises(ProbeError) as caught:
         Transcript().take_record(record, 1.0, key=key)
     assert str(caught.value) == expected
+
+
+# -- a speech round trip: the TTS speaks, the ASR must hear the words --------------------------
+
+
+async def test_a_round_trip_proves_tts_and_asr_at_once(
+    sim_factory: SimFactory, client: httpx.AsyncClient, canned: Serve
+) -> None:
+    tts = await sim_factory(model="kokoro")
+    asr = await sim_factory(model="whisper")
+    ep = Endpoint(
+        name="voice",
+        kind="tts",
+        url=tts.url,
+        model="kokoro",
+        heard_by={"url": asr.url, "model": "whisper"},  # type: ignore[arg-type]
+    )
+    good = await probe(ep, DEEP, client)
+    assert (good.outcome, good.check, good.reason) == (OK, "round trip", "")
+    assert good.detail.endswith("; heard back: 'The fleet supervisor checks this voice.'")
+
+    asr.behaviour.bad_json = True  # the ASR answers /health, and nothing to the real call
+    empty = await probe(ep, DEEP, client)
+    assert (empty.outcome, empty.check, empty.reason) == (
+        FAIL,
+        "round trip",
+        "bad JSON in response: (empty)",
+    )
+    deaf = await canned(
+        {"/v1/audio/transcriptions": http_response("200 OK", b'{"text": "the flute super"}')}
+    )
+    wrong = await probe(
+        ep.model_copy(update={"heard_by": ep.heard_by.model_copy(update={"url": deaf})}),  # type: ignore[union-attr]
+        DEEP,
+        client,
+    )
+    assert (wrong.outcome, wrong.reason) == (
+        FAIL,
+        f"round trip: {deaf} heard 'the flute super' for 'The fleet supervisor checks this "
+        "voice.' (missing: fleet, supervisor, checks, this, voice)",
+    )

@@ -6,7 +6,10 @@ faster-whisper-server, Kokoro-FastAPI, vLLM's transcription API answer these sha
   the phrase (at least `MIN_SPEECH_S`, at most `MAX_SPEECH_S`);
 - `asr`: `POST /v1/audio/transcriptions` a one-second WAV clip (multipart, as the API takes it):
   the answer must be JSON with a `text` string (a tone is heard as nothing: what the words are is
-  not judged).
+  not judged);
+- a round trip, where a `tts` endpoint names an ASR server (`heard_by`): the phrase it spoke is
+  transcribed there and must come back with its words (two thirds at least: case, punctuation
+  and a misheard word aside), which proves both servers at once.
 
 Their liveness is `GET /health`. A server that answers `/health` but errors, or answers the real
 call with an empty or malformed body, fails here."""
@@ -67,19 +70,46 @@ async def tts_check(ctx: ProbeContext) -> Finding:
             f"phrase (expected {MIN_SPEECH_S:g}-{MAX_SPEECH_S:g}s)",
             http_status=status,
         )
-    return Finding(
-        check="speech",
-        outcome=Outcome.OK,
-        http_status=status,
-        detail=f"{seconds:.2f}s of audio, {len(response.content)} bytes",
-    )
+    detail = f"{seconds:.2f}s of audio, {len(response.content)} bytes"
+    listener = ctx.endpoint.heard_by
+    if listener is not None:
+        ctx.check = "round trip"
+        text = await transcribe(ctx, listener.url, listener.model, response.content)
+        missed = missing_words(PHRASE, text)
+        if len(missed) > len(words(PHRASE)) // 3:
+            raise ProbeError(
+                f"round trip: {listener.url} heard {excerpt(text)!r} for {PHRASE!r} "
+                f"(missing: {', '.join(missed)})",
+                http_status=ctx.http_status,
+            )
+        detail = f"{detail}; heard back: {excerpt(text)!r}"
+    return Finding(check=ctx.check, outcome=Outcome.OK, http_status=status, detail=detail)
+
+
+def words(text: str) -> list[str]:
+    return [w for w in (word.strip(".,;:!?\"'").lower() for word in text.split()) if w]
+
+
+def missing_words(said: str, heard: str) -> list[str]:
+    """The words of `said` that `heard` lacks (case and punctuation aside)."""
+    got = set(words(heard))
+    return [w for w in words(said) if w not in got]
 
 
 async def asr_check(ctx: ProbeContext) -> Finding:
     ctx.check = "transcription"
-    data = {"model": ctx.require_model(), "response_format": "json"}
-    files = {"file": ("probe.wav", clip(), "audio/wav")}
-    url = ctx.url("/v1/audio/transcriptions")
+    text = await transcribe(ctx, ctx.endpoint.url, ctx.require_model(), clip())
+    heard = f"heard {excerpt(text)!r}" if text.strip() else "heard nothing (a tone)"
+    return Finding(
+        check="transcription", outcome=Outcome.OK, http_status=ctx.http_status, detail=heard
+    )
+
+
+async def transcribe(ctx: ProbeContext, base_url: str, model: str, audio: bytes) -> str:
+    """`POST base_url/v1/audio/transcriptions` (multipart): the `text` of its JSON answer."""
+    data = {"model": model, "response_format": "json"}
+    files = {"file": ("probe.wav", audio, "audio/wav")}
+    url = f"{base_url}/v1/audio/transcriptions"
     response = await ctx.client.post(url, data=data, files=files, timeout=ctx.http_timeout)
     ctx.http_status = status = response.status_code
     if not response.is_success:
@@ -93,8 +123,7 @@ async def asr_check(ctx: ProbeContext) -> Finding:
         raise ProbeError(
             f"unexpected response: no `text` in {excerpt(response.text)}", http_status=status
         )
-    heard = f"heard {excerpt(text)!r}" if text.strip() else "heard nothing (a tone)"
-    return Finding(check="transcription", outcome=Outcome.OK, http_status=status, detail=heard)
+    return text
 
 
 def wav_seconds(audio: bytes) -> float | None:

@@ -65,6 +65,7 @@ def resolution_text(result: ProbeResult) -> str:
         "rerank": "rerank",
         "speech": "speech",
         "transcription": "transcription",
+        "round trip": "speech round trip",
     }.get(result.check, "health check")
     figures = probe_line(result).split(": ", 1)[1]
     return f"{what} passed ({figures})"
