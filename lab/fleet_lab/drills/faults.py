@@ -313,13 +313,6 @@ FAULTS: Mapping[str, Fault] = {
         # a hang is seen only through the completion timeout: a generous ceiling per phase
         Fault("mlx-zombie", "mlx-zombie", mac_host.inject_zombie, endpoint="kimi", within=120),
         Fault("launchd-job-dead", "launchd-job-dead", mac_host.inject_bootout, endpoint="kimi"),
-        Fault(
-            "launchd-job-crashloop",
-            "launchd-job-crashloop",
-            mac_host.inject_crashloop,
-            Expect.ESCALATE,
-            endpoint="kimi",
-        ),
     )
 }
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import plistlib
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -119,27 +118,6 @@ def plist() -> bytes:
     )
 
 
-#: The crash-loop variant of Kimi's job (`inject_crashloop`): KeepAlive, and a program that
-#: dies at start as mlx_lm does when its model folder is gone
-CRASH_PLIST = f"{INSIDE}/macos/crash/{LABEL}.plist"
-CRASH_PROGRAM = (
-    "import sys\n"
-    "sys.stderr.write('2026-11-26 03:12:40,001 - INFO - Starting httpd at "
-    f"{ADDRESSES[HOST]} on port {PORT}...\\n')\n"
-    'sys.stderr.write("FileNotFoundError: [Errno 2] No such file or directory: '
-    "'/Users/milo/models/Kimi-K2.6-DQ3/config.json'\\n\")\n"
-    "raise SystemExit(1)\n"
-)
-
-
-def crash_plist() -> bytes:
-    """Kimi's job kept alive by launchd, its program dying at every start."""
-    document = plistlib.loads(plist())
-    document["ProgramArguments"] = [sys.executable, "-c", CRASH_PROGRAM]
-    document["KeepAlive"] = True
-    return plistlib.dumps(document)
-
-
 def units() -> dict[str, str]:
     return {LOGIN_UNIT: LOGIN_SERVICE}
 
@@ -155,8 +133,6 @@ def write(host: LabHost) -> None:
         (macos / "bin" / name).write_text(text)
         (macos / "bin" / name).chmod(0o755)
     (macos / "LaunchAgents" / f"{LABEL}.plist").write_bytes(plist())
-    (macos / "crash").mkdir(exist_ok=True)
-    (macos / "crash" / f"{LABEL}.plist").write_bytes(crash_plist())
     (macos / "login.sh").write_text(LOGIN)
     (host.folder / "meminfo").write_text(MEMINFO)
 
@@ -182,12 +158,8 @@ def job_pid(host: LabHost) -> int:
 
 
 def reset(host: LabHost) -> None:
-    """The job loaded and running in its normal mode: no control file, its own plist (not the
-    crash loop's), logged in again."""
+    """The job loaded and running in its normal mode: no control file, logged in again."""
     control_path(host).unlink(missing_ok=True)
-    status, text = launchctl(host, "print", JOB)
-    if status == 0 and parse_print(text).keys.get("path") == CRASH_PLIST:
-        launchctl(host, "bootout", JOB)
     (host.folder / "meminfo").write_text(MEMINFO)
     login = host.nsenter("env", f"HOME={HOME}", "/bin/bash", f"{INSIDE}/macos/login.sh")
     if login.returncode != 0:
@@ -220,22 +192,3 @@ def inject_bootout(lab: Lab) -> None:
     status, said = launchctl(host, "bootout", JOB)
     if status != 0:
         raise LabError(f"launchctl bootout {JOB} on {HOST} failed: {said.strip()}")
-
-
-def inject_crashloop(lab: Lab) -> None:
-    """Kimi's job is reloaded from a plist with KeepAlive whose program dies at every start (its
-    model folder is gone): launchd starts it again after each throttle (10 s), `spawn
-    scheduled` meanwhile. Returns once it died twice."""
-    host = lab.host(HOST)
-    launchctl(host, "bootout", JOB)
-    status, said = launchctl(host, "bootstrap", DOMAIN, CRASH_PLIST)
-    if status != 0:
-        raise LabError(f"launchctl bootstrap {DOMAIN} {CRASH_PLIST} on {HOST} failed: {said}")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        status, text = launchctl(host, "print", JOB)
-        keys = parse_print(text).keys if status == 0 else {}
-        if keys.get("state") == "spawn scheduled" and int(keys.get("runs", "0")) >= 2:
-            return
-        time.sleep(0.2)
-    raise LabError(f"{JOB} on {HOST} did not die twice within 30 s")
