@@ -100,8 +100,9 @@ done
 # checkout's folder, relative to deploy/)
 EXAMPLE="$(mktemp)"
 ENV_TEMPLATE="$(mktemp)"
+CONTROL_TOKEN="$(mktemp)"
 BUILD_DIR=""
-trap 'rm -f "$EXAMPLE" "$ENV_TEMPLATE"; [ -z "$BUILD_DIR" ] || rm -rf "$BUILD_DIR"' EXIT
+trap 'rm -f "$EXAMPLE" "$ENV_TEMPLATE" "$CONTROL_TOKEN"; [ -z "$BUILD_DIR" ] || rm -rf "$BUILD_DIR"' EXIT
 sed "s|^  path: \.\./playbooks\$|  path: $OPT/playbooks|" "$SRC/deploy/fleet.example.yaml" >"$EXAMPLE"
 grep -q "^  path: $OPT/playbooks\$" "$EXAMPLE" \
     || fail "deploy/fleet.example.yaml has no playbook line '  path: ../playbooks' to point at $OPT/playbooks"
@@ -158,6 +159,10 @@ ensure_dir "$ROOT/opt/fleet-supervisor" 755 0 0
 ensure_file "$EXAMPLE" "$ROOT/etc/fleet-supervisor/fleet.yaml" 640 0 "$OWNER_GID" 0
 printf '# secrets for fleet-supervisor (read by systemd: EnvironmentFile=)\n# FLEET_SUPERVISOR_TELEGRAM_TOKEN=\n' >"$ENV_TEMPLATE"
 ensure_file "$ENV_TEMPLATE" "$ROOT/etc/fleet-supervisor/env" 640 0 "$OWNER_GID" 0
+# the control API's token (http.control_token_file): read by the service and by the operators
+# in its group (the CLI sends it); made once, kept after (rewrite it to rotate)
+head -c 32 /dev/urandom | base64 >"$CONTROL_TOKEN"
+ensure_file "$CONTROL_TOKEN" "$ROOT/etc/fleet-supervisor/control.token" 640 0 "$OWNER_GID" 0
 if [ -n "$PG_URL" ]; then
     ensure_file /dev/null "$ROOT/etc/fleet-supervisor/pg.pass" 640 0 "$OWNER_GID" 0
 fi

@@ -34,7 +34,9 @@ LAUNCHCTL = textwrap.dedent(
       bootstrap) touch "$state/loaded" ;;
       bootout) [ -e "$state/loaded" ] || { echo 'Boot-out failed: 3: No such process' >&2; exit 3; }
                rm "$state/loaded" ;;
-      kickstart) [ -e "$state/loaded" ] || { echo 'Could not find service' >&2; exit 113; } ;;
+      kickstart) [ -e "$state/loaded" ] || {
+                   echo "Could not find service \\"${!###*/}\\" in domain for user gui: 501" >&2
+                   exit 113; } ;;
       *) echo "unexpected: $*" >&2; exit 64 ;;
     esac
     """

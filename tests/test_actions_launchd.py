@@ -135,21 +135,53 @@ async def test_start_expands_a_plist_under_the_macs_home(
     ]
 
 
-async def test_stop_of_a_job_already_booted_out_is_done_and_a_real_failure_stops(
-    launchd: MacTools,
-) -> None:
+async def test_stop_of_a_job_already_booted_out_is_done(launchd: MacTools) -> None:
     stopped = await act("stop_units", context(LocalExecutor(), KIMI_UNITS))
     assert (stopped.ok, stopped.summary) == (True, "stopped com.fleet.mlx-kimi on m3ultra")
+    assert launchd.calls() == ["bootout gui/501/com.fleet.mlx-kimi"]
+
+
+async def test_a_restart_of_a_job_launchd_does_not_hold_bootstraps_it(launchd: MacTools) -> None:
+    """`kickstart -k` of a job launchd has not loaded answers only `Could not find service
+    "LABEL" in domain for ...`, exit 113: the restart loads it from its plist and starts it."""
     restarted = await act("restart_units", context(LocalExecutor(), KIMI_UNITS))
-    assert (restarted.ok, restarted.summary) == (
-        False,
-        "launchctl kickstart -k gui/501/com.fleet.mlx-kimi on m3ultra failed: exit 113: "
-        "Could not find service",
-    )
+    assert (restarted.ok, restarted.summary) == (True, "restarted com.fleet.mlx-kimi on m3ultra")
     assert launchd.calls() == [
-        "bootout gui/501/com.fleet.mlx-kimi",
         "kickstart -k gui/501/com.fleet.mlx-kimi",
+        "bootstrap gui/501 /Users/milo/Library/LaunchAgents/com.fleet.mlx-kimi.plist",
+        "kickstart gui/501/com.fleet.mlx-kimi",
     ]
+    first = restarted.commands[0]
+    assert (first.exit_status, first.stderr) == (
+        113,
+        'Could not find service "com.fleet.mlx-kimi" in domain for user gui: 501\n',
+    )
+    again = await act("restart_units", context(LocalExecutor(), KIMI_UNITS))  # loaded now
+    assert (again.ok, [c.command for c in again.commands]) == (
+        True,
+        ["launchctl kickstart -k gui/501/com.fleet.mlx-kimi"],
+    )
+
+
+async def test_a_restart_that_cannot_bootstrap_or_fails_otherwise_stops(
+    launchd: MacTools,
+) -> None:
+    unit = UnitRef(host="m3ultra", unit="com.fleet.mlx-kimi", domain="gui/501")  # no plist
+    outcome = await act("restart_units", context(LocalExecutor(), ((M3ULTRA, unit),)))
+    assert (outcome.ok, outcome.summary) == (
+        False,
+        "com.fleet.mlx-kimi has no plist to bootstrap: set units[].plist",
+    )
+    launchd.job(4242)
+    (launchd.bin / "launchctl").write_text(
+        "#!/bin/bash\necho 'Operation not permitted' >&2\nexit 1\n"
+    )
+    refused = await act("restart_units", context(LocalExecutor(), KIMI_UNITS))
+    assert (refused.ok, refused.summary) == (
+        False,
+        "launchctl kickstart -k gui/501/com.fleet.mlx-kimi on m3ultra failed: exit 1: "
+        "Operation not permitted",
+    )
 
 
 async def test_units_of_two_service_managers_are_not_acted_on_together() -> None:

@@ -134,7 +134,7 @@ def test_check_names_file_line_and_field(
     assert capsys.readouterr().err.splitlines() == [
         f"{path}:3: defaults.probe.failures_to_down: expected an integer, got 'many'",
         f"{path}:5: endpoints.ds4.kind: "
-        "expected one of openai, ollama, health, embedding, rerank, got 'vllm'",
+        "expected one of openai, ollama, health, embedding, rerank, asr, tts, got 'vllm'",
     ]
 
 

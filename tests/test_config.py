@@ -54,7 +54,8 @@ PROBE_KEYS = (
 SECTION_KEYS = "defaults, endpoints, hosts, http, notify, playbook, remediation, store"
 HOST_KEYS = "address, check_host_key, key, known_hosts, local, port, service_manager, user"
 ENDPOINT_KEYS = (
-    "baseline_tok_s, expect_reasoning, host, kind, model, probe, startup_grace, units, url"
+    "baseline_tok_s, expect_reasoning, heard_by, host, kind, model, probe, startup_grace, units, "
+    "url, voice"
 )
 
 
@@ -399,8 +400,19 @@ endpoints:
         pytest.param(
             edit(("kind: openai", "kind: vllm")),
             "fleet.yaml:10: endpoints.ds4.kind: expected one of openai, ollama, health, "
-            "embedding, rerank, got 'vllm'",
+            "embedding, rerank, asr, tts, got 'vllm'",
             id="literal",
+        ),
+        pytest.param(
+            edit(("startup_grace: 15m", "heard_by: {url: http://192.168.1.14:8000, model: w}")),
+            "fleet.yaml:15: endpoints.ds4.heard_by: only used by kind 'tts', not 'openai'",
+            id="heard-by-not-tts",
+        ),
+        pytest.param(
+            edit(("startup_grace: 15m", "heard_by: {url: ftp://asr, model: w}")),
+            "fleet.yaml:15: endpoints.ds4.heard_by.url: expected an http:// or https:// URL, "
+            "got 'ftp://asr'",
+            id="heard-by-url",
         ),
         pytest.param(
             edit(("url: http://192.168.1.11:8000", "url: ftp://x")),
@@ -580,7 +592,7 @@ def test_every_issue_is_reported_sorted_by_line() -> None:
         "fleet.yaml:6: hosts.spark2.port: must be between 1 and 65535, got 0",
         "fleet.yaml:6: hosts.spark2.address: required unless local: true",
         "fleet.yaml:10: endpoints.ds4.kind: expected one of openai, ollama, health, embedding, "
-        "rerank, got 'vllm'",
+        "rerank, asr, tts, got 'vllm'",
         "fleet.yaml:17: endpoints.ds4.units[0].host: unknown host 'spark9' "
         "(hosts: forge, spark1, spark2)",
         "fleet.yaml:18: endpoints.ds4.units[1].unit: required",

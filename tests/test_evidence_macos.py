@@ -4,6 +4,7 @@ what a Mac printed. No Mac runs here; see that folder's README for where the sha
 
 from __future__ import annotations
 
+import plistlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -96,14 +97,16 @@ KIMI_ARGS = (
 )
 JOBS: list[tuple[str, dict[str, FactValue]]] = [
     ("launchctl-print-running.txt",
-     {"loaded": True, "state": "running", "running": True, "pid": 48213, "runs": 3,
+     {"loaded": True, "state": "running", "running": True, "spawning": False, "pid": 48213,
+      "runs": 3,
       "last_exit_code": 0, "never_exited": False, "last_signal": "", "last_exit": "exit 0",
       "program": "/Users/milo/mlx/.venv/bin/python",
       "arguments": f"{KIMI_ARGS} --host 0.0.0.0 --port 8013",
       "stdout_path": OUT_LOG, "stderr_path": ERR_LOG,
       "plist_path": "/Users/milo/Library/LaunchAgents/com.fleet.mlx-kimi.plist"}),
     ("launchctl-print-never-ran.txt",
-     {"loaded": True, "state": "not running", "running": False, "pid": 0, "runs": 0,
+     {"loaded": True, "state": "not running", "running": False, "spawning": False, "pid": 0,
+      "runs": 0,
       "never_exited": True, "last_signal": "", "last_exit": "never exited",
       "program": "/Users/milo/mlx/.venv/bin/mlx-embeddings-server",
       "arguments": "/Users/milo/mlx/.venv/bin/mlx-embeddings-server --model Qwen3-Embedding-8B "
@@ -112,7 +115,8 @@ JOBS: list[tuple[str, dict[str, FactValue]]] = [
       "stderr_path": "/Users/milo/Library/Logs/mlx-embed.err.log",
       "plist_path": "/Users/milo/Library/LaunchAgents/com.fleet.mlx-embed.plist"}),
     ("launchctl-print-signal.txt",
-     {"loaded": True, "state": "spawn scheduled", "running": False, "pid": 0, "runs": 14,
+     {"loaded": True, "state": "spawn scheduled", "running": False, "spawning": False, "pid": 0,
+      "runs": 14,
       "never_exited": False, "last_signal": "Killed: 9", "last_signal_number": 9,
       "last_exit": "signal Killed: 9",
       "program": "/Users/milo/mlx/.venv/bin/python",
@@ -120,12 +124,31 @@ JOBS: list[tuple[str, dict[str, FactValue]]] = [
       "stdout_path": OUT_LOG, "stderr_path": ERR_LOG,
       "plist_path": "/Users/milo/Library/LaunchAgents/com.fleet.mlx-kimi.plist"}),
     ("launchctl-print-exit-1.txt",
-     {"loaded": True, "state": "not running", "running": False, "pid": 0, "runs": 1,
+     {"loaded": True, "state": "not running", "running": False, "spawning": False, "pid": 0,
+      "runs": 1,
       "last_exit_code": 1, "never_exited": False, "last_signal": "", "last_exit": "exit 1",
       "program": "/opt/mlx/bin/python",
       "arguments": "/opt/mlx/bin/python /opt/mlx/rerank_server.py --port 8003",
       "stdout_path": "", "stderr_path": "/var/log/mlx-rerank.log",
       "plist_path": "/Library/LaunchDaemons/com.fleet.mlx-rerank.plist"}),
+    # kickstarted this moment: launchd spawns it (a pid, `xpcproxy`): running, not dead
+    ("launchctl-print-xpcproxy.txt",
+     {"loaded": True, "state": "xpcproxy", "running": True, "spawning": True, "pid": 51877,
+      "runs": 4, "never_exited": False, "last_signal": "Terminated: 15",
+      "last_signal_number": 15, "last_exit": "signal Terminated: 15",
+      "program": "/Users/milo/mlx/.venv/bin/python",
+      "arguments": f"{KIMI_ARGS} --host 0.0.0.0 --port 8013",
+      "stdout_path": OUT_LOG, "stderr_path": ERR_LOG,
+      "plist_path": "/Users/milo/Library/LaunchAgents/com.fleet.mlx-kimi.plist"}),
+    # running; the previous run's signal is no exit code of this one
+    ("launchctl-print-running-after-term.txt",
+     {"loaded": True, "state": "running", "running": True, "spawning": False, "pid": 16090,
+      "runs": 2, "never_exited": False, "last_signal": "Terminated: 15",
+      "last_signal_number": 15, "last_exit": "signal Terminated: 15",
+      "program": "/Users/milo/mlx/.venv/bin/python",
+      "arguments": f"{KIMI_ARGS} --host 0.0.0.0 --port 8013",
+      "stdout_path": OUT_LOG, "stderr_path": ERR_LOG,
+      "plist_path": "/Users/milo/Library/LaunchAgents/com.fleet.mlx-kimi.plist"}),
 ]  # fmt: skip
 
 
@@ -166,12 +189,51 @@ def test_nested_blocks_do_not_shadow_the_jobs_own_keys() -> None:
     assert log_paths(job) == (OUT_LOG, ERR_LOG)
 
 
-async def test_launchd_job_reads_the_job_without_root(http: httpx.AsyncClient) -> None:
+PLUTIL = (
+    "plutil", "-convert", "xml1", "-o", "-",
+    "/Users/milo/Library/LaunchAgents/com.fleet.mlx-kimi.plist",
+)  # fmt: skip
+
+
+async def test_launchd_job_reads_the_job_and_its_plist_without_root(
+    http: httpx.AsyncClient,
+) -> None:
     evidence, executor = await collect(
-        http, "launchd_job", {PRINT: printed("launchctl-print-running.txt")}
+        http,
+        "launchd_job",
+        {
+            PRINT: printed("launchctl-print-running.txt"),
+            PLUTIL: printed("com.fleet.mlx-kimi.plist"),
+        },
     )
     assert (evidence.error, evidence.facts["pid"], evidence.facts["running"]) == ("", 48213, True)
-    assert [(call.argv, call.sudo) for call in executor.calls] == [(PRINT, False)]
+    assert evidence.facts["keep_alive"] is True
+    assert [(call.argv, call.sudo) for call in executor.calls] == [(PRINT, False), (PLUTIL, False)]
+
+
+@pytest.mark.parametrize(
+    ("plist", "keep_alive"),
+    [
+        (printed("com.fleet.mlx-kimi.plist"), True),
+        (printed("com.fleet.mlx-embed-watchpaths.plist"), False),  # WatchPaths, no KeepAlive
+        (Answer(stdout=plistlib.dumps({"KeepAlive": {"SuccessfulExit": False}}).decode()), True),
+        (Answer(stdout=plistlib.dumps({"KeepAlive": False}).decode()), False),
+        (Answer(status=1, stderr="file does not exist or is not readable\n"), None),
+        (Answer(stdout="not a plist"), None),
+    ],
+)
+async def test_keep_alive_is_read_from_the_plist_launchd_loaded(
+    http: httpx.AsyncClient, plist: Answer, keep_alive: bool | None
+) -> None:
+    """A job in `spawn scheduled` is a crash loop only when launchd keeps it alive: a job
+    without KeepAlive (a WatchPaths one) shows the same state and is no loop."""
+    evidence, _ = await collect(
+        http, "launchd_job", {PRINT: printed("launchctl-print-signal.txt"), PLUTIL: plist}
+    )
+    assert evidence.error == ""
+    assert evidence.facts.get("keep_alive") == keep_alive
+    assert "keep_alive" in evidence.facts or keep_alive is None
+    assert [c.command for c in evidence.commands][-1] == " ".join(PLUTIL)
 
 
 async def test_a_job_launchd_does_not_know_is_a_fact(http: httpx.AsyncClient) -> None:

@@ -23,7 +23,12 @@ import pytest
 from supervisor.config import Endpoint, Host, UnitRef
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import CollectContext, Scope
-from supervisor.playbook.evidence.launchctl import is_not_found, job_facts, parse_print
+from supervisor.playbook.evidence.launchctl import (
+    is_not_found,
+    job_facts,
+    keep_alive,
+    parse_print,
+)
 from supervisor.playbook.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
 from supervisor.playbook.evidence.restarts import Outcome, Restart, wait_for_restarts
 from tests.conftest import free_port
@@ -120,11 +125,16 @@ def test_a_job_that_never_ran_then_runs_then_ends_by_a_signal(mac: Mac) -> None:
         "never_exited": True,
     }
     assert never["last_exit"] == "never exited"
+    mac.env["FLEET_LAB_XPCPROXY_S"] = "3"  # launchd spawning it: a moment on a Mac
     started = mac.launchctl("kickstart", "-p", JOB)
     pid = int(started.stdout.rsplit(" ", 1)[1])
     assert started.stdout == f"service spawned with pid: {pid}\n"
+    spawning = mac.facts()
+    assert (spawning["state"], spawning["pid"], spawning["runs"]) == ("xpcproxy", pid, 1)
+    assert (spawning["running"], spawning["spawning"]) == (True, True)  # not dead
+    assert _until(lambda: mac.facts()["state"] == "running")
     running = mac.facts()
-    assert (running["state"], running["pid"], running["runs"]) == ("running", pid, 1)
+    assert (running["pid"], running["runs"], running["spawning"]) == (pid, 1, False)
     assert _until(mac.serving)
     assert "Starting httpd at 127.0.0.1 on port" in (mac.folder / "err.log").read_text()
     os.kill(pid, signal.SIGKILL)
@@ -171,6 +181,97 @@ def test_launchctl_refuses_as_macos_does(mac: Mac) -> None:
     again = mac.launchctl("bootstrap", "gui/501", plist)
     assert (again.returncode, again.stderr) == (5, "Bootstrap failed: 5: Input/output error\n")
     assert mac.launchctl("kickstart", "-x", JOB).returncode == 64
+    mac.launchctl("bootout", JOB)
+    for argv in (("kickstart", "-k", JOB), ("kickstart", JOB)):  # only print says Bad request.
+        unloaded = mac.launchctl(*argv)
+        assert (unloaded.returncode, unloaded.stdout, unloaded.stderr) == (
+            113,
+            "",
+            'Could not find service "com.fleet.mlx-kimi" in domain for user gui: 501\n',
+        )
+    system = mac.launchctl("kickstart", "-k", "system/com.fleet.mlx-rerank")
+    assert (system.returncode, system.stderr) == (
+        113,
+        (DATA / "launchctl-kickstart-not-found-system.stderr").read_text(),
+    )
+    assert is_not_found(system.returncode, system.stderr)
+
+
+def _crasher(mac: Mac, keep_alive: object, code: int = 1) -> Path:
+    """A job whose program ends with `code` at once; KeepAlive as given, a 1 s throttle."""
+    path = mac.folder / "com.fleet.crasher.plist"
+    document = {
+        "Label": "com.fleet.crasher",
+        "ProgramArguments": [sys.executable, "-c", f"raise SystemExit({code})"],
+        "RunAtLoad": True,
+        "KeepAlive": keep_alive,
+        "ThrottleInterval": 1,
+    }
+    path.write_bytes(plistlib.dumps(document))
+    return path
+
+
+CRASHER = "gui/501/com.fleet.crasher"
+
+
+def _crasher_facts(mac: Mac) -> dict[str, object]:
+    done = mac.launchctl("print", CRASHER)
+    assert done.returncode == 0, done.stderr
+    return dict(job_facts(parse_print(done.stdout)))
+
+
+def test_keep_alive_starts_a_dying_job_again_after_the_throttle(mac: Mac) -> None:
+    plist = _crasher(mac, True)
+    try:
+        assert mac.launchctl("bootstrap", "gui/501", str(plist)).returncode == 0
+        assert _until(lambda: _crasher_facts(mac)["state"] == "spawn scheduled")
+        waiting = _crasher_facts(mac)
+        assert (waiting["running"], waiting["pid"], waiting["last_exit_code"]) == (False, 0, 1)
+        assert _until(lambda: int(_crasher_facts(mac)["runs"]) >= 3)  # type: ignore[call-overload]
+        printed = mac.launchctl("print", CRASHER).stdout
+        assert "\tproperties = keepalive | runatload | inferred program\n" in printed
+        xml = mac.tool("plutil", "-convert", "xml1", "-o", "-", str(plist))
+        assert (xml.returncode, keep_alive(xml.stdout)) == (0, True)
+    finally:
+        assert mac.launchctl("bootout", CRASHER).returncode == 0
+    time.sleep(1.5)  # past the throttle: booted out, it is not started again
+    assert mac.launchctl("print", CRASHER).returncode == 113
+
+
+def test_without_keep_alive_a_dying_job_stays_dead(mac: Mac) -> None:
+    plist = _crasher(mac, {"SuccessfulExit": True})  # again only after a clean exit: not here
+    try:
+        assert mac.launchctl("bootstrap", "gui/501", str(plist)).returncode == 0
+        assert _until(lambda: _crasher_facts(mac)["last_exit"] == "exit 1")
+        time.sleep(1.5)  # past the throttle: launchd would have started it again by now
+        ended = _crasher_facts(mac)
+        assert (ended["state"], ended["runs"], ended["running"]) == ("not running", 1, False)
+        xml = mac.tool("plutil", "-convert", "xml1", "-o", "-", str(plist))
+        assert keep_alive(xml.stdout) is True  # conditions: it would for a clean exit
+        missing = mac.tool("plutil", "-convert", "xml1", "-o", "-", str(mac.folder / "no.plist"))
+        assert (missing.returncode, missing.stderr) == (
+            1,
+            f"{mac.folder / 'no.plist'}: file does not exist or is not readable or is not a "
+            "regular file\n",
+        )
+    finally:
+        mac.launchctl("bootout", CRASHER)
+
+
+def test_a_kept_alive_job_stopped_by_kickstart_k_is_replaced_once(mac: Mac) -> None:
+    path = mac.plist(run_at_load=True)
+    document = plistlib.loads(path.read_bytes())
+    path.write_bytes(plistlib.dumps({**document, "KeepAlive": True, "ThrottleInterval": 1}))
+    assert mac.launchctl("bootstrap", "gui/501", str(path)).returncode == 0
+    assert _until(mac.serving)
+    first = mac.facts()["pid"]
+    assert mac.launchctl("kickstart", "-k", JOB).returncode == 0
+    time.sleep(1.5)  # past the throttle: the TERMed run is not started a second time
+    after = mac.facts()
+    assert (after["runs"], after["running"], after["last_signal"]) == (2, True, "")
+    assert after["pid"] != first
+    os.kill(int(after["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    assert _until(lambda: mac.facts()["runs"] == 3 and mac.facts()["running"])  # launchd's part
 
 
 def test_lsof_names_the_job_s_pid_as_the_listener(mac: Mac) -> None:

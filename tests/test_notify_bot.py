@@ -20,7 +20,9 @@ from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.judge.machine import State
 from supervisor.playbook.model import All, Mode, Rule, Severity
+from supervisor.record.store import TimelineEntry
 from supervisor.record.store.outbox import OutboxStore
+from supervisor.record.timeline import Acked
 from supervisor.tell.telegram.notifier import Notifier
 from supervisor.tell.telegram.timing import Pacing, Timing
 from supervisor.worker.endpoint import EndpointWorker
@@ -244,6 +246,54 @@ async def test_every_command(tmp_path: Path, stub: BotApiStub, vllm: VllmSim) ->
         ("unsilence", "ds4", "@op", "telegram", "", "refused"),
         ("ack", f"#{incident}", "@op", "telegram", "", "done"),
     ]
+
+
+async def test_answers_wait_out_flood_control_and_keep_their_order(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim
+) -> None:
+    """Telegram answers a burst with 429 `retry_after`: the answers to /status, /incidents and
+    /timeline are retried after the pause it asks for, not lost, and arrive in the order the
+    commands were sent, each replying to its command; a long answer's parts stay in order."""
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url))
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
+        await eventually(_notifier(daemon).ready.is_set, what="bot up")
+        await vllm.stop()
+        await eventually(lambda: worker.incident_id is not None, what="an incident")
+        incident = worker.incident_id
+        assert daemon.store is not None
+        for n in range(60):  # a timeline longer than one message (4096 characters)
+            record = Acked(who="op", why=f"note {n} " * 20)
+            entry = TimelineEntry(at=daemon.clock.now(), subject="ds4", record=record)
+            await daemon.store.append(incident or 0, entry)
+        stub.flood_replies, stub.retry_after = 3, 1
+        asked = [
+            stub.message(chat_id=CHAT, user_id=USER, text=text)
+            for text in ("/status", "/incidents", f"/timeline {incident}", "/help")
+        ]
+
+        def answers() -> list[Sent]:
+            return [s for s in stub.sent if s.reply_to in asked]
+
+        await eventually(
+            lambda: {s.reply_to for s in answers()} == set(asked), within=15, what="4 answers"
+        )
+        await eventually(lambda: len(answers()) >= 5, within=5, what="the timeline's parts")
+    finally:
+        await daemon.stop()
+    got = answers()
+    assert len(stub.flooded) == 3
+    assert got[0].received_at - stub.flooded[0] >= 1.0  # it waited as it was asked
+    order = [asked.index(s.reply_to or 0) for s in got]
+    assert order == sorted(order)  # the commands' order, parts together
+    assert got[0].text.startswith("<b>ds4</b>: down for ")
+    assert got[1].text.startswith(f"#{incident} ds4 ")
+    timeline = [s.text for s in got if s.reply_to == asked[2]]
+    assert len(timeline) >= 2
+    assert timeline[0].startswith(f"incident #{incident}: ds4: connection refused\n")
+    assert "note 59" in timeline[-1]
+    assert got[-1].text.startswith("/status every endpoint")
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import io
 import json
 import re
 import socket
+import wave
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -207,6 +209,29 @@ CASES = [
          status=200, kind="rerank", behaviour=BAD),
     Case(id="rerank-deep-hang", tier=DEEP, outcome=FAIL, check="rerank",
          reason="timed out after 300ms", kind="rerank", behaviour=HANG, ep=SHORT),
+    # asr and tts (OpenAI's audio API): /health, then a real transcription / spoken phrase
+    Case(id="asr-live-ok", tier=LIVE, outcome=OK, check="health", reason="", status=200,
+         kind="asr"),
+    Case(id="asr-deep-ok", tier=DEEP, outcome=OK, check="transcription", reason="",
+         status=200, kind="asr"),
+    Case(id="asr-deep-500", tier=DEEP, outcome=FAIL, check="transcription",
+         reason=f"HTTP 500: {ENGINE}", status=500, kind="asr", behaviour={"fail_status": 500}),
+    Case(id="asr-deep-empty-body", tier=DEEP, outcome=FAIL, check="transcription",
+         reason="bad JSON in response: (empty)", status=200, kind="asr", behaviour=BAD),
+    Case(id="asr-deep-wrong-model", tier=DEEP, outcome=FAIL, check="transcription",
+         reason="HTTP 404: The model `other` does not exist.", status=404, kind="asr",
+         ep=OTHER),
+    Case(id="tts-live-ok", tier=LIVE, outcome=OK, check="health", reason="", status=200,
+         kind="tts"),
+    Case(id="tts-deep-ok", tier=DEEP, outcome=OK, check="speech", reason="", status=200,
+         kind="tts"),
+    Case(id="tts-deep-500", tier=DEEP, outcome=FAIL, check="speech",
+         reason=f"HTTP 500: {ENGINE}", status=500, kind="tts", behaviour={"fail_status": 500}),
+    Case(id="tts-deep-empty-body", tier=DEEP, outcome=FAIL, check="speech",
+         reason="unexpected response: not a WAV (0 bytes)", status=200, kind="tts",
+         behaviour=BAD),
+    Case(id="tts-deep-hang", tier=DEEP, outcome=FAIL, check="speech",
+         reason="timed out after 300ms", kind="tts", behaviour=HANG, ep=SHORT),
 ]  # fmt: skip
 
 
@@ -368,6 +393,19 @@ async def canned() -> AsyncIterator[Serve]:
 
 
 CHAT = "/v1/chat/completions"
+
+
+def _wav(seconds: float, rate: int = 16000) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(b"\0\0" * int(rate * seconds))
+    return buffer.getvalue()
+
+
+WAV_TENTH = _wav(0.1)
 R, C = {"reasoning": "Thinking."}, {"content": "42"}
 CANNED: list[tuple[str, Tier, Mapping[str, bytes], Outcome, str]] = [
     ("closed-mid-stream", DEEP, {CHAT: sse_response(chunk(R), chunk(R), complete=False)},
@@ -413,6 +451,19 @@ CANNED: list[tuple[str, Tier, Mapping[str, bytes], Outcome, str]] = [
     ("models-wrong-shape", LIVE,
      {"/health": http_response("200 OK"), "/v1/models": http_response("200 OK", b"[]")},
      FAIL, "unexpected response from /v1/models: no 'data' list"),
+    # a speech server whose /health passes and whose real call does not
+    ("tts-html-error-page", DEEP,
+     {"/v1/audio/speech": http_response("200 OK", b"<html>oops</html>", "text/html")},
+     FAIL, "unexpected response: asked for audio/wav, got text/html: <html>oops</html>"),
+    ("tts-too-short", DEEP,
+     {"/v1/audio/speech": http_response("200 OK", WAV_TENTH, "audio/wav")},
+     FAIL, "unexpected response: 0.10s of audio for a 6-word phrase (expected 0.5-60s)"),
+    ("tts-not-a-wav", DEEP,
+     {"/v1/audio/speech": http_response("200 OK", b"ID3" + b"\0" * 500, "audio/wav")},
+     FAIL, "unexpected response: not a WAV (503 bytes)"),
+    ("asr-no-text", DEEP,
+     {"/v1/audio/transcriptions": http_response("200 OK", b'{"segments": []}')},
+     FAIL, 'unexpected response: no `text` in {"segments": []}'),
     ("models-serving-nothing", LIVE,
      {"/health": http_response("200 OK"), "/v1/models": http_response("200 OK", b'{"data": []}')},
      FAIL, "model 'sim-model' not served (serving: nothing)"),
@@ -431,7 +482,9 @@ async def test_probe_against_canned_answers(
     client: httpx.AsyncClient,
 ) -> None:
     url = await canned(answers)
-    result = await probe(endpoint(url), tier, client)
+    path = next(iter(answers))
+    kind: EndpointKind = "tts" if "speech" in path else "asr" if "transcr" in path else "openai"
+    result = await probe(endpoint(url, kind=kind), tier, client)
     assert (result.outcome, result.reason) == (outcome, reason)
 
 
@@ -599,3 +652,44 @@ def test_an_error_record_is_one_clean_line(
     with pytest.raises(ProbeError) as caught:
         Transcript().take_record(record, 1.0, key=key)
     assert str(caught.value) == expected
+
+
+# -- a speech round trip: the TTS speaks, the ASR must hear the words --------------------------
+
+
+async def test_a_round_trip_proves_tts_and_asr_at_once(
+    sim_factory: SimFactory, client: httpx.AsyncClient, canned: Serve
+) -> None:
+    tts = await sim_factory(model="kokoro")
+    asr = await sim_factory(model="whisper")
+    ep = Endpoint(
+        name="voice",
+        kind="tts",
+        url=tts.url,
+        model="kokoro",
+        heard_by={"url": asr.url, "model": "whisper"},  # type: ignore[arg-type]
+    )
+    good = await probe(ep, DEEP, client)
+    assert (good.outcome, good.check, good.reason) == (OK, "round trip", "")
+    assert good.detail.endswith("; heard back: 'The fleet supervisor checks this voice.'")
+
+    asr.behaviour.bad_json = True  # the ASR answers /health, and nothing to the real call
+    empty = await probe(ep, DEEP, client)
+    assert (empty.outcome, empty.check, empty.reason) == (
+        FAIL,
+        "round trip",
+        "bad JSON in response: (empty)",
+    )
+    deaf = await canned(
+        {"/v1/audio/transcriptions": http_response("200 OK", b'{"text": "the flute super"}')}
+    )
+    wrong = await probe(
+        ep.model_copy(update={"heard_by": ep.heard_by.model_copy(update={"url": deaf})}),  # type: ignore[union-attr]
+        DEEP,
+        client,
+    )
+    assert (wrong.outcome, wrong.reason) == (
+        FAIL,
+        f"round trip: {deaf} heard 'the flute super' for 'The fleet supervisor checks this "
+        "voice.' (missing: fleet, supervisor, checks, this, voice)",
+    )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiohttp import web
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -262,6 +263,13 @@ async def test_actions_without_the_token_are_refused(fleet: Fleet) -> None:
         problem = wait_for(driver, lambda d: d.find_elements(By.ID, "problem"))[0].text
         assert problem == "wrong token: nothing was done"
 
+        await asyncio.to_thread(driver.get, fleet.url + "/login")  # not ASCII: refused, no 500
+        driver.find_element(By.NAME, "who").send_keys("mallory")
+        driver.find_element(By.NAME, "token").send_keys("schlüssel-🔑")
+        await asyncio.to_thread(driver.find_element(By.CSS_SELECTOR, "form.stack button").click)
+        problem = wait_for(driver, lambda d: d.find_elements(By.ID, "problem"))[0].text
+        assert problem == "wrong token: nothing was done"
+
     async with httpx.AsyncClient(base_url=fleet.url) as client:
         login = await client.post(
             "/login", data={"who": "bob", "token": TOKEN}, headers={"Origin": fleet.url}
@@ -480,3 +488,104 @@ async def test_availability_on_the_page_is_what_the_store_says(
     finally:
         process.terminate()
         await process.wait()
+
+
+EVIL_FETCHES = """<!doctype html><title>evil</title><script>
+const fleet = %(fleet)s;
+const asks = [["silence", {target: "llm", for: "2h"}], ["pause", {endpoint: "llm"}],
+              ["restart", {endpoint: "llm"}]];
+const tries = [];
+for (const [name, body] of asks) {
+  // a "simple" request: no preflight, the browser sends it and hides the answer
+  tries.push(fetch(fleet + "/control/" + name, {method: "POST", mode: "no-cors",
+    headers: {"Content-Type": "text/plain"}, body: JSON.stringify(body)}).then(() => "sent"));
+  // JSON: the browser asks first (a CORS preflight), which the control API never grants
+  tries.push(fetch(fleet + "/control/" + name, {method: "POST",
+    headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)})
+    .then(() => "answered", () => "blocked"));
+}
+Promise.all(tries).then(r => { document.title = r.join(","); });
+</script>"""
+
+EVIL_FORM = """<!doctype html><title>evil form</title>
+<form method="post" action="%(action)s">%(fields)s</form>
+<script>document.forms[0].submit();</script>"""
+
+
+async def _evil_site(pages: dict[str, str]) -> tuple[str, web.AppRunner]:
+    """Another origin on loopback (another port: the same site to the browser) serving `pages`."""
+    app = web.Application()
+    for path, body in pages.items():
+
+        async def page(_: web.Request, body: str = body) -> web.Response:
+            return web.Response(text=body, content_type="text/html")
+
+        app.router.add_get(path, page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return f"http://127.0.0.1:{port}", runner
+
+
+def _form(action: str, fields: dict[str, str]) -> str:
+    inputs = "".join(f'<input name="{k}" value="{v}">' for k, v in fields.items())
+    return EVIL_FORM % {"action": action, "fields": inputs}
+
+
+async def test_a_page_of_another_origin_cannot_silence_pause_or_restart(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    forms = {
+        "silence": {"target": "llm", "for": "2h", "csrf": "guess"},
+        "pause": {"endpoint": "llm", "csrf": "guess"},
+        "restart": {"endpoint": "llm", "confirm": "yes", "csrf": "guess"},
+    }
+    pages = {"/": EVIL_FETCHES % {"fleet": json.dumps(fleet.url)}}
+    pages |= {f"/{n}": _form(f"{fleet.url}/actions/{n}", f) for n, f in forms.items()}
+    evil, runner = await _evil_site(pages)
+    log = tmp_path / "daemon.log"
+    try:
+        with chromium() as driver:
+            await asyncio.to_thread(driver.get, fleet.url + "/login")  # signed in: the cookie
+            driver.find_element(By.NAME, "who").send_keys("alice")  # goes with every request
+            driver.find_element(By.NAME, "token").send_keys(TOKEN)
+            await asyncio.to_thread(driver.find_element(By.CSS_SELECTOR, "form.stack button").click)
+            wait_for(
+                driver,
+                lambda d: "signed in as alice" in d.find_element(By.TAG_NAME, "header").text,
+            )
+
+            await asyncio.to_thread(driver.get, evil + "/")
+            title = wait_for(driver, lambda d: d.title if d.title != "evil" else None)
+            assert title == "sent,blocked,sent,blocked,sent,blocked"
+            for name in forms:
+                await asyncio.to_thread(driver.get, f"{evil}/{name}")
+                answer = wait_for(driver, lambda d: d.find_elements(By.ID, "answer"))[0].text
+                assert answer == f"refused: the request comes from another site ({evil}): refused"
+
+            await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
+            journal = _texts(driver, "#endpoint-journal tbody tr")
+            assert journal == ["nothing yet"]  # nothing reached the control API
+    finally:
+        await runner.cleanup()
+
+    def refusals() -> list[str]:
+        lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        return [
+            f"{e['status']} {e['path']} {e['why']}"
+            for e in lines
+            if e.get("event") == "control request refused"
+        ]
+
+    await eventually(lambda: len(refusals()) >= 6, what="the six fetches refused")
+    browser = f"forbidden: the control API does not answer browsers (Origin: {evil})"
+    assert sorted(set(refusals())) == [  # the no-cors POSTs and the JSON ones' preflights
+        f"403 /control/{name} {browser}; use the CLI, or the fleet page's actions"
+        for name in ("pause", "restart", "silence")
+    ]
+    listing = await asyncio.to_thread(_cli, fleet.config, "silences")
+    assert listing == "no silences, no pauses\n"
+    async with httpx.AsyncClient(base_url=fleet.url) as client:
+        status = (await client.get("/status")).json()
+    assert {e["name"]: e["state"] for e in status["endpoints"]}["llm"] == "healthy"

@@ -371,3 +371,85 @@ async def test_a_changed_silence_is_told_in_the_open_incident(open_daemon: Super
     assert notes[-1] == (
         f"silence #1 now ends {until.strftime('%Y-%m-%d %H:%M:%SZ')}, by ann: rewiring, longer"
     )
+
+
+@pytest.mark.parametrize(
+    ("route", "form", "headers", "answer"),
+    [
+        ("/login", {"who": "ann", "token": "wröng"}, {}, "wrong token: nothing was done"),
+        ("/login", {"who": "ann", "token": "🔑"}, {}, "wrong token: nothing was done"),
+        (
+            "/actions/pause",
+            {"csrf": "çsrf"},
+            {},
+            "refused: the form's CSRF token does not match your session: reload the page",
+        ),
+        (
+            "/actions/pause",
+            {"csrf": "x"},
+            {"Origin": "http://[::1"},
+            "refused: the request comes from another site (http://[::1): refused",
+        ),
+    ],
+)
+async def test_any_input_at_the_door_gets_a_refusal_never_a_500(
+    tmp_path: Path,
+    sim: VllmSim,
+    route: str,
+    form: dict[str, str],
+    headers: dict[str, str],
+    answer: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "page.token").write_text("the-token\n")
+    daemon = await _daemon(tmp_path, sim, {"token_file": "page.token"})
+    try:
+        async with _client(daemon) as client:
+            signed = await client.post("/login", data={"who": "ann", "token": "the-token"})
+            assert signed.status_code == 303
+            response = await client.post(route, data=form, headers=headers)
+        assert daemon.control is not None
+        assert daemon.control.pauses() == []
+    finally:
+        await daemon.stop()
+    assert response.status_code == 403
+    said = _problem(response.text) if route == "/login" else _answer(response.text)
+    assert said == answer
+    assert "http handler failed" not in capsys.readouterr().out  # no traceback logged
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"who=ann&token=\xff\xfe", "application/x-www-form-urlencoded"),
+        (b"who=ann&token=x", "application/x-www-form-urlencoded; charset=no-such-charset"),
+        (b"--b\r\nContent-Disposition: form-data\r\n\r\nx\r\n--b--\r\n", "multipart/form-data"),
+    ],
+)
+async def test_a_form_the_page_cannot_read_is_refused(
+    tmp_path: Path,
+    sim: VllmSim,
+    body: bytes,
+    content_type: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "page.token").write_text("the-token\n")
+    daemon = await _daemon(tmp_path, sim, {"token_file": "page.token"})
+    try:
+        async with _client(daemon) as client:
+            login = await client.post(
+                "/login", content=body, headers={"Content-Type": content_type}
+            )
+            act = await client.post(
+                "/actions/pause", content=body, headers={"Content-Type": content_type}
+            )
+    finally:
+        await daemon.stop()
+    assert (login.status_code, act.status_code) == (400, 400)
+    assert _problem(login.text).startswith("the form cannot be read: ")
+    assert _answer(act.text).startswith("refused: the form cannot be read: ")
+    assert "http handler failed" not in capsys.readouterr().out  # no traceback logged
+
+
+def _problem(page: str) -> str:
+    return html.unescape(page.split('id="problem">', 1)[1].split("</p>", 1)[0])

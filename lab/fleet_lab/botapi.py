@@ -4,7 +4,10 @@ with `base_url`). It answers getMe, sendMessage, editMessageText,
 answerCallbackQuery, setMyCommands, deleteWebhook and getUpdates (long-polling the updates a
 test queues: messages and button presses), records what the bot sent, and can be switched down
 (connection refused, or 502 Bad Gateway) and back up on the same port, or made to fail only
-some methods (`failing`: e.g. sendMessage answered 502 while the bot still polls)."""
+some methods (`failing`: e.g. sendMessage answered 502 while the bot still polls), or flood
+control on replies (`flood_replies`: the next N sendMessage calls that reply to a message are
+answered 429 `Too Many Requests: retry after S` with `parameters.retry_after`, as Telegram
+does)."""
 
 from __future__ import annotations
 
@@ -47,6 +50,9 @@ class BotApiStub:
     mode: Literal["up", "refused", "502"] = "up"
     #: methods answered 502 Bad Gateway (as JSON) while up: recorded in `calls`, not carried out
     failing: set[str] = field(default_factory=set)
+    flood_replies: int = 0  #: the next N replies are answered 429 (then counted down)
+    retry_after: int = 1  #: seconds the 429 asks for (Telegram gives whole seconds)
+    flooded: list[float] = field(default_factory=list)  #: when each 429 was given (epoch s)
     _server: asyncio.Server | None = None
     _port: int = 0
     _updates: list[dict[str, Any]] = field(default_factory=list)
@@ -171,7 +177,10 @@ class BotApiStub:
             return
         result = await handler(params)
         if isinstance(result, tuple):
-            await out.send_json(result[0], _error(*result))
+            error = _error(*result)
+            if result[0] == 429:
+                error["parameters"] = {"retry_after": self.retry_after}
+            await out.send_json(result[0], error)
             return
         await out.send_json(200, {"ok": True, "result": result})
 
@@ -203,6 +212,10 @@ class BotApiStub:
             return (400, "Bad Request: message is too long")
         chat_id = int(p["chat_id"])
         reply = p.get("reply_parameters") or {}
+        if reply and self.flood_replies > 0:
+            self.flood_replies -= 1
+            self.flooded.append(time.time())
+            return (429, f"Too Many Requests: retry after {self.retry_after}")
         markup = p.get("reply_markup") or {}
         buttons = [
             (b["text"], b["callback_data"])

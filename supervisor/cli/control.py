@@ -17,6 +17,7 @@ import httpx
 
 from supervisor.cli.common import CliError, load
 from supervisor.config import FleetConfig
+from supervisor.control.door import SCHEME, read_token
 from supervisor.control.routes import VIA_HEADER, WHO_HEADER
 from supervisor.core.timefmt import stamp
 from supervisor.tell.web.listen import ListenError, parse_listen
@@ -88,7 +89,7 @@ def base_url(config: FleetConfig) -> str:
 def call(config: FleetConfig, method: str, path: str, body: dict[str, Any] | None) -> Any:
     """The daemon's JSON answer (status, document); CliError when no daemon answers."""
     url = base_url(config)
-    headers = {WHO_HEADER: _who(), VIA_HEADER: "cli"}
+    headers = {WHO_HEADER: _who(), VIA_HEADER: "cli", **_token(config)}
     try:
         response = httpx.request(
             method, f"{url}{path}", json=body, headers=headers, timeout=TIMEOUT
@@ -104,6 +105,22 @@ def call(config: FleetConfig, method: str, path: str, body: dict[str, Any] | Non
         raise CliError(
             f"{url}{path}: HTTP {response.status_code}: {response.text.strip()}"
         ) from None
+
+
+def _token(config: FleetConfig) -> dict[str, str]:
+    """The Authorization header naming `http.control_token_file`'s token (none: no header)."""
+    path = config.http.control_token_file
+    if path is None:
+        return {}
+    try:
+        token = read_token(path).decode("utf-8", "replace")
+    except OSError as exc:
+        raise CliError(
+            f"cannot read http.control_token_file {path}: {exc.strerror or exc} (it is readable"
+            " by the service's group: add yourself to it, e.g. `sudo usermod -aG"
+            " fleet-supervisor $USER`, or run as root)"
+        ) from None
+    return {"Authorization": f"{SCHEME}{token}"}
 
 
 def _who() -> str:

@@ -49,6 +49,9 @@ def check_endpoint(
             yield Finding((*at, "expect_reasoning"), only, uses=("kind", "expect_reasoning"))
         if endpoint.baseline_tok_s is not None:
             yield Finding((*at, "baseline_tok_s"), only, uses=("kind", "baseline_tok_s"))
+    if endpoint.heard_by is not None and endpoint.kind != "tts":
+        message = f"only used by kind 'tts', not {endpoint.kind!r}"
+        yield Finding((*at, "heard_by"), message, uses=("kind", "heard_by"))
     if host_names is not None:
         yield from _host_references(endpoint, units, host_names)
     first_index: dict[tuple[str, str], int] = {}

@@ -247,9 +247,15 @@ def _resolve_notify_paths(notify: NotifyConfig, base_dir: Path) -> NotifyConfig:
 
 
 def _resolve_http_paths(http: HttpConfig, base_dir: Path) -> HttpConfig:
-    if http.token_file is None:
-        return http
-    return http.model_copy(update={"token_file": _absolute(http.token_file, base_dir)})
+    update = {
+        name: _absolute(value, base_dir)
+        for name, value in (
+            ("token_file", http.token_file),
+            ("control_token_file", http.control_token_file),
+        )
+        if value is not None
+    }
+    return http.model_copy(update=update) if update else http
 
 
 def _resolve_host_paths(host: Host, base_dir: Path) -> Host:

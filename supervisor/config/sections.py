@@ -205,3 +205,8 @@ class HttpConfig(Frozen):
     loopback_actions: Flag = Field(
         default=False, description="the page's actions need no token from loopback browsers"
     )
+    control_token_file: FilePath | None = Field(
+        default=None,
+        description="file holding the token the control API (the CLI) must send"
+        " (none: any loopback program may call it); readable by the service's group",
+    )

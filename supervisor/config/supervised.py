@@ -13,8 +13,8 @@ from supervisor.config.fields import Duration, FilePath, Flag, Frozen, Port, Rat
 from supervisor.config.messages import render_value
 from supervisor.config.sections import ProbeSettings
 
-EndpointKind = Literal["openai", "ollama", "health", "embedding", "rerank"]
-MODEL_KINDS: frozenset[str] = frozenset({"openai", "ollama", "embedding", "rerank"})
+EndpointKind = Literal["openai", "ollama", "health", "embedding", "rerank", "asr", "tts"]
+MODEL_KINDS: frozenset[str] = frozenset({"openai", "ollama", "embedding", "rerank", "asr", "tts"})
 """Kinds whose probe names a model, so `model` is required."""
 COMPLETION_KINDS: frozenset[str] = frozenset({"openai", "ollama"})
 """Kinds probed with a real chat completion (reasoning text, tokens per second)."""
@@ -62,15 +62,53 @@ class UnitRef(Frozen):
     )
 
 
+class Listener(Frozen):
+    """An ASR server that must hear what a `tts` endpoint says (a round trip)."""
+
+    url: Text = Field(description="the ASR server's base URL (`/v1/audio/transcriptions`)")
+    model: Text = Field(description="the model it transcribes with, as it lists it")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return checked_url(value)
+
+
+def checked_url(value: str) -> str:
+    """`value` without a trailing `/`, when it is an http:// or https:// URL."""
+    stripped = value.rstrip("/")
+    try:
+        parts = urlsplit(stripped)
+        _ = parts.port  # raises ValueError for a port that is not a number in range
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        valid = False
+    if not valid or any(char.isspace() for char in value):
+        message = f"expected an http:// or https:// URL, got {render_value(value)}"
+        raise fail("url", message)
+    return stripped
+
+
 class Endpoint(Frozen):
     name: str = Field(description="the endpoint's key under `endpoints`")
-    kind: EndpointKind = Field(description="`openai`, `ollama`, `health`, `embedding` or `rerank`")
+    kind: EndpointKind = Field(
+        description="`openai`, `ollama`, `health`, `embedding`, `rerank`, `asr` (speech to text) "
+        "or `tts` (text to speech)"
+    )
     url: Text = Field(
         description="base URL, `http://` or `https://` (for `health`: the URL to GET)"
     )
     model: Text | None = Field(
         default=None,
         description="model name the probes ask for, as the server lists it",
+    )
+    voice: Text = Field(
+        default="alloy", description="tts: the voice the probe asks for (`/v1/audio/speech`)"
+    )
+    heard_by: Listener | None = Field(
+        default=None,
+        description="tts: an ASR server (`{url, model}`, e.g. the fleet's `asr` endpoint) that "
+        "must hear the words of the phrase this one speaks: a round trip proving both",
     )
     expect_reasoning: Flag = Field(
         default=False, description="the completion must return reasoning text (openai, ollama)"
@@ -96,17 +134,7 @@ class Endpoint(Frozen):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        stripped = value.rstrip("/")
-        try:
-            parts = urlsplit(stripped)
-            _ = parts.port  # raises ValueError for a port that is not a number in range
-            valid = parts.scheme in ("http", "https") and bool(parts.hostname)
-        except ValueError:
-            valid = False
-        if not valid or any(char.isspace() for char in value):
-            message = f"expected an http:// or https:// URL, got {render_value(value)}"
-            raise fail("url", message)
-        return stripped
+        return checked_url(value)
 
     def hosts(self) -> tuple[str, ...]:
         """The hosts that serve this endpoint: unit hosts in order, then `host`, no repeats."""

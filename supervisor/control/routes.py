@@ -8,9 +8,11 @@
     POST /control/restart    {"endpoint": "ds4", "why": "..."}
     GET  /control/silences   the silences and pauses in force
 
+Who may call: programs on loopback, not browsers, with the token when one is configured
+(`supervisor.control.door`); a POST's body must be declared JSON (415 otherwise).
 Who acts: the `X-Fleet-Who` header (else `http`); `X-Fleet-Via: cli` marks the CLI. Every answer
 is JSON `{"ok": bool, "code": ..., "text": ..., "subjects": [...]}`: 200 done, 409 refused, 404
-unknown endpoint/host/incident, 400 bad request.
+unknown endpoint/host/incident, 400 bad request, 415 a body not declared JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from supervisor.control.api import ControlApi
+from supervisor.control.door import content_refusal
 from supervisor.control.model import Actor, Answer, Code, Via
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.core.timefmt import iso
@@ -163,6 +166,12 @@ async def handle(
                 "text": f"method not allowed: {method} (only POST)",
                 "subjects": [],
             },
+        )
+    refused = content_refusal(method, headers)
+    if refused is not None:
+        return _json(
+            refused.status,
+            {"ok": False, "code": "media_type", "text": refused.text, "subjects": []},
         )
     try:
         document = json.loads(body or b"{}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from supervisor.core.events import Tier
+from supervisor.probe.audio import asr_check, health_liveness, tts_check
 from supervisor.probe.completion import completion_check
 from supervisor.probe.context import Finding, ProbeContext
 from supervisor.probe.inference import embedding_check, rerank_check
@@ -36,9 +37,12 @@ CHECKS: Mapping[str, KindChecks] = MappingProxyType(
         "openai": KindChecks(liveness=openai_liveness, deep=completion_check),
         # Ollama: /api/tags; the same completion on its OpenAI-compatible route
         "ollama": KindChecks(liveness=ollama_liveness, deep=completion_check),
-        # a plain health URL (ASR, TTS): GET it at both tiers
+        # a plain health URL: GET it at both tiers
         "health": KindChecks(liveness=http_check, deep=http_check),
         "embedding": KindChecks(liveness=models_check, deep=embedding_check),
         "rerank": KindChecks(liveness=models_check, deep=rerank_check),
+        # speech servers: /health; a real transcription of a clip, a real spoken phrase
+        "asr": KindChecks(liveness=health_liveness, deep=asr_check),
+        "tts": KindChecks(liveness=health_liveness, deep=tts_check),
     }
 )

@@ -59,9 +59,14 @@ def probe_line(result: ProbeResult) -> str:
 
 def resolution_text(result: ProbeResult) -> str:
     """How an incident closed, from the probe that closed it."""
-    what = {"completion": "completion", "embedding": "embedding", "rerank": "rerank"}.get(
-        result.check, "health check"
-    )
+    what = {
+        "completion": "completion",
+        "embedding": "embedding",
+        "rerank": "rerank",
+        "speech": "speech",
+        "transcription": "transcription",
+        "round trip": "speech round trip",
+    }.get(result.check, "health check")
     figures = probe_line(result).split(": ", 1)[1]
     return f"{what} passed ({figures})"
 

@@ -1,7 +1,7 @@
 """The lab's Mac: host m3ultra (127.0.0.13), a STAND-IN for the M3 Ultra that runs Kimi K2.6 under
 launchd. No macOS runs here: it is a lab host like the Sparks (its own namespaces and sshd, so
 the daemon reaches it over real SSH), whose PATH starts with stand-ins for macOS's tools
-(`launchctl`: `fleet_lab.mac.launchctl`; `lsof`, `memory_pressure`, `vm_stat`, `sysctl`,
+(`launchctl`: `fleet_lab.mac.launchctl`; `lsof`, `memory_pressure`, `vm_stat`, `sysctl`, `plutil`,
 `stat -f`: `fleet_lab.mac.tools`). systemd is only the host's init here (it runs sshd and the
 "login" below); nothing of the Mac's endpoint is a systemd unit.
 
@@ -45,7 +45,7 @@ ERR_LOG = f"{HOME}/Library/Logs/mlx-kimi.err.log"
 CONTROL = f"{INSIDE}/mlx-kimi.control.json"
 LAUNCHCTL = "/usr/local/bin/launchctl"
 LOGIN_UNIT = "lab-mac-login.service"
-TOOLS = ("lsof", "memory_pressure", "vm_stat", "sysctl", "stat")
+TOOLS = ("lsof", "memory_pressure", "vm_stat", "sysctl", "stat", "plutil")
 
 #: A 512 GB M3 Ultra with Kimi loaded: plenty free.
 MEMINFO = (

@@ -4,9 +4,11 @@
 Each job is a JSON file under `$FLEET_LAB_LAUNCHD` (default /var/lib/lab/launchd), changed under
 one lock file. Starting a job forks a small runner (detached from the caller, e.g. an SSH
 session) that starts the program with the plist's log files, environment and working directory,
-waits for it and records how it ended: the exit code, or the signal (negative status). A job
-whose plist says KeepAlive is started again by the same runner once its ThrottleInterval since
-the last start has passed (`spawn scheduled` meanwhile), unless it was stopped.
+waits for it and records how it ended: the exit code, or the signal (negative status). With
+KeepAlive (true, or its SuccessfulExit / Crashed conditions) the runner waits out the throttle
+(`ThrottleInterval`, default 10 s, less the time the run lasted), marked `spawn_scheduled`, and
+starts the program again, unless the job was stopped by launchctl, booted out or kickstarted
+meanwhile.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from typing import Any
 STATE = Path(os.environ.get("FLEET_LAB_LAUNCHD", "/var/lib/lab/launchd"))
 USAGE = 64
 DEFAULT_EXIT_TIMEOUT_S = 5.0
-DEFAULT_THROTTLE_S = 10.0  #: launchd.plist(5) ThrottleInterval
 DEFAULT_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 Job = dict[str, Any]
 
@@ -105,28 +106,49 @@ def _spawn(job: Job) -> int:
     return int(said)
 
 
-def keeps_alive(job: Job, status: int) -> bool:
-    """launchd.plist(5) KeepAlive: `true` restarts whatever the exit; `{SuccessfulExit: false}`
-    only after an unsuccessful one (a signal, or a non-zero exit)."""
-    keep = job.get("keep_alive", False)
-    if isinstance(keep, dict):
-        return "SuccessfulExit" in keep and bool(keep["SuccessfulExit"]) == (status == 0)
-    return bool(keep)
-
-
-def _run(job: Job, write: int) -> None:
-    """launchd's part: start the program, record how it ended; with KeepAlive, `spawn
-    scheduled` until the throttle interval since its start has passed, then start it again."""
-    if os.fork() != 0:  # the first half ends; the grandchild (launchd's stand-in) carries on
-        return
+def _popen(job: Job) -> subprocess.Popen[bytes]:
     env = {
         "PATH": DEFAULT_PATH,
         "HOME": os.environ.get("HOME", "/root"),
         "XPC_SERVICE_NAME": job["label"],
         **job["env"],
     }
+    with (
+        open(job["stdout"] or os.devnull, "ab") as out,
+        open(job["stderr"] or os.devnull, "ab") as err,
+    ):
+        return subprocess.Popen(
+            job["arguments"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            cwd=job["cwd"] or "/",
+            env=env,
+            close_fds=True,
+        )
+
+
+def kept_alive(job: Job, status: int) -> bool:
+    """Whether launchd starts the job again after a run that ended with `status` (negative: a
+    signal): KeepAlive true, or its conditions (launchd.plist(5): SuccessfulExit, Crashed; the
+    others, which watch paths and other jobs, count as always)."""
+    keep = job.get("keep_alive", False)
+    if not isinstance(keep, dict):
+        return keep is True
+    if "SuccessfulExit" in keep:
+        return bool(keep["SuccessfulExit"]) == (status == 0)
+    if "Crashed" in keep:
+        return bool(keep["Crashed"]) == (status < 0)
+    return bool(keep)
+
+
+def _run(job: Job, write: int) -> None:
+    """launchd's part: start the program, record how it ended; with KeepAlive wait out the
+    throttle (`spawn scheduled`) and start it again, until it is stopped or booted out."""
+    if os.fork() != 0:  # the first half ends; the grandchild (launchd's stand-in) carries on
+        return
     try:
-        child = _popen(job, env)
+        child = _popen(job)
     except OSError as exc:
         os.write(write, str(exc).encode())
         os.close(write)
@@ -139,52 +161,43 @@ def _run(job: Job, write: int) -> None:
         with locked():
             current = load(job["domain"], job["label"])
             if current is None or current.get("pid") != child.pid:
-                os._exit(0)  # booted out, or another start took over
+                os._exit(0)
             current["pid"] = 0
             current["last"] = {"signal": -status} if status < 0 else {"code": status}
-            again = keeps_alive(current, status) and not current.get("stopping")
-            current["scheduled"] = again
+            stopped = current.pop("stopping", None) == child.pid
+            again = not stopped and kept_alive(current, status)
+            wait = max(0.0, float(current.get("throttle", 10.0)) - (time.monotonic() - began))
+            token = f"{child.pid}:{time.time()}"
+            current["spawn_scheduled"] = token if again else None
             save(current)
         if not again:
             os._exit(0)
-        throttle = float(current.get("throttle", DEFAULT_THROTTLE_S))
-        time.sleep(max(0.0, throttle - (time.monotonic() - began)))
+        time.sleep(wait)
         with locked():
             current = load(job["domain"], job["label"])
-            if current is None or not current.get("scheduled") or current.get("pid"):
-                os._exit(0)  # booted out, stopped, or kickstarted meanwhile
+            if current is None or current.get("spawn_scheduled") != token:
+                os._exit(0)  # booted out, or started meanwhile (a kickstart)
             try:
-                child = _popen(current, env)
+                child = _popen(current)
             except OSError:
-                current["scheduled"] = False
+                current["spawn_scheduled"] = None
                 save(current)
                 os._exit(0)
-            current["pid"] = child.pid
-            current["runs"] = current.get("runs", 0) + 1
-            current["scheduled"] = False
-            save(current)
+            _started(current, child.pid)
+            job = current
 
 
-def _popen(job: Job, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    out = open(job["stdout"] or os.devnull, "ab")  # noqa: SIM115
-    err = open(job["stderr"] or os.devnull, "ab")  # noqa: SIM115
-    return subprocess.Popen(
-        job["arguments"],
-        stdin=subprocess.DEVNULL,
-        stdout=out,
-        stderr=err,
-        cwd=job["cwd"] or "/",
-        env=env,
-        close_fds=True,
-    )
+def _started(job: Job, pid: int) -> None:
+    job["pid"] = pid
+    job["runs"] = job.get("runs", 0) + 1
+    job["spawned_at"] = time.time()
+    job["spawn_scheduled"] = None
+    save(job)
 
 
 def start(job: Job) -> int:
     pid = _spawn(job)
-    job["pid"] = pid
-    job["runs"] = job.get("runs", 0) + 1
-    job["scheduled"] = job["stopping"] = False
-    save(job)
+    _started(job, pid)
     return pid
 
 
@@ -195,11 +208,12 @@ def stop(domain: str, label: str) -> None:
     if job is None or not job.get("pid"):
         return
     pid = int(job["pid"])
-    with locked():  # a stop is no death KeepAlive answers
-        current = load(domain, label)
-        if current is not None:
-            current["stopping"] = True
-            save(current)
+    with locked():  # launchd does not start again a job it stops itself (KeepAlive or not)
+        job = load(domain, label)
+        if job is None or job.get("pid") != pid:
+            return
+        job["stopping"] = pid
+        save(job)
     for sig, within in ((signal.SIGTERM, job["exit_timeout"]), (signal.SIGKILL, 10.0)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)

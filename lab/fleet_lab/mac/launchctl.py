@@ -8,7 +8,8 @@ mlx_lm-shaped server):
 - `bootstrap DOMAIN PLIST` reads a real XML plist (Label, ProgramArguments, StandardOutPath,
   StandardErrorPath, WorkingDirectory, EnvironmentVariables, RunAtLoad, ExitTimeOut) and loads
   the job; RunAtLoad starts it. Already loaded: `Bootstrap failed: 5: Input/output error`, exit 5.
-- `kickstart [-k] [-p] DOMAIN/LABEL` starts the job if it is not running; `-k` first stops a
+- `kickstart [-k] [-p] DOMAIN/LABEL` starts the job if it is not running (a job waiting out
+  its KeepAlive throttle too); `-k` first stops a
   running one (TERM, then KILL after the exit timeout); `-p` prints the pid.
 - `bootout DOMAIN/LABEL` stops the job the same way and unloads it; not loaded:
   `Boot-out failed: 3: No such process`, exit 3.
@@ -16,14 +17,18 @@ mlx_lm-shaped server):
   job's program; a job that runs nothing: `Could not kill service: 3: No such process`, exit 3.
 - `print DOMAIN/LABEL`: the job's top-level keys (state, pid, runs, last exit code or last
   terminating signal, program, arguments, log paths); a label the domain lacks: exit 113,
-  `Could not find service "LABEL" in domain for ...`.
+  `Bad request.` then `Could not find service "LABEL" in domain for ...` (the other subcommands
+  answer that line alone).
+- KeepAlive (true, or SuccessfulExit / Crashed) and ThrottleInterval: a run that ends is started
+  again after the throttle, `state = spawn scheduled` meanwhile (the lab's own plists have no
+  KeepAlive: their jobs stay dead). The first moments of a run show `state = xpcproxy` with the
+  pid, as launchd does while it spawns a job (`$FLEET_LAB_XPCPROXY_S`, default 0.5 s).
 
-KeepAlive (`true`, or `{SuccessfulExit: false}`) with its ThrottleInterval is kept: a job that
-dies is `spawn scheduled`, then started again (the lab's Kimi plist has none: it stays dead).
-What launchd does and this does not: sockets, KeepAlive's other conditions. launchd is the
-parent of its jobs; here a small runner process stands in for it (`fleet_lab.mac.jobs`, which
-also keeps the job state in files): it starts the program, waits for it and records how it ended
-(exit code, or the signal, which `print` names as macOS's strsignal does).
+What launchd does and this does not: sockets, WatchPaths, calendar intervals, the
+`minimum runtime` rule beyond the throttle. launchd is the parent of its jobs; here a
+small runner process stands in for it (`fleet_lab.mac.jobs`, which also keeps the job
+state in files): it starts the program, waits for it and records how it ended (exit code, or the
+signal, which `print` names as macOS's strsignal does).
 """
 
 from __future__ import annotations
@@ -33,11 +38,11 @@ import plistlib
 import re
 import signal
 import sys
+import time
 
 from fleet_lab.mac.jobs import (
     DEFAULT_EXIT_TIMEOUT_S,
     DEFAULT_PATH,
-    DEFAULT_THROTTLE_S,
     USAGE,
     Job,
     RefusedError,
@@ -50,6 +55,9 @@ from fleet_lab.mac.jobs import (
     stop,
 )
 
+DEFAULT_THROTTLE_S = 10.0  #: launchd.plist(5): ThrottleInterval's default
+DEFAULT_XPCPROXY_S = 0.5
+SPAWNING = "xpcproxy"
 _DOMAIN = re.compile(r"^(system|gui/\d+|user/\d+)$")
 #: macOS's strsignal(3) names of the signals a job commonly ends with
 SIGNAL_NAMES = {
@@ -72,12 +80,14 @@ def _target(text: str) -> tuple[str, str]:
     return domain, label
 
 
-def _not_found(domain: str, label: str) -> RefusedError:
+def _not_found(domain: str, label: str, *, bad_request: bool = False) -> RefusedError:
+    """launchctl's answer for a label the domain does not hold: exit 113, one line; `print`
+    alone writes `Bad request.` before it (DeterminateSystems/nix-installer issue 960 shows
+    `kickstart -k system/LABEL` answering only the line)."""
     kind, _, uid = domain.partition("/")
     where = "system" if kind == "system" else f"user {kind}: {uid}"
-    return RefusedError(
-        f'Bad request.\nCould not find service "{label}" in domain for {where}', 113
-    )
+    text = f'Could not find service "{label}" in domain for {where}'
+    return RefusedError(f"Bad request.\n{text}" if bad_request else text, 113)
 
 
 # -- the subcommands -----------------------------------------------------------------------
@@ -111,7 +121,7 @@ def bootstrap(domain: str, plist: str) -> str:
             "env": {str(k): str(v) for k, v in data.get("EnvironmentVariables", {}).items()},
             "exit_timeout": float(data.get("ExitTimeOut", DEFAULT_EXIT_TIMEOUT_S)),
             "run_at_load": bool(data.get("RunAtLoad", False)),
-            "keep_alive": data.get("KeepAlive", False),
+            "keep_alive": _keep_alive(data.get("KeepAlive", False)),
             "throttle": float(data.get("ThrottleInterval", DEFAULT_THROTTLE_S)),
             "runs": 0,
             "pid": 0,
@@ -184,10 +194,27 @@ def _last(job: Job) -> str:
     return f"last exit code = {last['code']}"
 
 
-def _state(job: Job, running: bool) -> str:
+def _keep_alive(value: object) -> bool | dict[str, bool]:
+    if isinstance(value, dict):
+        return {str(k): bool(v) for k, v in value.items()}
+    return value is True
+
+
+def state_of(job: Job, running: bool) -> str:
+    """`running`; `xpcproxy` in the first moments of a run (launchd spawning it: the stand-in
+    says so for `$FLEET_LAB_XPCPROXY_S`, default 0.5 s); `spawn scheduled` while KeepAlive waits
+    out the throttle; else `not running`."""
     if running:
-        return "running"
-    return "spawn scheduled" if job.get("scheduled") else "not running"
+        spawned = float(job.get("spawned_at") or 0.0)
+        return SPAWNING if time.time() - spawned < _xpcproxy_s() else "running"
+    return "spawn scheduled" if job.get("spawn_scheduled") else "not running"
+
+
+def _xpcproxy_s() -> float:
+    try:
+        return float(os.environ.get("FLEET_LAB_XPCPROXY_S", DEFAULT_XPCPROXY_S))
+    except ValueError:
+        return DEFAULT_XPCPROXY_S
 
 
 def render(job: Job) -> str:
@@ -201,7 +228,7 @@ def render(job: Job) -> str:
         f"\tactive count = {1 if running else 0}",
         f"\tpath = {job['plist']}",
         f"\ttype = {kind}",
-        f"\tstate = {_state(job, running)}",
+        f"\tstate = {state_of(job, running)}",
         "",
         f"\tprogram = {job['arguments'][0]}",
         "\targuments = {",
@@ -221,7 +248,8 @@ def render(job: Job) -> str:
     lines += [f"\texit timeout = {job['exit_timeout']:g}", f"\truns = {job.get('runs', 0)}"]
     lines += [f"\tpid = {pid}", "\timmediate reason = non-ipc demand"] if running else []
     lines += [f"\t{_last(job)}", "", "\tspawn type = daemon (3)"]
-    properties = ["runatload"] if job["run_at_load"] else []
+    properties = ["keepalive"] if job.get("keep_alive") else []
+    properties += ["runatload"] if job["run_at_load"] else []
     lines += [f"\tproperties = {' | '.join([*properties, 'inferred program'])}", "}", ""]
     return "\n".join(lines)
 
@@ -231,7 +259,7 @@ def print_job(target: str) -> str:
     with locked():
         job = load(domain, label)
     if job is None:
-        raise _not_found(domain, label)
+        raise _not_found(domain, label, bad_request=True)
     return render(job)
 
 

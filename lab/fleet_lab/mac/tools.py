@@ -1,5 +1,5 @@
-"""STAND-INS, NOT macOS: the lab's `lsof`, `memory_pressure`, `vm_stat`, `sysctl` and BSD
-`stat -f` for the Mac lab host (m3ultra) on Linux. `python -m fleet_lab.mac.tools TOOL ARGS`.
+"""STAND-INS, NOT macOS: the lab's `lsof`, `memory_pressure`, `vm_stat`, `sysctl`, `plutil` and
+BSD `stat -f` for the Mac lab host (m3ultra) on Linux. `python -m fleet_lab.mac.tools TOOL ARGS`.
 
 Each prints what macOS's tool prints (the shapes recorded under tests/data/evidence/macos/, whose
 sources `supervisor/playbook/evidence/macos.py` names) from the Linux host's real state:
@@ -10,6 +10,7 @@ sources `supervisor/playbook/evidence/macos.py` names) from the Linux host's rea
   from the host's /proc/meminfo (the lab host's own meminfo file), with Apple silicon's 16 KiB
   pages. The pressure level (1 normal, 2 warn, 4 critical) is the stand-in's own rule from the
   free percentage (>= 15 %, >= 5 %, below): macOS's kernel decides it otherwise.
+- `plutil -convert xml1 -o - FILE`: the plist as XML (the job's KeepAlive is read from it).
 - `stat -f FORMAT [--] FILE...` (BSD: `%m` modified, `%z` size, `%N` name); without `-f` the
   machine's GNU stat runs (on Linux `-f` would mean the file system).
 """
@@ -17,6 +18,7 @@ sources `supervisor/playbook/evidence/macos.py` names) from the Linux host's rea
 from __future__ import annotations
 
 import os
+import plistlib
 import pwd
 import re
 import subprocess
@@ -172,8 +174,30 @@ def stat(args: list[str]) -> tuple[str, int]:
     return "".join(f"{line}\n" for line in out), status
 
 
+def plutil(args: list[str]) -> tuple[str, int]:
+    """`plutil -convert xml1 -o - FILE`: any plist (XML or binary) printed as XML; the only
+    form the supervisor runs."""
+    if len(args) != 5 or args[:4] != ["-convert", "xml1", "-o", "-"]:
+        sys.stderr.write("plutil: the stand-in answers `plutil -convert xml1 -o - FILE` only\n")
+        return "", USAGE
+    path = args[4]
+    try:
+        with open(path, "rb") as handle:
+            document = plistlib.load(handle)
+    except OSError:
+        sys.stderr.write(
+            f"{path}: file does not exist or is not readable or is not a regular file\n"
+        )
+        return "", 1
+    except (plistlib.InvalidFileException, ValueError) as exc:
+        sys.stderr.write(f"{path}: Property List error: {exc}\n")
+        return "", 1
+    return plistlib.dumps(document, fmt=plistlib.FMT_XML).decode(), 0
+
+
 TOOLS: Mapping[str, Callable[[list[str]], tuple[str, int]]] = {
     "lsof": lsof,
+    "plutil": plutil,
     "memory_pressure": memory_pressure,
     "vm_stat": vm_stat,
     "sysctl": sysctl,

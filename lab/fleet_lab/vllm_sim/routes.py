@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from fleet_lab.vllm_sim.audio import speech, transcriptions
 from fleet_lab.vllm_sim.chat import admit, bad_request, handle_chat
 from fleet_lab.vllm_sim.http import Request, Responder
 
@@ -206,6 +207,8 @@ ROUTES: Mapping[str, Routes] = MappingProxyType(
             ("POST", "/v1/chat/completions"): handle_chat,
             ("POST", "/v1/embeddings"): embeddings,
             ("POST", "/v1/rerank"): rerank,
+            ("POST", "/v1/audio/speech"): speech,
+            ("POST", "/v1/audio/transcriptions"): transcriptions,
         },
         "ollama": {
             ("GET", "/"): ollama_root,

@@ -1,6 +1,7 @@
 """launchd jobs: the unit verbs for `service_manager: launchd` hosts, and a graceful stop.
 
-launchctl(1): `kickstart -k DOMAIN/LABEL` kills the running instance and starts the job again;
+launchctl(1): `kickstart -k DOMAIN/LABEL` kills the running instance and starts the job again
+(a job launchd does not hold is bootstrapped from its plist first);
 `bootout DOMAIN/LABEL` unloads it (stopping it); `bootstrap DOMAIN PLIST` loads it (RunAtLoad
 starts it); `kill SIGNAL DOMAIN/LABEL` signals the running job. The man page does not say which
 signal `kickstart -k` sends, and a Metal process killed with SIGKILL can leave its wired memory
@@ -136,13 +137,26 @@ async def _bounded(
 
 
 async def _restart(steps: Steps, units: Units, reset_failed: bool, within: timedelta) -> None:
+    """`kickstart -k`, bounded; a job launchd does not hold (booted out, never bootstrapped)
+    answers only `Could not find service "LABEL" in domain for system`, exit 113: it is loaded
+    from its plist and started, as `start_units` does."""
     for host, unit in units:
         argv = ["launchctl", "kickstart", "-k", target(unit)]
         result = await _bounded(steps, host, unit, argv, within)
         if result is None:
             await launchctl(steps, host, unit, "kickstart", target(unit))
-        elif not result.ok:
+        elif result.ok:
+            continue
+        elif result.error or not is_not_found(result.exit_status, result.stderr):
             raise steps.failed(host, argv, result)
+        else:
+            await _load_and_start(steps, host, unit)
+
+
+async def _load_and_start(steps: Steps, host: Host, unit: UnitRef) -> None:
+    plist = await plist_path(steps, host, unit)
+    await launchctl(steps, host, unit, "bootstrap", unit.domain or "", plist)
+    await launchctl(steps, host, unit, "kickstart", target(unit))
 
 
 async def _stop(steps: Steps, units: Units, within: timedelta) -> None:
@@ -182,10 +196,10 @@ async def _read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
 async def _start(steps: Steps, units: Units, reset_failed: bool) -> None:
     for host, unit in units:
         _, loaded = await read_job(steps, host, unit)
-        if not loaded:
-            plist = await plist_path(steps, host, unit)
-            await launchctl(steps, host, unit, "bootstrap", unit.domain or "", plist)
-        await launchctl(steps, host, unit, "kickstart", target(unit))
+        if loaded:
+            await launchctl(steps, host, unit, "kickstart", target(unit))
+        else:
+            await _load_and_start(steps, host, unit)
 
 
 LAUNCHD = UnitManager(restart=_restart, stop=_stop, start=_start, read=_read)

@@ -22,8 +22,10 @@ such as `state =` with other meanings. A job launchd does not know is a fact (`l
 
 from __future__ import annotations
 
+import plistlib
 import re
 from dataclasses import dataclass
+from xml.parsers.expat import ExpatError
 
 from supervisor.config import UnitRef
 from supervisor.playbook.evidence.base import FactValue
@@ -32,6 +34,10 @@ from supervisor.playbook.evidence.base import FactValue
 NOT_FOUND_STATUS = 113
 NOT_FOUND_TEXT = "Could not find service"
 _NUMBER = re.compile(r"-?\d+")
+SPAWNING_STATE = "xpcproxy"
+#: states of a job whose process exists: `xpcproxy` is the moment launchd spawns it (a pid,
+#: not yet the program's own image), seen during a `kickstart`
+RUNNING_STATES = frozenset({"running", SPAWNING_STATE})
 _SIGNAL = re.compile(r"(?P<name>.*?):\s*(?P<number>\d+)\s*$")
 
 
@@ -108,7 +114,9 @@ def job_facts(job: LaunchdJob) -> dict[str, FactValue]:
     facts: dict[str, FactValue] = {
         "loaded": True,
         "state": state,
-        "running": state == "running" and job.pid > 0,
+        # `xpcproxy` with a pid: launchd is spawning it (a kickstart), the process exists
+        "running": state in RUNNING_STATES and job.pid > 0,
+        "spawning": state == SPAWNING_STATE,
         "pid": job.pid,
         "runs": _int(keys.get("runs", "")) or 0,
         "program": keys.get("program", ""),
@@ -145,6 +153,7 @@ NOT_LOADED_FACTS: dict[str, FactValue] = {
     "loaded": False,
     "state": "",
     "running": False,
+    "spawning": False,
     "pid": 0,
     "runs": 0,
     "never_exited": True,
@@ -157,6 +166,28 @@ NOT_LOADED_FACTS: dict[str, FactValue] = {
     "plist_path": "",
 }
 """The facts of a label the domain does not hold (booted out, never bootstrapped)."""
+
+
+def plutil_argv(path: str) -> list[str]:
+    """Any plist (XML or binary) printed as XML: `plutil -convert xml1 -o - PATH` (plutil(1))."""
+    return ["plutil", "-convert", "xml1", "-o", "-", path]
+
+
+def keep_alive(plist_xml: str) -> bool | None:
+    """Whether launchd starts the job again when it ends, from its plist (launchd.plist(5)):
+    `KeepAlive` true, or a dictionary of conditions (SuccessfulExit, Crashed, PathState ...)
+    under which it does; False when absent or false (a job that ends stays ended, whatever
+    `state` says: a WatchPaths job also shows `spawn scheduled`); None when unreadable."""
+    try:
+        document = plistlib.loads(plist_xml.encode())
+    except (plistlib.InvalidFileException, ValueError, ExpatError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    value = document.get("KeepAlive", False)
+    if isinstance(value, dict):
+        return bool(value)
+    return value is True
 
 
 def log_paths(job: LaunchdJob) -> tuple[str, ...]:

@@ -41,8 +41,10 @@ from supervisor.playbook.evidence.launchctl import (
     NotLaunchdError,
     is_not_found,
     job_facts,
+    keep_alive,
     log_paths,
     parse_print,
+    plutil_argv,
     print_argv,
 )
 
@@ -53,7 +55,12 @@ LAUNCHD_JOB_FACTS = {
     "loaded": "whether the domain holds the job (false: booted out or never bootstrapped)",
     "state": "`running`, `not running`, `spawn scheduled` (KeepAlive waits to start it again) "
     "...; '' when not loaded",
-    "running": "state is `running` with a pid",
+    "running": "state is `running` (or `xpcproxy`: being spawned, as during a kickstart) with "
+    "a pid",
+    "spawning": "state is `xpcproxy`: launchd is starting it this moment (not dead)",
+    "keep_alive": "its plist's KeepAlive is true or a dictionary of conditions: launchd starts it "
+    "again when it ends (`plutil -convert xml1 -o - PATH`); absent when the plist cannot be "
+    "read",
     "pid": "the job's process (0 when none)",
     "runs": "how many times launchd started it since it was loaded",
     "last_exit_code": "the last exit status (absent when it never exited or a signal ended it)",
@@ -130,7 +137,8 @@ def _print_failed(result: CommandResult) -> bool:
     "launchd_job",
     params=NoParams,
     doc="the launchd job's state, pid, last exit or signal, runs, program arguments and log "
-    "paths: `launchctl print DOMAIN/LABEL` (no root)",
+    "paths: `launchctl print DOMAIN/LABEL` (no root); whether it is kept alive: its plist, "
+    "`plutil -convert xml1 -o - PATH`",
     facts=LAUNCHD_JOB_FACTS,
     needs_unit=True,
     service_manager="launchd",
@@ -139,7 +147,17 @@ async def launchd_job(ctx: CollectContext, params: NoParams) -> Evidence:
     result, job = await read_job(ctx)
     if _print_failed(result):
         return failed(failure("launchctl print", result), result)
-    return found(NOT_LOADED_FACTS if job is None else job_facts(job), result)
+    if job is None:
+        return found(NOT_LOADED_FACTS, result)
+    facts = job_facts(job)
+    plist = job.keys.get("path", "")
+    if not plist.startswith("/"):
+        return found(facts, result)
+    read = await run_read(ctx, plutil_argv(plist))
+    kept = keep_alive(read.stdout) if read.ok else None
+    if kept is not None:
+        facts["keep_alive"] = kept
+    return found(facts, result, read)
 
 
 def modified_epoch(result: CommandResult) -> int | None:

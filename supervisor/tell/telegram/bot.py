@@ -4,7 +4,8 @@ path as automatic repairs; confirm-mode rules ask Apply/Skip (`Commands.approve`
 pauses, acks and restarts are calls of the control API (`supervisor.control`), as from the CLI
 and HTTP.
 
-This module is the gate, the table of commands and how an answer goes back to the chat; the
+This module is the gate, the table of commands and how an answer goes back to the chat (through
+the sender's paced, retrying path: `replies`); the
 commands themselves are `bot_looking` (they change nothing) and `bot_acting` (control actions),
 the questions with buttons `bot_questions`, and what they share `bot_common`."""
 
@@ -14,8 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-from telegram import BotCommand, Update
-from telegram.constants import ParseMode
+from telegram import BotCommand, InlineKeyboardMarkup, Update
 from telegram.ext import ApplicationHandlerStop, CallbackQueryHandler, CommandHandler, TypeHandler
 
 from supervisor.config import FleetConfig
@@ -42,6 +42,7 @@ from supervisor.tell.telegram.bot_common import (
 )
 from supervisor.tell.telegram.bot_looking import Looking
 from supervisor.tell.telegram.bot_questions import Questions
+from supervisor.tell.telegram.replies import Replies
 from supervisor.tell.telegram.texts import h
 from supervisor.worker.endpoint import EndpointWorker
 
@@ -78,10 +79,12 @@ class Commands:
         remediator: Remediator | None,
         clock: Clock,
         memory_lock: asyncio.Lock,
+        replies: Replies,
         control: ControlApi | None = None,
         diagnose: Callable[[str], Awaitable[list[str]]] | None = None,
     ) -> None:
         self.telegram = telegram
+        self._replies = replies
         self.outbox = outbox
         self.control = control
         self.clock = clock
@@ -91,6 +94,7 @@ class Commands:
             workers=workers,
             remediator=remediator,
             control=control,
+            replies=replies,
         )
         looking = Looking(
             store=store,
@@ -182,22 +186,30 @@ class Commands:
             message = update.effective_message
             if message is None:
                 return
-            who = who_asked(update)
+            # its place among this chat's answers, taken before the command runs (their order)
+            reply = self._replies.reserve(message.chat_id, message.message_id)
             try:
-                answer = await command(list(context.args or []), who)
-            except UsageError as exc:
-                answer = h(str(exc))
-            except Ask as ask:
-                buttons = keyboard(ask.nonce, ask.labels)
-                await message.reply_text(ask.text, parse_mode=ParseMode.HTML, reply_markup=buttons)
-                return
-            if isinstance(answer, str):
-                answer = [answer]
-            for text in answer:
-                for part in texts.split(text):
-                    await message.reply_text(part, parse_mode=ParseMode.HTML)
+                parts, buttons = await self._run(command, update, list(context.args or []))
+            except BaseException:  # nothing to say: its place is freed for the next answer
+                self._replies.fill(reply, [])
+                raise
+            self._replies.fill(reply, parts, buttons)
 
         return handler
+
+    @staticmethod
+    async def _run(
+        command: Command, update: Update, args: list[str]
+    ) -> tuple[list[str], InlineKeyboardMarkup | None]:
+        """The command's answer: its parts (each under Telegram's limit) and its buttons."""
+        try:
+            answer = await command(args, who_asked(update))
+        except UsageError as exc:
+            answer = h(str(exc))
+        except Ask as ask:
+            return texts.split(ask.text)[:1], keyboard(ask.nonce, ask.labels)
+        answers = [answer] if isinstance(answer, str) else answer
+        return [part for text in answers for part in texts.split(text)], None
 
     async def _help(self, _args: list[str], _who: str) -> str:
         return "\n".join(f"/{n} {h(d)}" for n, d in COMMANDS)

@@ -30,6 +30,7 @@ from supervisor.tell.telegram.bot_common import (
     quietly,
     who_asked,
 )
+from supervisor.tell.telegram.replies import Replies
 from supervisor.tell.telegram.texts import h
 from supervisor.worker.endpoint import EndpointWorker
 
@@ -50,7 +51,9 @@ class Questions:
         workers: Mapping[str, EndpointWorker],
         remediator: Remediator | None,
         control: ControlApi | None,
+        replies: Replies,
     ) -> None:
+        self._replies = replies
         self._config = config
         self._telegram = telegram
         self._workers = workers
@@ -128,5 +131,5 @@ class Questions:
             return
         await quietly(query.edit_message_text(h(f"restarting {worker.name} (asked by {who})…")))
         answer = await control_of(self._control).restart(worker.name, actor=actor_of(who))
-        if isinstance(query.message, Message):
-            await quietly(query.message.reply_text(h(answer.text)))
+        if isinstance(query.message, Message):  # on the answers' paced, retrying path
+            self._replies.say(query.message.chat_id, query.message.message_id, [h(answer.text)])

@@ -91,6 +91,7 @@ class Notifier:
             control=control,
             clock=clock,
             memory_lock=self.composer.lock,
+            replies=self.sender.replies,
             diagnose=diagnose,
         )
         self.commands.install(self.app)

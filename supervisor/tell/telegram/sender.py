@@ -2,7 +2,12 @@
 incident's thread, each marked sent. While the Bot API is unreachable it retries the same
 message with a growing pause, so nothing is skipped or sent twice; the outbox is in SQLite, so
 that holds across a restart too. Telegram's flood control (RetryAfter) is obeyed; a message
-Telegram refuses for good (chat not found, bot blocked) is marked given up and the rest go on."""
+Telegram refuses for good (chat not found, bot blocked) is marked given up and the rest go on.
+
+The answers to commands (`Replies`) take the same path, first in each round (a person is
+waiting): paced per chat with the alerts, in their chat's order, each part retried after a
+flood-control pause; one the Bot API keeps failing (network, 5xx) is given up after
+`ANSWER_TRIES` tries in a row."""
 
 from __future__ import annotations
 
@@ -21,18 +26,28 @@ from supervisor.record.store import Store, TimelineEntry
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.outbox import OutboxRow, OutboxStore
 from supervisor.record.timeline import Notification
+from supervisor.tell.telegram.replies import Replies, Reply
 from supervisor.tell.telegram.texts import split
 from supervisor.tell.telegram.timing import Pacing
 
 log = structlog.get_logger("supervisor.notify")
 
 FINISH_WITHIN_S = 5.0  #: how long a stop waits for the message in hand
+ANSWER_TRIES = 5  #: failed tries in a row (not flood control) before an answer is given up
 
 
 class Sender:
     def __init__(
-        self, bot: Bot, outbox: OutboxStore, store: Store, clock: Clock, pacing: Pacing
+        self,
+        bot: Bot,
+        outbox: OutboxStore,
+        store: Store,
+        clock: Clock,
+        pacing: Pacing,
+        replies: Replies | None = None,
     ) -> None:
+        self.replies = replies if replies is not None else Replies()
+        self.replies.on_ready = self.kick
         self._bot = bot
         self._outbox = outbox
         self._store = store
@@ -85,17 +100,77 @@ class Sender:
                 delay = min(delay * 2, self._pacing.retry_max)
 
     async def _round(self) -> bool | None:
-        """Deliver the pending rows in order: None when there were none, False when one must be
-        retried later; a stop ends the round after the row in hand."""
-        rows = await self._outbox.pending()
+        """Deliver the ready answers, then the pending rows in order: None when there were
+        none, False when one must be retried later; a stop ends the round after the message in
+        hand, and an answer that became ready ends it after the row in hand (answers first)."""
+        answered = await self._answers()
+        if answered is False:
+            return False
+        rows = [] if self._stopping else await self._outbox.pending()
         if not rows:
-            return None
+            return answered
         for row in rows:
             if not await self._deliver(row):
                 return False
-            if self._stopping:
+            if self._stopping or self.replies.ready():
                 break
         return True
+
+    async def _answers(self) -> bool | None:
+        ready = self.replies.ready()
+        if not ready:
+            return None
+        while ready:
+            for reply in ready:
+                if not await self._answer(reply):
+                    return False
+                self.replies.done(reply)
+                if self._stopping:
+                    return True
+            ready = self.replies.ready()
+        return True
+
+    async def _answer(self, reply: Reply) -> bool:
+        """True when `reply` is done with (sent or given up); False: retry it later."""
+        parts = reply.parts or []
+        for index in range(reply.sent, len(parts)):
+            await self._pace(reply.chat_id)
+            last = index == len(parts) - 1
+            try:
+                await self._outbox.store.check_fence(f"an answer to {reply.chat_id}")
+                await self._bot.send_message(
+                    reply.chat_id,
+                    parts[index],
+                    parse_mode=ParseMode.HTML,
+                    reply_parameters=(
+                        ReplyParameters(message_id=reply.reply_to, allow_sending_without_reply=True)
+                        if reply.reply_to is not None
+                        else None
+                    ),
+                    reply_markup=reply.markup if last else None,
+                )
+            except RetryAfter as exc:
+                seconds = _seconds(exc)
+                self._answer_failed(reply, f"flood control: retry after {seconds:g}s")
+                await asyncio.sleep(seconds)
+                return False
+            except (BadRequest, Forbidden, ChatMigrated) as exc:
+                self._answer_failed(reply, f"Telegram refused it: {exc}; giving up on this answer")
+                return True
+            except TelegramError as exc:  # network, timeout, 5xx: retry, a few times
+                reply.failures += 1
+                if reply.failures >= ANSWER_TRIES:
+                    self._answer_failed(reply, f"{exc}; giving up after {ANSWER_TRIES} tries")
+                    return True
+                self._answer_failed(reply, str(exc))
+                return False
+            reply.sent, reply.failures = index + 1, 0
+            self.failures = 0
+        return True
+
+    def _answer_failed(self, reply: Reply, why: str) -> None:
+        self.failures += 1
+        log.warning("telegram answer failed", chat=reply.chat_id, to=reply.reply_to, error=why)
 
     async def _idle(self, seconds: float) -> None:
         await wait_event(self._wake, seconds)
@@ -109,8 +184,7 @@ class Sender:
             try:
                 message_id = await self._send(row, parts[index])
             except RetryAfter as exc:
-                wait = exc.retry_after
-                seconds = wait.total_seconds() if not isinstance(wait, int) else float(wait)
+                seconds = _seconds(exc)
                 self._fail(row, f"flood control: retry after {seconds:g}s")
                 await self._outbox.failed(row.id, error=str(exc), give_up=False)
                 await asyncio.sleep(seconds)
@@ -173,3 +247,8 @@ class Sender:
         )
         entry = TimelineEntry(at=self._clock.now(), subject="telegram", record=record)
         await self._store.append(row.incident_id, entry)
+
+
+def _seconds(exc: RetryAfter) -> float:
+    wait = exc.retry_after
+    return wait.total_seconds() if not isinstance(wait, int) else float(wait)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from supervisor.control import door
 from supervisor.control import routes as control_routes
 from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.lease_view import leader_view, leadership_document
@@ -26,7 +27,16 @@ from supervisor.tell.web.leadership import LeadershipCollector
 from supervisor.tell.web.listen import ListenError, parse_listen
 from supervisor.tell.web.page.app import mount_page
 from supervisor.tell.web.page.peers import is_loopback
-from supervisor.tell.web.site import MAX_BODY, Handler, HttpSite, errors, get_only, not_found, text
+from supervisor.tell.web.site import (
+    MAX_BODY,
+    Handler,
+    HttpSite,
+    errors,
+    get_only,
+    log,
+    not_found,
+    text,
+)
 from supervisor.tell.web.view import gather, status_document
 
 if TYPE_CHECKING:
@@ -71,11 +81,21 @@ class OpsServer(HttpSite):
         return app
 
     async def control(self, request: web.Request) -> web.Response:
-        """A request under /control/: loopback peers only."""
+        """A request under /control/: loopback peers only, no browser, the token if any."""
         api = self._api
         peer = request.remote or ""
         if not is_loopback(peer):
             return text(403, f"forbidden: the control API answers loopback peers only, not {peer}")
+        refused = door.refusal(request.headers, self._daemon.config.http.control_token_file)
+        if refused is not None:
+            log.warning(
+                "control request refused",
+                path=request.path,
+                status=refused.status,
+                why=refused.text,
+            )
+            said = {"ok": False, "code": "refused", "text": refused.text, "subjects": []}
+            return web.json_response(said, status=refused.status)
         if api is None:
             return text(503, "unavailable: the control API has not started")
         status, document = await control_routes.handle(

@@ -320,11 +320,12 @@ class Page:
     async def login(self, request: web.Request) -> web.Response:
         if request.method == "GET":
             return self.render(request, "login.html", problem="")
-        form = await request.post()
         try:
-            sid, _ = self.gate.sign_in(
-                request, str(form.get("who", "")), str(form.get("token", ""))
-            )
+            form = await read_form(request)
+        except RefusedError as exc:
+            return self.render(request, "login.html", status=400, problem=str(exc))
+        try:
+            sid, _ = self.gate.sign_in(request, form.get("who", ""), form.get("token", ""))
         except RefusedError as exc:
             return self.render(request, "login.html", status=403, problem=str(exc))
         response = web.HTTPSeeOther("/")
@@ -349,8 +350,12 @@ class Page:
         action = ACTIONS.get(name)
         if action is None:
             raise web.HTTPNotFound(text=f"no action {name!r} (actions: {', '.join(ACTIONS)})\n")
-        raw = await request.post()
-        form = {key: str(value) for key, value in raw.items()}
+        try:
+            form = await read_form(request)
+        except RefusedError as exc:
+            return self.render(
+                request, "result.html", status=400, ok=False, text=f"refused: {exc}", back="/"
+            )
         back = form.get("back", "/")
         back = back if back.startswith("/") and not back.startswith("//") else "/"
         if self.follows is not None:
@@ -377,6 +382,18 @@ class Page:
             text=answer.text,
             back=back,
         )
+
+
+async def read_form(request: web.Request) -> dict[str, str]:
+    """The posted form's fields; RefusedError when it cannot be read (bytes that are not in its
+    charset, an unknown charset, a broken multipart body): a refusal, never a 500."""
+    try:
+        raw = await request.post()
+    except web.HTTPException:
+        raise
+    except (ValueError, LookupError) as exc:  # UnicodeDecodeError is a ValueError
+        raise RefusedError(f"the form cannot be read: {str(exc)[:200]}") from None
+    return {key: value if isinstance(value, str) else "" for key, value in raw.items()}
 
 
 def mount_page(

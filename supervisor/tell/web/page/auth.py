@@ -67,7 +67,7 @@ class Gate:
             raise RefusedError("give your name: every action is recorded with who did it")
         needs_token = not (self.loopback_actions and peer_loopback)
         expected = self._token() if needs_token else ""
-        if needs_token and (not expected or not hmac.compare_digest(token, expected)):
+        if needs_token and (not expected or not same_secret(token, expected)):
             raise RefusedError("wrong token: nothing was done")
         if len(self._sessions) >= MAX_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
@@ -87,9 +87,17 @@ class Gate:
         session = self.session(request)
         if session is None:
             raise RefusedError("sign in with the token first: nothing was done")
-        if not hmac.compare_digest(csrf, session.csrf):
+        if not same_secret(csrf, session.csrf):
             raise RefusedError("the form's CSRF token does not match your session: reload the page")
         return session
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Whether `given` is `expected`, in constant time, whatever characters a person typed
+    (`hmac.compare_digest` refuses str holding non-ASCII: compared as UTF-8 bytes)."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
+    )
 
 
 def same_origin(request: web.Request) -> None:
@@ -97,8 +105,12 @@ def same_origin(request: web.Request) -> None:
     source = request.headers.get("Origin") or request.headers.get("Referer") or ""
     if not source or source == "null":
         raise RefusedError("the request does not say where it comes from (no Origin): refused")
-    if urlsplit(source).netloc != request.host:
-        raise RefusedError(f"the request comes from another site ({source}): refused")
+    try:
+        netloc = urlsplit(source).netloc
+    except ValueError:  # e.g. `http://[::1` (an unclosed IPv6 address)
+        netloc = ""
+    if netloc != request.host:
+        raise RefusedError(f"the request comes from another site ({source[:200]}): refused")
 
 
 def _loopback(request: web.Request) -> bool:
