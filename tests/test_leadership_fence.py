@@ -17,7 +17,8 @@ import pytest
 
 from supervisor.record.store import Store
 from supervisor.record.store.lease import JournalEntry, journal
-from supervisor.record.store.outbox import OutboxRow, OutboxStore
+from supervisor.record.store.outbox import OutboxStore
+from supervisor.record.store.records import OutboxRow
 from tests import test_leadership_chaos as chaos
 from tests.helpers import eventually
 from tests.test_leadership_chaos import CHAT, LEASE_S, RULE, Fleet, _start

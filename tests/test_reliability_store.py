@@ -66,7 +66,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
     assert isinstance(store, ResilientStore)
     store.retry_every = 0.05
     reported: list[str] = []
-    store.on_outage = reported.append
+    store.on_outage.append(reported.append)
     try:
         await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
         lock = WriteLock(db)

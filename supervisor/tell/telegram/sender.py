@@ -17,9 +17,11 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, Tele
 
 from supervisor.core.aio import wait_event
 from supervisor.core.clock import Clock
-from supervisor.record.store import Store, TimelineEntry
+from supervisor.core.tenure import Tenure
+from supervisor.record.store import Store, StoreRefusedError, TimelineEntry
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.record.store.outbox import OutboxRow, OutboxStore
+from supervisor.record.store.outbox import OutboxStore
+from supervisor.record.store.records import OutboxRow
 from supervisor.record.timeline import Notification
 from supervisor.tell.telegram.texts import split
 from supervisor.tell.telegram.timing import Pacing
@@ -31,9 +33,17 @@ FINISH_WITHIN_S = 5.0  #: how long a stop waits for the message in hand
 
 class Sender:
     def __init__(
-        self, bot: Bot, outbox: OutboxStore, store: Store, clock: Clock, pacing: Pacing
+        self,
+        bot: Bot,
+        outbox: OutboxStore,
+        store: Store,
+        clock: Clock,
+        pacing: Pacing,
+        *,
+        tenure: Tenure | None = None,
     ) -> None:
         self._bot = bot
+        self._tenure = tenure or Tenure()
         self._outbox = outbox
         self._store = store
         self._clock = clock
@@ -56,6 +66,8 @@ class Sender:
             await self._run()
         except StaleEpochError as err:
             log.warning("deposed", stops="the sender", refused=str(err))
+        except _DeposedError:
+            pass  # said by the tenure
 
     async def finish(self, within: float = FINISH_WITHIN_S) -> None:
         """Before a stop cancels the sender: no new round starts, and the message in hand is
@@ -139,8 +151,16 @@ class Sender:
         reply_to = None
         if row.incident_id is not None:
             reply_to = await self._outbox.thread(row.incident_id, row.chat_id)
-        # a deposed leader sends nothing: StaleEpochError (recorded) ends the sender (`run`)
-        await self._outbox.store.check_fence(f"message {row.kind} #{row.id} to {row.chat_id}")
+        # a deposed leader sends nothing: first by its own clock (a leader woken from a freeze
+        # stops here, before any round trip), then by the fence (StaleEpochError, recorded);
+        # either ends the sender (`run`). A store that cannot be reached cannot fence: the
+        # lease held by our clock is what we have, and the message goes (marked)
+        if self._tenure.stops("the sender"):
+            raise _DeposedError
+        with suppress(StoreRefusedError):
+            await self._outbox.store.check_fence(f"message {row.kind} #{row.id} to {row.chat_id}")
+        if self._tenure.stops("the sender"):  # just before the request
+            raise _DeposedError
         message = await self._bot.send_message(
             row.chat_id,
             text,
@@ -173,3 +193,7 @@ class Sender:
         )
         entry = TimelineEntry(at=self._clock.now(), subject="telegram", record=record)
         await self._store.append(row.incident_id, entry)
+
+
+class _DeposedError(Exception):
+    """The sender found the lead gone by its own clock (`Tenure.stops` said so)."""

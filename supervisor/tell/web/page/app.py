@@ -27,6 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
 from supervisor.core.durations import DurationError, parse_duration
+from supervisor.core.tenure import Tenure
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
 from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
 from supervisor.tell.web.page.board import board
@@ -263,13 +264,21 @@ def mount_page(
     started_at: datetime,
     follows: Callable[[], str] | None = None,
     reads: ControlReads | None = None,
+    tenure: Tenure | None = None,
 ) -> Page:
     """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
     follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
     http = daemon.config.http
     gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
     page = Page(
-        daemon, control, started_at, gate, Feed(daemon.store), environment(), follows, reads
+        daemon,
+        control,
+        started_at,
+        gate,
+        Feed(daemon.store, tenure),
+        environment(),
+        follows,
+        reads,
     )
 
     async def on_startup(_: web.Application) -> None:
