@@ -13,6 +13,8 @@ from supervisor.core.clock import utcnow
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
 from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
+from supervisor.record.store.room import unwritable
+from supervisor.record.store.target import store_target
 
 
 def main(args: argparse.Namespace) -> int:
@@ -48,11 +50,13 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         | {"events": streams.get(name)}
         for name, host in config.hosts.items()
     ]
+    problem = unwritable(store_target(config.store))
     return {
         "generated_at": iso(utcnow()),
         "endpoints": endpoints,
         "hosts": hosts,
         "leadership": leadership_document(leader) | {"line": leadership_line(leader)},
+        "store": {"writable": not problem, "problem": problem or None},
     }
 
 
@@ -94,6 +98,9 @@ def render(document: dict[str, Any]) -> str:
         ]
         out += "\n\n" + table(["HOST", "STATE", "SINCE", "LAST PROBLEM"], host_rows)
     line: str = document["leadership"]["line"]
+    store = document.get("store") or {}
+    if store.get("problem"):
+        line += f"\nstore: cannot be written: {store['problem']}"
     return f"{out}\n\n{line}" + polling_warnings(document["hosts"])
 
 

@@ -107,10 +107,11 @@ class OpsServer(HttpSite):
         store = self._daemon.store
         document = status_document(await gather(self._daemon, self._started_at))
         leadership = leadership_document(await leader_view(store))
-        # [leadership] `role` is the same fact as `leading`: the lease is ours on the store
-        # (or the daemon runs unfenced) and by our own clock; a deposed leader answers 503
-        leads = self.tenure.holds() and (store.fence_epoch is None or leadership["leading"])
-        if not leads:
+        # [leadership] `role` is the same fact as `leading`: we hold the lease by our own clock
+        # (no store round trip; while the store cannot be written too) and the stored lease's
+        # epoch is still ours (or the daemon runs unfenced). A deposed leader answers 503
+        ours = store.fence_epoch is None or leadership["epoch"] == store.fence_epoch
+        if not (self.tenure.holds() and ours):
             return text(503, DEPOSED)
         leadership["leading"] = True
         document["leadership"] = leadership
