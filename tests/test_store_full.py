@@ -63,11 +63,16 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 def _fill(disk: Path) -> Path:
     """Take every free byte of `disk`."""
     filler = disk / "filler"
-    with pytest.raises(OSError, match="No space left on device"), filler.open("wb") as out:
+    with pytest.raises(OSError, match="No space left on device"):
+        _write_forever(filler)
+    return filler
+
+
+def _write_forever(path: Path) -> None:
+    with path.open("wb") as out:
         while True:
             out.write(b"\0" * 4096)
             out.flush()
-    return filler
 
 
 class Daemon:

@@ -97,8 +97,8 @@ def flapping(name: str, downs: int, over: timedelta) -> str:
 
 def reminder(name: str, why: str, incident_id: int, waiting: timedelta) -> str:
     return (
-        f"⏰ still needs a person: {h(name)} (incident {number(incident_id)}, escalated {ago(waiting)} "
-        f"ago): {h(why)}\n/ack {incident_id} stops these reminders"
+        f"⏰ still needs a person: {h(name)} (incident {number(incident_id)}, escalated "
+        f"{ago(waiting)} ago): {h(why)}\n/ack {incident_id} stops these reminders"
     )
 
 
