@@ -396,3 +396,81 @@ async def test_a_short_postgresql_restart_keeps_the_leader(
     assert fleet.events("a", "leadership lost") == []
     assert fleet.events("b", "leading") == []
     assert all(proc.returncode is None for proc in fleet.procs.values())
+
+
+WOKEN_FREEZE_S = LEASE_S + 10
+"""Issue 24's freeze was 60 s; what matters is that the lease ran out and the other instance took
+over and polls Telegram before the frozen one wakes (so 25 s, not 60, per run)."""
+
+
+@pytest.mark.parametrize("burner", [False, True], ids=["idle", "cpu-burner"])
+async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
+    fleet: Fleet, burner: bool
+) -> None:
+    """Issue 24: after SIGCONT the deposed leader learns it was deposed from its own clock
+    before it does anything that reaches the outside: no Bot API call at all (each instance has
+    its own Bot API stand-in, so its getUpdates are counted apart), its /status never says
+    `leader`, and neither log has a line at error level or a traceback."""
+    bot_a, bot_b = fleet.bots["a"], fleet.bots["b"]
+    await fleet.start("a")
+    await eventually(lambda: fleet.events("a", "telegram: bot up") != [], within=30, what="a up")
+    await fleet.start("b")
+    await eventually(lambda: fleet.events("b", "following") != [], within=20, what="b following")
+    burners = [_burn() for _ in range(2)] if burner else []
+    try:
+        a = fleet.procs["a"]
+        a.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b leads")
+        await eventually(
+            lambda: fleet.events("b", "telegram: bot up") != [], within=20, what="b's bot polling"
+        )
+        await asyncio.sleep(max(0.0, WOKEN_FREEZE_S - (time.monotonic() - frozen)))
+        polls_b = bot_b.calls.count("getUpdates")
+        seen = len(bot_a.calls)
+        a.send_signal(signal.SIGCONT)
+        roles = await _roles_until_following(fleet, "a")
+    finally:
+        for proc in burners:
+            proc.kill()
+            proc.wait()
+    await asyncio.sleep(2)  # a Bot API call a made after it follows would show by now
+    assert bot_a.calls[seen:] == []  # not one call, not even the poller's getUpdates
+    assert "leader" not in roles
+    assert bot_b.calls.count("getUpdates") > polls_b  # b's poller goes on undisturbed
+    for instance in ("a", "b"):
+        lines = fleet.log(instance).read_text().splitlines()
+        assert [line for line in lines if "Traceback" in line] == []
+        errors = [e for e in fleet.logged(instance) if e.get("level") in ("error", "critical")]
+        assert errors == []
+    deposed = [e for e in fleet.logged("a") if e["event"] == "deposed"]
+    assert {e["level"] for e in deposed} <= {"warning"}
+    stops = [e["stops"] for e in deposed]
+    assert len(stops) == len(set(stops))  # one line per part
+
+
+def _burn() -> Any:
+    import subprocess
+
+    return subprocess.Popen(["sh", "-c", "while :; do :; done"])
+
+
+async def _roles_until_following(fleet: Fleet, instance: str) -> list[str]:
+    """`instance`'s /status `role`, asked every 20 ms until a second after it logs `following`
+    again ('-' for an answer without one: a 503, or nothing listening)."""
+    roles: list[str] = []
+    after = len(fleet.events(instance, "following"))
+    followed: float | None = None
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while followed is None or time.monotonic() - followed < 1.0:
+            try:
+                answer = await client.get(fleet.urls[instance] + "/status")
+                roles.append(
+                    str(answer.json().get("role", "-")) if answer.status_code == 200 else "-"
+                )
+            except (httpx.TransportError, ValueError):
+                roles.append("-")
+            if followed is None and len(fleet.events(instance, "following")) > after:
+                followed = time.monotonic()
+            await asyncio.sleep(0.02)
+    return roles

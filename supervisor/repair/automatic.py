@@ -4,6 +4,7 @@ endpoint stays down."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from supervisor.judge.machine import State
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import Mode, Rule
 from supervisor.playbook.results import Diagnosis, RuleMatch
+from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.timeline import Decision, Outcome
 from supervisor.repair import records
 from supervisor.repair.attempt import AUTOMATIC, Acted, Attempt
@@ -27,6 +29,8 @@ _ACTIONABLE = frozenset({State.DOWN, State.DEGRADED, State.UNREACHABLE})
 class AutomaticRepairs(RepairTasks):
     async def handle(self, worker: EndpointWorker) -> None:
         while worker.state in _ACTIONABLE:
+            if await self._wait_for_the_store(worker):
+                continue
             paused = self.paused(worker.name)
             if paused:
                 await self.note(worker, Decision(outcome=Outcome.PAUSED, why=paused))
@@ -41,6 +45,17 @@ class AutomaticRepairs(RepairTasks):
                 return
             if not await self._attempt(worker, diagnosis.matched, diagnosis):
                 return
+
+    async def _wait_for_the_store(self, worker: EndpointWorker) -> bool:
+        """Repairs wait while the store cannot be written (what they do could not be recorded,
+        and on PostgreSQL the fence cannot be asked): True after a wait, to judge afresh."""
+        store = self.store
+        if not isinstance(store, ResilientStore) or not store.outage:
+            return False
+        log.warning("repair waits for the store", endpoint=worker.name, why=store.problem())
+        while store.outage and worker.state in _ACTIONABLE:
+            await asyncio.sleep(store.retry_every)
+        return True
 
     async def _diagnose(self, worker: EndpointWorker) -> Diagnosis:
         diagnosis = await self.diagnosis.diagnose(

@@ -16,7 +16,9 @@ repairs meet the fence (which needs the store) and wait. It keeps trying every t
 lease; each failed try proves it was not frozen, so `holds` stays true while the tries go on,
 and turns false if they stop for a whole lease (frozen during the outage). When the store
 answers again, the renewal tells whether it still holds the lease (nobody took it: same epoch)
-or must follow.
+or must follow. A follower that could not reach the store either does not take an expired lease
+over until the store has answered it for a whole lease: after an outage for everyone the leader,
+which tries every third of the lease, renews first and keeps its lead.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class Elector:
         #: why the store refuses our renewals while we lead ('' when it answers)
         self.store_down = ""
         self._last_try = 0.0  #: when the last renewal that the store refused started
+        self._unanswered: float | None = None  #: when the store last failed us as a follower
         self._woken = asyncio.Event()
 
     @property
@@ -132,6 +135,7 @@ class Elector:
                 self.store_down, self._last_try = why, started
             else:
                 log.warning("lease: the store did not answer", error=why)
+                self._unanswered = started
             return
         if not seen.mine and (self.seen is None or self.seen.epoch != seen.epoch):
             log.info("following", leader=seen.holder, host=seen.host, epoch=seen.epoch)
@@ -156,12 +160,19 @@ class Elector:
         (`supervisor.record.store.stuck`), and the caller claims."""
         async with self.store.tx(write=False) as conn:
             lease = await current(conn)
-            if lease is not None and not lease.expired and lease.holder != self.me.holder:
-                return lease
+            if lease is not None and lease.holder != self.me.holder:
+                if not lease.expired or (not lease.released and self._store_failed_lately()):
+                    return lease
             ended = await end_stuck_sessions(conn, stuck_s=self.lease_s / 3)
         if ended:
             log.warning("ended a frozen leader's stuck transaction", pids=ended)
         return None
+
+    def _store_failed_lately(self) -> bool:
+        """The store failed us within the last lease: a lease that ran out meanwhile may be a
+        leader's that could not reach it either (it renews first once it can)."""
+        failed = self._unanswered
+        return failed is not None and self._monotonic() - failed < self.lease_s
 
     async def run(self) -> None:
         while not self.lost.is_set():
