@@ -210,6 +210,9 @@ class ResilientStore(Store):
                 if refused(err):
                     self.outage = str(err)
                     return
+                if getattr(err, "expected_end", False):  # deposed: every queued write is stale
+                    self._drop_stale(str(err))
+                    return
                 log.error("queued write failed", write=head.what, error=str(err))
                 result = None
             if head.placeholder is not None:
@@ -306,6 +309,17 @@ class ResilientStore(Store):
     def held_incident(self, incident_id: int) -> IncidentRow | None:
         """An incident as the held entries left it (a placeholder id's: only here)."""
         return self._held_incidents.get(incident_id)
+
+    def _drop_stale(self, refusal: str) -> None:
+        """The fence refused a queued write: another instance leads, and records from its
+        epoch on; ours, kept from before, are dropped (the new leader judged afresh)."""
+        log.warning(
+            "deposed", stops="the writes kept in memory", dropped=self.queued, refused=refusal
+        )
+        self._queue.clear()
+        self.held.clear()
+        self._held_incidents.clear()
+        self.outage = ""
 
     def _snap(self, snapshot: Snapshot) -> Snapshot:
         return replace(snapshot, incident_id=self.real_id(snapshot.incident_id))
