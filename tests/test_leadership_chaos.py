@@ -300,7 +300,9 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
     traced = [line for line in fleet.log("a").read_text().splitlines() if "Traceback" in line]
     assert traced == []  # (a failure shows the lines)
     deposed = [e for e in fleet.logged("a") if e["event"] == "deposed"]
-    assert {(e["level"], e["refused"].startswith(REFUSED)) for e in deposed} == {("warning", True)}
+    assert {e["level"] for e in deposed} == {"warning"}
+    # a part that met the fence names the refusal; one that stopped by its own clock, why
+    assert all(e.get("refused", REFUSED).startswith(REFUSED) or "why" in e for e in deposed)
     stops = [e["stops"] for e in deposed]
     assert len(stops) == len(set(stops))
 
