@@ -344,6 +344,7 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
         within=10,
         what="a queueing its writes",
     )
+
     def downs() -> list[str]:
         return [t for t in bot_a.texts(CHAT) if t.startswith("🔴 <b>m</b> is down")]
 

@@ -84,6 +84,8 @@ class Supervisor:
         #: [leadership] whether we still lead, by the lease's deadline on our monotonic clock:
         #: checked by every part that reaches the outside (unfenced: always)
         self.tenure = Tenure()
+        #: [leadership] why the last leader's unfinished repairs were cut (a takeover: deposed)
+        self.interrupted_why = "the daemon stopped"
         #: [leadership] the hosts' event-stream connections a follower kept open (the gate's)
         self.transports: Mapping[str, Transport] | None = None
 
@@ -141,6 +143,7 @@ class Supervisor:
             progress=ProgressReads(self._http, self.clock),
             transports=self.transports,
         )
+        daemon.interrupted_why = self.interrupted_why
         await daemon.restore()  # workers from their snapshots; nothing probed yet
         # stored pauses and silences are in force before the first probe
         self.control = control = await start_control(

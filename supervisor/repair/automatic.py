@@ -4,7 +4,6 @@ endpoint stays down."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,8 +52,8 @@ class AutomaticRepairs(RepairTasks):
         if not isinstance(store, ResilientStore) or not store.outage:
             return False
         log.warning("repair waits for the store", endpoint=worker.name, why=store.problem())
-        while store.outage and worker.state in _ACTIONABLE:
-            await asyncio.sleep(store.retry_every)
+        while worker.state in _ACTIONABLE and not await store.writable(within=1.0):
+            pass
         return True
 
     async def _diagnose(self, worker: EndpointWorker) -> Diagnosis:

@@ -160,8 +160,10 @@ class Elector:
         (`supervisor.record.store.stuck`), and the caller claims."""
         async with self.store.tx(write=False) as conn:
             lease = await current(conn)
-            if lease is not None and lease.holder != self.me.holder:
-                if not lease.expired or (not lease.released and self._store_failed_lately()):
+            others = lease is not None and lease.holder != self.me.holder
+            if lease is not None and others:
+                held = not lease.expired or (not lease.released and self._store_failed_lately())
+                if held:
                     return lease
             ended = await end_stuck_sessions(conn, stuck_s=self.lease_s / 3)
         if ended:

@@ -100,6 +100,7 @@ class Gate:
             deposed = asyncio.Event()
             supervisor = self._make()
             supervisor.fence = (elector.epoch, self.me.holder, self.me.host)
+            supervisor.interrupted_why = interrupted_why(elector, self.me)
             # the parts that reach the outside check the lease's deadline locally first
             supervisor.tenure = Tenure(
                 elector.holds,
@@ -174,6 +175,17 @@ async def _stop(supervisor: Supervisor) -> None:
         log.warning("deposed", stops="the supervisor's teardown", refused=str(err))
     except Exception:
         log.exception("stopping the deposed supervisor failed; following on")
+
+
+def interrupted_why(elector: Elector, me: Me) -> str:
+    """Why the repairs the last leader left unfinished were cut: another instance (us) took
+    its expired lease (`deposed: b leads with epoch 3`), or it stopped (a clean stop, or our own
+    restart)."""
+    won = elector.won
+    before = won.previous if won is not None else None
+    if won is None or before is None or before.released or before.holder == me.holder:
+        return "the daemon stopped"
+    return f"deposed: {me.holder} leads with epoch {won.epoch}"
 
 
 def _ran_out(elector: Elector) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from supervisor.core.aio import wait_event
 from supervisor.core.events import ProbeResult
 from supervisor.record.store.engine import open_engine
 from supervisor.record.store.errors import StoreError, StoreRefusedError, unwritable_cause
@@ -93,6 +94,8 @@ class ResilientStore(Store):
         self._held_ids = itertools.count(-1, -1)
         self._held_incidents: dict[int, IncidentRow] = {}
         self._queue: deque[_Write] = deque()
+        self._writable = asyncio.Event()  #: set while writes go through
+        self._writable.set()
         self._ids: dict[int, int | None] = {}  #: placeholder -> the real id once flushed
         self._next = itertools.count(-1, -1)
         self._retry: asyncio.Task[None] | None = None
@@ -181,7 +184,12 @@ class ResilientStore(Store):
                 self.dropped += 1
                 return
 
+    async def writable(self, within: float) -> bool:
+        """Wait (at most `within` seconds) until writes go through again; whether they do."""
+        return await wait_event(self._writable, within)
+
     def _begin_outage(self, error: str) -> None:
+        self._writable.clear()
         self.outage = error
         self.outages += 1
         self.saved = 0
@@ -228,6 +236,7 @@ class ResilientStore(Store):
             dropped=self.dropped,
         )
         self.outage = ""
+        self._writable.set()
         self.held.clear()
         self._held_incidents.clear()
         for listener in list(self.on_outage):
@@ -320,6 +329,7 @@ class ResilientStore(Store):
         self.held.clear()
         self._held_incidents.clear()
         self.outage = ""
+        self._writable.set()
 
     def _snap(self, snapshot: Snapshot) -> Snapshot:
         return replace(snapshot, incident_id=self.real_id(snapshot.incident_id))

@@ -34,6 +34,7 @@ from supervisor.record.timeline.repair import (
     Escalation,
     Evidence,
     StepRan,
+    StepStarted,
     Verification,
 )
 from supervisor.record.timeline.state import Probe, Transition
@@ -65,6 +66,7 @@ __all__ = [
     "Resumed",
     "Silenced",
     "StepRan",
+    "StepStarted",
     "Transition",
     "UnitHeard",
     "Unknown",
