@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import structlog
-from telegram.error import Conflict, TelegramError
+from telegram.error import TelegramError
 from telegram.ext import ApplicationBuilder
 
 from supervisor.config import FleetConfig
@@ -31,7 +31,7 @@ from supervisor.tell.telegram.auth import quiet_http_logs
 from supervisor.tell.telegram.bot import App, Commands
 from supervisor.tell.telegram.compose import Settings
 from supervisor.tell.telegram.composer import Composer
-from supervisor.tell.telegram.request import DeposedError, TenuredRequest
+from supervisor.tell.telegram.request import TenuredRequest, polling_failed
 from supervisor.tell.telegram.sender import Sender
 from supervisor.tell.telegram.texts import h
 from supervisor.tell.telegram.timing import Timing
@@ -143,7 +143,7 @@ class Notifier:
                 await self.commands.register(self.app)
                 await updater.start_polling(
                     timeout=timedelta(seconds=self.timing.poll_timeout),
-                    error_callback=self._polling_failed,
+                    error_callback=polling_failed,
                 )
                 break
             except TelegramError as exc:
@@ -152,21 +152,6 @@ class Notifier:
         await self.app.start()
         self.ready.set()
         log.info("telegram: bot up", chats=len(self._telegram.chat_ids))
-
-    def _polling_failed(self, exc: TelegramError) -> None:
-        """python-telegram-bot's poller could not get updates: one warning, no traceback (it
-        retries on its own)."""
-        if isinstance(exc, DeposedError):
-            return  # said once already (`deposed`)
-        if isinstance(exc, Conflict):
-            log.warning(
-                "telegram: another instance polls with this bot's token",
-                meaning="the Bot API lets one consumer poll a token; the other one ended ours "
-                "(a second daemon, or a deposed leader woken from a freeze); we poll again",
-                error=str(exc),
-            )
-            return
-        log.warning("telegram: polling failed; retrying", error=str(exc))
 
     def _store_outage(self, error: str) -> None:
         """The store stopped (or started again) taking writes: say so in the chats, from

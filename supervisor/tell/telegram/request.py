@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from telegram.error import TelegramError
+import structlog
+from telegram.error import Conflict, TelegramError
 from telegram.request import HTTPXRequest
 
 from supervisor.core.tenure import Tenure
+
+log = structlog.get_logger("supervisor.notify")
 
 
 class DeposedError(TelegramError):
@@ -33,3 +36,20 @@ class TenuredRequest(HTTPXRequest):
             name = url.rsplit("/", 1)[-1]
             raise DeposedError(f"{name} not sent: this instance no longer leads")
         return await super().do_request(url, method, *args, **kwargs)
+
+
+def polling_failed(exc: TelegramError) -> None:
+    """python-telegram-bot's poller could not get updates (its `error_callback`): one warning,
+    no traceback; it retries on its own. A conflict says what it means."""
+    if isinstance(exc, DeposedError):
+        return  # said once already (`deposed`)
+    if isinstance(exc, Conflict):
+        log.warning(
+            "telegram: another instance polls with this bot's token",
+            meaning="the Bot API lets one consumer poll a token; the other one ended our long "
+            "poll (a second daemon on this token, or a deposed leader woken from a freeze); we "
+            "poll again",
+            error=str(exc),
+        )
+        return
+    log.warning("telegram: polling failed; retrying", error=str(exc))
