@@ -211,7 +211,7 @@ CASES: list[tuple[Record, EntryKind, str]] = [
     ),
     (
         StepStarted(index=0, action="shell", target="forge"),
-        EntryKind.ACTION,
+        EntryKind.ATTEMPT,
         "step 1 shell on forge: started",
     ),
     (

@@ -113,7 +113,7 @@ class StepStarted(Record):
     off (the daemon stopped, deposed) still has its entry, its outcome unknown."""
 
     TAG = "step_started"
-    KIND = EntryKind.ACTION
+    KIND = EntryKind.ATTEMPT  #: the attempt's progress; `step` (an action) says how it went
     index: int  #: 0-based position in the rule
     action: str
     target: str
