@@ -156,7 +156,8 @@ def test_status_json_lists_every_configured_endpoint_and_host(
     asyncio.run(_populate(tmp_path / "state" / "supervisor.db"))
     assert main(["--config", str(path), "status", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert set(document) == {"generated_at", "endpoints", "hosts", "leadership"}
+    assert set(document) == {"generated_at", "endpoints", "hosts", "leadership", "store"}
+    assert document["store"] == {"writable": True, "problem": None}
     assert document["leadership"] == {
         "leader": None,
         "host": None,
