@@ -200,19 +200,16 @@ class OutboxStore:
         """Queue `drafts` for every chat, save states (with their `active` flag) and the cursor,
         all in one transaction (kept in memory and queued while the store cannot take it)."""
         queueing = self._queueing()
-        if queueing is None and not self.memory.held_batch:
+        if queueing is None:
+            # (held entries composed in this round that the store took meanwhile are in its
+            # table now, past the cursor: composed again next round, said twice at worst)
+            self.memory.held_batch = 0
             try:
                 await self._commit(drafts, chat_ids, states, at, cursor)
                 return
             except StoreRefusedError as err:
                 queueing = self._resilient(err)
-        self._commit_in_memory(
-            queueing or self._resilient_store(), drafts, chat_ids, states, at, cursor
-        )
-
-    def _resilient_store(self) -> ResilientStore:
-        assert isinstance(self.store, ResilientStore)
-        return self.store
+        self._commit_in_memory(queueing, drafts, chat_ids, states, at, cursor)
 
     def _commit_in_memory(
         self,
@@ -415,7 +412,14 @@ class OutboxStore:
                 return
             except StoreRefusedError as err:
                 queueing = self._resilient(err)
-        store = queueing or self._resilient_store()
+        if queueing is None:  # a placeholder incident the store has taken since: map it
+            real = (
+                self.store.real_id(incident_id) if isinstance(self.store, ResilientStore) else None
+            )
+            if real is not None and real >= 0:
+                await self._start_thread(real, chat_id, message_id)
+            return
+        store = queueing
         self.memory.threads[(incident_id, chat_id)] = message_id
 
         async def run() -> None:
