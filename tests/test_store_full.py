@@ -45,8 +45,8 @@ FAST = Timing(
     startup_retry=0.2,
 )
 LEASE_S = 3.0
-TOLD_WITHIN_S = 10.0
-MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it returns)</i>"  #: the usual delay from a dead endpoint to the chat, with these timings
+TOLD_WITHIN_S = 10.0  #: the usual delay from a dead endpoint to the chat, with these timings
+MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it returns)</i>"
 
 
 @pytest.fixture
