@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Sized
 
 import pytest
+import yaml
 
 from supervisor.record.store import Store
 from supervisor.record.store.lease import JournalEntry, journal
@@ -116,3 +117,48 @@ async def _message_refusals(fleet: Fleet) -> list[JournalEntry]:
 
 async def _has(rows: Awaitable[Sized]) -> bool:
     return len(await rows) > 0
+
+
+async def test_a_woken_leader_delivers_nothing_stale_after_the_all_clear(fleet: Fleet) -> None:
+    """Issue 24: the frozen leader held an unsent 'down' for an incident the new leader already
+    closed ('healthy again' said). Woken with its Bot API working again, it delivers nothing:
+    the user never reads 'down' after 'healthy'. The new leader delivered the alert it owed,
+    before its all-clear."""
+    _hold(fleet, 600)  # a's repair sits in its first step: the incident stays open under a
+    for instance in ("a", "b"):  # the all-clear held 2 s, not the default 10 min
+        path = fleet.config(instance)
+        document = yaml.safe_load(path.read_text())
+        document["defaults"]["reopen_within"] = "2s"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+    bot_a, bot_b = fleet.bots["a"], fleet.bots["b"]
+    bot_a.failing.add("sendMessage")  # a's alerts stay unsent in the outbox
+    await fleet.start("a")
+    await eventually(lambda: fleet.steps("step1") == 1, within=60, what="a in its first step")
+    await eventually(lambda: _has(_owed(fleet)), within=30, what="a's alert unsent")
+    await fleet.start("b")
+    await eventually(lambda: fleet.events("b", "following") != [], within=20, what="b following")
+    a = fleet.procs["a"]
+    a.send_signal(signal.SIGSTOP)
+    owed = await _owed(fleet)
+    await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b taking over")
+    # the model comes back (a person, say): b closes the incident
+    started = await asyncio.create_subprocess_exec(
+        "sh", "-c", _start(fleet.marker, fleet.port, fleet.pidfile)
+    )
+    assert await started.wait() == 0
+
+    def all_clear() -> bool:
+        return any("is healthy again" in t for t in bot_b.texts(CHAT))
+
+    await eventually(all_clear, within=60, what="b saying the all-clear")
+    said_b = bot_b.texts(CHAT)
+    clear = next(i for i, t in enumerate(said_b) if "is healthy again" in t)
+    assert all(r.text in said_b[:clear] for r in owed)  # what a owed, before the all-clear
+    bot_a.failing.clear()  # a's Bot API works again: a stale message would arrive now
+    seen = len(bot_a.calls)
+    a.send_signal(signal.SIGCONT)
+    await eventually(lambda: fleet.events("a", "following") != [], within=30, what="a follows")
+    await asyncio.sleep(2)
+    assert bot_a.calls[seen:] == []  # nothing stale, nothing at all
+    assert bot_a.sent == []
+    assert [said_b.count(r.text) for r in owed] == [1] * len(owed)
