@@ -162,3 +162,15 @@ async def test_a_woken_leader_delivers_nothing_stale_after_the_all_clear(fleet: 
     assert bot_a.calls[seen:] == []  # nothing stale, nothing at all
     assert bot_a.sent == []
     assert [said_b.count(r.text) for r in owed] == [1] * len(owed)
+    # the attempt a left says why it was cut, and the step it was in has its entry
+    async with await Store.open(fleet.target, create=False) as store:
+        [incident] = await store.incidents(subject="m")
+        rows = await store.timeline(incident.id)
+    [cut] = [r.summary for r in rows if r.type == "attempt_finished"]
+    assert cut == (
+        "attempt 1 (revive) was interrupted: deposed: b leads with epoch 2; its steps are not "
+        "resumed"
+    )
+    steps = [r.summary for r in rows if r.type in ("step_started", "step")]
+    assert steps[0] == "step 1 shell on forge: started"  # its outcome unknown: no `step` entry
+    assert not any(s.startswith("step 1 shell on forge: ok") for s in steps)
