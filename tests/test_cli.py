@@ -163,6 +163,7 @@ def test_status_json_lists_every_configured_endpoint_and_host(
         "leadership",
         "repair_by_rule",
         "doctor",
+        "store",
     }
     for repair in document["repair_by_rule"].values():  # its incident, while under 30 days old
         assert set(repair) == {"mttr_s", "repaired", "open"}
@@ -179,6 +180,7 @@ def test_status_json_lists_every_configured_endpoint_and_host(
         if "repair" in subject:
             assert set(subject.pop("repair")) == {"mttr_s", "repaired", "open"}
     assert document["doctor"] is None  # no doctor run yet
+    assert document["store"] == {"writable": True, "problem": None}
     assert document["leadership"] == {
         "leader": None,
         "host": None,

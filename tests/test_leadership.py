@@ -8,19 +8,22 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from supervisor.app.leader.elector import Me
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.elector import Elector, Me
+from supervisor.app.leader.gate import Gate, interrupted_why
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.record.store import Store
+from supervisor.core.tenure import Tenure
+from supervisor.record.store import Store, StoreRefusedError
 from supervisor.record.store.lease import Lease, journal
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
@@ -167,3 +170,75 @@ async def test_a_failed_start_is_tried_again_not_fatal(tmp_path: Path) -> None:
         stop.set()
         await asyncio.wait_for(task, 30)
     assert task.exception() is None
+
+
+@pytest.mark.parametrize(
+    ("previous", "why"),
+    [
+        (None, "the daemon stopped"),  # the first lease
+        (_lease("a", 1, renewed=T - 20_000, released=True), "the daemon stopped"),  # clean stop
+        (_lease("a", 1, renewed=T - 17_000), "deposed: b leads with epoch 2"),  # a took over from
+        (_lease("b", 1, renewed=T - 17_000), "the daemon stopped"),  # b's own restart
+    ],
+)
+def test_why_the_last_leaders_repairs_were_cut(previous: Lease | None, why: str) -> None:
+    elector = Elector.__new__(Elector)
+    elector.won = Lease(
+        epoch=2, holder="b", host="b-box", acquired_ms=T, renewed_ms=T, expires_ms=T + 15_000,
+        released=False, now_ms=T, mine=True, took_over=True, previous=previous,
+    )  # fmt: skip
+    assert interrupted_why(elector, Me(holder="b", host="b-box")) == why
+
+
+class Refusing(Store):
+    """A real SQLite store that can be made to refuse every transaction (a full disk, say)."""
+
+    refuse = ""
+
+    def tx(self, *, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
+        if self.refuse:
+            raise StoreRefusedError(self.refuse)
+        return super().tx(write=write)
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_refused_renewal_keeps_the_lead_but_a_freeze_does_not(tmp_path: Path) -> None:
+    clock, lease = Clock(), timedelta(seconds=0.3)
+    opened = await Refusing.open(tmp_path / "s.db")
+    assert isinstance(opened, Refusing)
+    async with opened as store:
+        elector = Elector(store, Me(holder="a", host="box"), lease, monotonic=clock)
+        tenure = Tenure(elector.holds)
+        await elector.step()
+        assert elector.is_leading
+        store.refuse = "cannot write to store s.db: database or disk is full"
+        for _ in range(6):  # renewals refused for twice the lease, one every third of it
+            clock.now += 0.1
+            await elector.step()
+            assert (elector.is_leading, tenure.holds()) == (True, True)
+        assert elector.store_down == "cannot write to store s.db: database or disk is full"
+        assert elector.next_wait() == pytest.approx(0.1)  # it keeps trying
+        clock.now += 1  # frozen: no try for longer than the lease
+        assert tenure.stops("the sender")  # every part knows before any round trip
+        await elector.step()
+        assert elector.lost.is_set()
+        assert elector.lost_why == "lease not renewed in time"
+        # a follower the store failed lately does not take the ran-out lease at once: its
+        # leader, which could not reach the store either, renews first
+        follower = Elector(store, Me(holder="b", host="box"), lease, monotonic=clock)
+        store.refuse = "cannot read store s.db: connection refused"
+        await follower.step()
+        store.refuse = ""
+        await asyncio.sleep(0.4)  # the lease ran out on the store's clock too
+        await follower.step()
+        assert not follower.leading.is_set()
+        assert (follower.seen.holder, follower.seen.expired) == ("a", True)  # type: ignore[union-attr]
+        clock.now += 0.31  # a whole lease of answers
+        await follower.step()
+        assert follower.leading.is_set()

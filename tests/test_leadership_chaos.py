@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import yaml
 from fleet_lab.botapi import BotApiStub
 from supervisor.record.store import AttemptRow, Store, StoreError
 from supervisor.record.store.lease import JournalEntry, db_now_ms, journal
+from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.target import PgTarget
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
@@ -300,7 +300,9 @@ async def test_a_frozen_leader_that_wakes_runs_no_step_and_is_refused(fleet: Fle
     traced = [line for line in fleet.log("a").read_text().splitlines() if "Traceback" in line]
     assert traced == []  # (a failure shows the lines)
     deposed = [e for e in fleet.logged("a") if e["event"] == "deposed"]
-    assert {(e["level"], e["refused"].startswith(REFUSED)) for e in deposed} == {("warning", True)}
+    assert {e["level"] for e in deposed} == {"warning"}
+    # a part that met the fence names the refusal; one that stopped by its own clock, why
+    assert all(e.get("refused", REFUSED).startswith(REFUSED) or "why" in e for e in deposed)
     stops = [e["stops"] for e in deposed]
     assert len(stops) == len(set(stops))
 
@@ -321,42 +323,65 @@ async def _refused(fleet: Fleet, holder: str) -> bool:
     return any(e.event == "refused" and e.holder == holder for e in entries)
 
 
-def _terms(fleet: Fleet, instance: str) -> list[tuple[float, float]]:
-    """When `instance` led, by its own log: from `leading` to `leadership lost` (or now)."""
-    starts = fleet.events(instance, "leading")
-    ends = fleet.events(instance, "leadership lost") + fleet.events(instance, "stopped")
-    terms = []
-    for start in starts:
-        later = [e for e in ends if e >= start]
-        terms.append((start, min(later) if later else time.time()))
-    return terms
+OUTAGE_S = LEASE_S + 5
+"""Longer than the lease (before issue 24 the leader stepped down after one lease and nobody
+spoke); issue 24 asked for 60 s, which adds time but no new behaviour past the lease."""
 
 
-async def test_postgresql_restarted_both_recover_and_never_two_lead(
+async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speaking(
     fleet: Fleet, pg_server: PgServer
 ) -> None:
+    """No instance reaches the store: the one that led keeps probing and telling the chat
+    (marked: kept in memory), its /healthz says why the store cannot be written, repairs wait;
+    when the store returns it renews the same epoch, writes what it kept and repairs. b, which
+    could not reach the store either, never takes over."""
     await _a_leads_and_heals_then_b_follows(fleet)
-    pg_server.stop()  # longer than the lease: a cannot renew and steps down by itself
+    bot_a = fleet.bots["a"]
+    pg_server.stop()
+    stopped = time.monotonic()
     await eventually(
-        lambda: fleet.events("a", "leadership lost") != [],
-        within=LEASE_S + 10,
-        what="a stepping down",
+        lambda: fleet.events("a", "store refuses writes: queueing them in memory") != [],
+        within=10,
+        what="a queueing its writes",
     )
+
+    def downs() -> list[str]:
+        return [t for t in bot_a.texts(CHAT) if t.startswith("🔴 <b>m</b> is down")]
+
+    before = len(downs())
+    fleet.kill_server()  # a fault while no instance reaches the store
+    await eventually(
+        lambda: len(downs()) > before, within=15, what="a telling the chat that m is down"
+    )
+    down = downs()[-1]
+    assert down.endswith(
+        "<i>(the store cannot be written: kept in memory, recorded when it returns)</i>"
+    )
+    warning = next(t for t in bot_a.texts(CHAT) if "the store cannot be written</b>" in t)
+    assert warning.startswith(
+        "⚠️ <b>the store cannot be written</b>: the database server is down or unreachable ("
+    )
+    async with httpx.AsyncClient() as client:
+        health = await client.get(fleet.urls["a"] + "/healthz")
+    assert health.status_code == 503
+    assert health.text.startswith(
+        "unhealthy: the store cannot be written: the database server is down or unreachable ("
+    )
+    await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))
+    assert fleet.events("a", "leadership lost") == []
+    assert (fleet.steps("step1"), fleet.steps("step2")) == (1, 1)  # the repair waits
     pg_server.start()
-    await eventually(lambda: _leader_at(fleet, 2), within=LEASE_S + 20, what="a new leader")
-    entries, _ = await fleet.read()
-    took = [(e.epoch, e.holder) for e in entries if e.event == "took_over"]
-    assert [epoch for epoch, _ in took] == [1, 2]
-    new = took[-1][1]
-    await eventually(lambda: fleet.events(new, "started") != [], within=30, what="it started")
-    fleet.kill_server()
-    await eventually(lambda: fleet.healed(2), within=60, what="the new leader healing")
+    await eventually(lambda: fleet.healed(1, count=2), within=90, what="a healing after it")
+    entries, attempts = await fleet.read()
+    assert [(e.epoch, e.holder) for e in entries if e.event == "took_over"] == [(1, "a")]
+    assert [(a.epoch, a.outcome) for a in attempts] == [(1, "healed"), (1, "healed")]
+    assert fleet.events("a", "leadership lost") == []
+    assert fleet.events("b", "leading") == []
     assert all(proc.returncode is None for proc in fleet.procs.values())
-    # never two leaders: the terms each logged do not overlap
-    terms = sorted(_terms(fleet, "a") + _terms(fleet, "b"))
-    assert len(terms) == 2  # a, then the new leader (a again, or b)
-    for (_, end), (start, _) in pairwise(terms):
-        assert end <= start
+    async with await Store.open(fleet.target, create=False) as store:
+        rows = await OutboxStore(store).messages()
+    assert [r.sent_at is not None for r in rows if r.text == down] == [True]  # recorded as sent
+    assert bot_a.texts(CHAT).count(down) == 1
 
 
 async def _leader_at(fleet: Fleet, epoch: int) -> bool:
@@ -396,3 +421,81 @@ async def test_a_short_postgresql_restart_keeps_the_leader(
     assert fleet.events("a", "leadership lost") == []
     assert fleet.events("b", "leading") == []
     assert all(proc.returncode is None for proc in fleet.procs.values())
+
+
+WOKEN_FREEZE_S = LEASE_S + 10
+"""Issue 24's freeze was 60 s; what matters is that the lease ran out and the other instance took
+over and polls Telegram before the frozen one wakes (so 25 s, not 60, per run)."""
+
+
+@pytest.mark.parametrize("burner", [False, True], ids=["idle", "cpu-burner"])
+async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
+    fleet: Fleet, burner: bool
+) -> None:
+    """Issue 24: after SIGCONT the deposed leader learns it was deposed from its own clock
+    before it does anything that reaches the outside: no Bot API call at all (each instance has
+    its own Bot API stand-in, so its getUpdates are counted apart), its /status never says
+    `leader`, and neither log has a line at error level or a traceback."""
+    bot_a, bot_b = fleet.bots["a"], fleet.bots["b"]
+    await fleet.start("a")
+    await eventually(lambda: fleet.events("a", "telegram: bot up") != [], within=30, what="a up")
+    await fleet.start("b")
+    await eventually(lambda: fleet.events("b", "following") != [], within=20, what="b following")
+    burners = [_burn() for _ in range(2)] if burner else []
+    try:
+        a = fleet.procs["a"]
+        a.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        await eventually(lambda: fleet.has_taken_over("b"), within=LEASE_S + 10, what="b leads")
+        await eventually(
+            lambda: fleet.events("b", "telegram: bot up") != [], within=20, what="b's bot polling"
+        )
+        await asyncio.sleep(max(0.0, WOKEN_FREEZE_S - (time.monotonic() - frozen)))
+        polls_b = bot_b.calls.count("getUpdates")
+        seen = len(bot_a.calls)
+        a.send_signal(signal.SIGCONT)
+        roles = await _roles_until_following(fleet, "a")
+    finally:
+        for proc in burners:
+            proc.kill()
+            proc.wait()
+    await asyncio.sleep(2)  # a Bot API call a made after it follows would show by now
+    assert bot_a.calls[seen:] == []  # not one call, not even the poller's getUpdates
+    assert "leader" not in roles
+    assert bot_b.calls.count("getUpdates") > polls_b  # b's poller goes on undisturbed
+    for instance in ("a", "b"):
+        lines = fleet.log(instance).read_text().splitlines()
+        assert [line for line in lines if "Traceback" in line] == []
+        errors = [e for e in fleet.logged(instance) if e.get("level") in ("error", "critical")]
+        assert errors == []
+    deposed = [e for e in fleet.logged("a") if e["event"] == "deposed"]
+    assert {e["level"] for e in deposed} <= {"warning"}
+    stops = [e["stops"] for e in deposed]
+    assert len(stops) == len(set(stops))  # one line per part
+
+
+def _burn() -> Any:
+    import subprocess
+
+    return subprocess.Popen(["sh", "-c", "while :; do :; done"])
+
+
+async def _roles_until_following(fleet: Fleet, instance: str) -> list[str]:
+    """`instance`'s /status `role`, asked every 20 ms until a second after it logs `following`
+    again ('-' for an answer without one: a 503, or nothing listening)."""
+    roles: list[str] = []
+    after = len(fleet.events(instance, "following"))
+    followed: float | None = None
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while followed is None or time.monotonic() - followed < 1.0:
+            try:
+                answer = await client.get(fleet.urls[instance] + "/status")
+                roles.append(
+                    str(answer.json().get("role", "-")) if answer.status_code == 200 else "-"
+                )
+            except (httpx.TransportError, ValueError):
+                roles.append("-")
+            if followed is None and len(fleet.events(instance, "following")) > after:
+                followed = time.monotonic()
+            await asyncio.sleep(0.02)
+    return roles

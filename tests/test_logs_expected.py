@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import structlog
+from telegram.error import Conflict
 
 from supervisor.core import logs
 from supervisor.record.store import StoreRefusedError
 from supervisor.record.store.lease import StaleEpochError
+from supervisor.tell.telegram.request import DeposedError, polling_failed
 
 
 @pytest.fixture
@@ -25,6 +28,9 @@ def stream(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     logs.configure(json=True)
     yield out
     structlog.reset_defaults()
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logs.StdlibBridge)]:
+        root.removeHandler(handler)
 
 
 def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -86,3 +92,39 @@ def test_an_expected_end_passed_as_exc_info_is_quiet_too(stream: io.StringIO) ->
         "timestamp": line["timestamp"],
         "refused": str(STALE),
     }
+
+
+def test_a_library_logs_json_through_the_same_pipeline(stream: io.StringIO) -> None:
+    """python-telegram-bot (any library on `logging`) writes one JSON line, not raw text."""
+    try:
+        raise Conflict("Conflict: terminated by other getUpdates request")
+    except Conflict as exc:
+        logging.getLogger("telegram.ext.Updater").error("polling failed", exc_info=exc)
+    logging.getLogger("telegram.ext.Updater").info("below warning: not written")
+    [line] = _lines(stream)
+    assert (line["event"], line["level"], line["logger"]) == (
+        "polling failed",
+        "error",
+        "telegram.ext.Updater",
+    )
+    assert "Conflict: terminated by other getUpdates request" in line["exception"]
+
+
+def test_a_refused_bot_api_call_of_a_deposed_leader_is_not_said_twice(
+    stream: io.StringIO,
+) -> None:
+    deposed = DeposedError("getUpdates not sent: this instance no longer leads")
+    logging.getLogger("telegram.ext.Updater").error("cleanup failed", exc_info=deposed)
+    polling_failed(deposed)
+    assert _lines(stream) == []
+
+
+def test_a_conflict_is_one_warning_that_says_what_it_means(stream: io.StringIO) -> None:
+    polling_failed(Conflict("Conflict: terminated by other getUpdates request"))
+    [line] = _lines(stream)
+    assert (line["event"], line["level"]) == (
+        "telegram: another instance polls with this bot's token",
+        "warning",
+    )
+    assert line["meaning"].startswith("the Bot API lets one consumer poll a token")
+    assert "exception" not in line

@@ -107,6 +107,11 @@ async def test_sigkill_in_the_middle_of_a_repair(
         f"attempt {rows[0].id} (slow-fix) was interrupted: the daemon stopped while it ran; "
         "its steps are not resumed"
     )
+    # the step the kill cut off has its entry (written before it ran), its outcome unknown
+    cut = next(i for i, r in enumerate(timeline) if r.type == "attempt_finished")
+    assert [r.summary for r in timeline[:cut] if r.type in ("step_started", "step")] == [
+        "step 1 shell on forge: started"
+    ]
     decisions = [r.summary for r in timeline if r.kind is EntryKind.DECISION]
     assert decisions[-1] == (
         f"escalated: budget spent: slow-fix ran {attempts} of {attempts} times in 1h"

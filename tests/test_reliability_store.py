@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,19 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import Endpoint, load_config
 from supervisor.core.clock import SystemClock
+from supervisor.core.events import Outcome as ProbeOutcome
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
-from supervisor.record.store import EntryKind, Store, StoreError, StoreRefusedError, TimelineEntry
+from supervisor.record.store import (
+    EntryKind,
+    Snapshot,
+    Store,
+    StoreError,
+    StoreRefusedError,
+    SubjectKind,
+    TimelineEntry,
+)
 from supervisor.record.store import engine as store_engine
 from supervisor.record.store.resilient import ResilientStore, refused
 from supervisor.record.timeline import Note
@@ -66,7 +76,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
     assert isinstance(store, ResilientStore)
     store.retry_every = 0.05
     reported: list[str] = []
-    store.on_outage = reported.append
+    store.on_outage.append(reported.append)
     try:
         await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
         lock = WriteLock(db)
@@ -153,3 +163,53 @@ async def test_closing_with_the_file_still_locked_reports_the_lost_writes(tmp_pa
         assert await reopened.incidents() == []
     finally:
         await reopened.close()
+
+
+async def test_the_queue_is_bounded_and_drops_the_oldest_samples_never_a_record(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    store = await ResilientStore.open(db, create=True)
+    store.max_queued = 3
+    store.retry_every = 3600.0  # nothing flushed until the spec closes the store
+    now = datetime.now(UTC)
+    snapshot = Snapshot(
+        kind=SubjectKind.ENDPOINT, name="m", state="down", since=now, updated_at=now
+    )
+    lock = WriteLock(db)
+    await asyncio.to_thread(lock.take)
+    try:
+        incident = await store.transition(
+            snapshot=snapshot,
+            entry=TimelineEntry(at=now, subject="m", record=Note(text="opened")),
+            open_cause="connection refused",
+        )
+        assert incident is not None
+        for second in range(4):
+            await store.add_sample(_sample(now + timedelta(seconds=second)))
+        await store.append(incident, TimelineEntry(at=now, subject="m", record=Note(text="more")))
+        assert (store.queued, store.dropped) == (3, 3)  # the transition, the last sample, the note
+        assert store.problem().endswith(
+            "; 3 records kept in memory, written when it returns; 3 oldest samples dropped"
+        )
+    finally:
+        await asyncio.to_thread(lock.release)
+    await store.close()  # the file takes them: every record, the newest sample
+    async with await Store.open(db, create=False) as reader:
+        [opened] = await reader.incidents(subject="m")
+        notes = [r.summary for r in await reader.timeline(opened.id)]
+        samples = await reader.samples("m")
+    assert notes == ["opened", "more"]
+    assert [s.at for s in samples] == [now + timedelta(seconds=3)]
+
+
+def _sample(at: datetime) -> ProbeResult:
+    return ProbeResult(
+        endpoint="m",
+        tier=Tier.LIVENESS,
+        check="health",
+        outcome=ProbeOutcome.FAIL,
+        reason="connection refused",
+        at=at,
+        latency_s=0.01,
+    )

@@ -39,6 +39,7 @@ from supervisor.record.timeline import (
     Settled,
     Silenced,
     StepRan,
+    StepStarted,
     Transition,
     UnitHeard,
     UnitLeft,
@@ -218,6 +219,19 @@ CASES: list[tuple[Record, EntryKind, str]] = [
         EntryKind.ATTEMPT,
         "attempt 3 (slow-fix) was interrupted: the daemon stopped while it ran; its steps are "
         "not resumed",
+    ),
+    (
+        AttemptFinished(
+            attempt=3, rule="slow-fix", outcome="interrupted", why="deposed: b leads with epoch 3"
+        ),
+        EntryKind.ATTEMPT,
+        "attempt 3 (slow-fix) was interrupted: deposed: b leads with epoch 3; its steps are not "
+        "resumed",
+    ),
+    (
+        StepStarted(index=0, action="shell", target="forge"),
+        EntryKind.ATTEMPT,
+        "step 1 shell on forge: started",
     ),
     (
         AttemptFinished(attempt=3, rule="r1", outcome="healed"),

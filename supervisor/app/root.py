@@ -21,6 +21,7 @@ from supervisor.config import FleetConfig
 from supervisor.control import ControlApi
 from supervisor.control.wiring import start_control
 from supervisor.core.clock import Clock, SystemClock
+from supervisor.core.tenure import Tenure
 from supervisor.execute import Executor
 from supervisor.execute.fenced import FencedExecutor
 from supervisor.execute.fleet import FleetExecutor
@@ -80,6 +81,11 @@ class Supervisor:
         # host) every write, command and message is fenced by, and who to tell when refused
         self.fence: tuple[int, str, str] | None = None
         self.on_deposed: Callable[[StaleEpochError], None] | None = None
+        #: [leadership] whether we still lead, by the lease's deadline on our monotonic clock:
+        #: checked by every part that reaches the outside (unfenced: always)
+        self.tenure = Tenure()
+        #: [leadership] why the last leader's unfinished repairs were cut (a takeover: deposed)
+        self.interrupted_why = "the daemon stopped"
         #: [leadership] the hosts' event-stream connections a follower kept open (the gate's)
         self.transports: Mapping[str, Transport] | None = None
 
@@ -137,6 +143,7 @@ class Supervisor:
             progress=ProgressReads(self._http, self.clock),
             transports=self.transports,
         )
+        daemon.interrupted_why = self.interrupted_why
         await daemon.restore()  # workers from their snapshots; nothing probed yet
         # stored pauses and silences are in force before the first probe
         self.control = control = await start_control(
@@ -147,7 +154,9 @@ class Supervisor:
             clock=self.clock,
         )
         daemon.start_probing()
-        await self.ops.start(daemon, control=control)  # HTTP (+ control), READY=1, watchdog
+        await self.ops.start(
+            daemon, control=control, tenure=self.tenure
+        )  # HTTP (+ control), READY=1, watchdog
         self.notifier = self._make_notifier(daemon, remediator, control)
         if self.notifier is not None:
             remediator.approver = self.notifier.approve  # confirm-mode rules ask in chat
@@ -178,6 +187,7 @@ class Supervisor:
             clock=self.clock,
             control=control,
             timing=self.notify_timing,
+            tenure=self.tenure,
         )
 
     def _reconfigured(self, config: FleetConfig) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from supervisor.app.sdnotify import Notifier, ping_forever, watchdog_interval
+from supervisor.core.tenure import Tenure
 from supervisor.tell.web.listen import ListenError
 
 if TYPE_CHECKING:
@@ -27,7 +28,9 @@ class OpsRuntime:
         self.server: OpsServer | None = None
         self._watchdog: asyncio.Task[None] | None = None
 
-    async def start(self, daemon: Daemon, *, control: ControlApi | None = None) -> None:
+    async def start(
+        self, daemon: Daemon, *, control: ControlApi | None = None, tenure: Tenure | None = None
+    ) -> None:
         """After the first probe round is scheduled: serve HTTP (the control API's routes
         with it), say READY=1, start pinging."""
         http = daemon.config.http
@@ -36,7 +39,11 @@ class OpsRuntime:
 
             try:
                 server = OpsServer(
-                    daemon, listen=http.listen, started_at=daemon.clock.now(), control=control
+                    daemon,
+                    listen=http.listen,
+                    started_at=daemon.clock.now(),
+                    control=control,
+                    tenure=tenure,
                 )
                 await server.start()
                 self.server = server

@@ -15,6 +15,8 @@ from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
 from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
+from supervisor.record.store.room import unwritable
+from supervisor.record.store.target import store_target
 
 
 def main(args: argparse.Namespace) -> int:
@@ -59,6 +61,7 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         | {"availability": found[(SubjectKind.HOST, name)].document()}
         for name, host in config.hosts.items()
     ]
+    problem = unwritable(store_target(config.store))
     return {
         "generated_at": iso(now),
         "endpoints": endpoints,
@@ -73,6 +76,7 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
             "summary": doctor.summary,
             "line": doctor.line(),
         },
+        "store": {"writable": not problem, "problem": problem or None},
     }
 
 
@@ -117,6 +121,9 @@ def render(document: dict[str, Any]) -> str:
     doctor = document.get("doctor")
     if doctor is not None:
         line += f"\n{doctor['line']}" + ("" if doctor["ok"] else ": run `fleet-supervisor doctor`")
+    store = document.get("store") or {}
+    if store.get("problem"):
+        line += f"\nstore: cannot be written: {store['problem']}"
     return f"{out}\n\n{line}" + polling_warnings(document["hosts"])
 
 

@@ -1,6 +1,9 @@
 """structlog set-up: JSON lines when stderr is not a terminal, readable text when it is.
 
 Every endpoint event carries `endpoint` (and `incident` when one is open): the worker binds them.
+What libraries log through the standard `logging` module (python-telegram-bot, APScheduler,
+aiohttp, ...) goes through the same pipeline (`StdlibBridge`): one structured line each, its
+logger's name as `logger`, warnings and worse only.
 """
 
 from __future__ import annotations
@@ -31,6 +34,41 @@ def configure(*, json: bool | None = None, level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=False,
     )
+    bridge_stdlib()
+
+
+class StdlibBridge(logging.Handler):
+    """A `logging` handler that hands each record to structlog (so a library's line is JSON
+    like ours). A record carrying an expected end (`expected_end`: a deposed leader's refused
+    call, already said once by the part that refused it) is dropped."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and getattr(exc, "expected_end", False):
+            return
+        logger = structlog.get_logger(record.name)
+        fields: dict[str, Any] = {"logger": record.name}
+        if record.exc_info:
+            fields["exc_info"] = record.exc_info
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = str(record.msg)
+        level = record.levelname.lower()
+        emit = getattr(logger, level if level in _LEVELS else "warning")
+        emit(message, **fields)
+
+
+_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
+
+
+def bridge_stdlib(level: int = logging.WARNING) -> None:
+    """Route the `logging` module's records (of every library) through structlog."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, StdlibBridge)]:
+        root.removeHandler(old)
+    root.addHandler(StdlibBridge())
+    root.setLevel(level)
 
 
 def expected_ends(

@@ -9,8 +9,9 @@ from datetime import timedelta
 
 from supervisor.config import Host
 from supervisor.execute.base import CommandResult, Executor, command_line
-from supervisor.record.store import Store
+from supervisor.record.store import Store, StoreError
 from supervisor.record.store.lease import StaleEpochError
+from supervisor.record.store.resilient import ResilientStore
 
 
 class FencedExecutor:
@@ -29,21 +30,31 @@ class FencedExecutor:
         stdin: str | None = None,
     ) -> CommandResult:
         line = command_line(argv, sudo=sudo)
+        store = self.store
+        if mutating and isinstance(store, ResilientStore) and store.outage:
+            # repairs wait for the store: what they do could not be recorded
+            return _not_run(host, line, f"repairs wait for the store: {store.problem()}")
         try:
-            await self.store.check_fence(f"command {line} on {host.name}")
+            await store.check_fence(f"command {line} on {host.name}")
         except StaleEpochError as err:
-            return CommandResult(
-                host=host.name,
-                command=line,
-                exit_status=None,
-                stdout="",
-                stderr="",
-                duration_s=0.0,
-                error=f"not run: {err}",
-            )
+            return _not_run(host, line, str(err))
+        except StoreError as err:  # no fence, no repair
+            return _not_run(host, line, f"the lease cannot be checked: {err}")
         return await self.inner.run(
             host, argv, timeout=timeout, sudo=sudo, mutating=mutating, stdin=stdin
         )
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def _not_run(host: Host, line: str, why: str) -> CommandResult:
+    return CommandResult(
+        host=host.name,
+        command=line,
+        exit_status=None,
+        stdout="",
+        stderr="",
+        duration_s=0.0,
+        error=f"not run: {why}",
+    )

@@ -28,6 +28,7 @@ from supervisor.record.timeline import (
     Decision,
     Outcome,
     Record,
+    StepStarted,
     Verification,
 )
 from supervisor.repair import records
@@ -151,6 +152,10 @@ class AttemptRunner:
                 entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=False)
                 await worker.record(entry)
 
+            async def starting(index: int, action: str, target: str) -> None:
+                began = StepStarted(index=index, action=action, target=target)
+                await worker.record(records.entry(began, worker.name, self.clock.now()))
+
             env = self.service.env(
                 worker.endpoint,
                 self.executor,
@@ -164,6 +169,7 @@ class AttemptRunner:
                 matched=attempt.matched,
                 scopes=attempt.scopes,
                 on_run=record,
+                on_start=starting,
             )
             if not result.ok:
                 left = await restore(

@@ -21,6 +21,7 @@ from supervisor.playbook.facts import Facts
 from supervisor.playbook.matching import Latest
 from supervisor.playbook.model import Mode, Rule
 from supervisor.playbook.results import Diagnosis, RuleMatch
+from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.timeline import Acked, Decision, Outcome
 from supervisor.repair import records
 from supervisor.repair.attempt import AUTOMATIC, Acted, Attempt
@@ -40,6 +41,8 @@ _SETTLES = frozenset({State.DOWN, State.DEGRADED})
 class AutomaticRepairs(RepairTasks):
     async def handle(self, worker: EndpointWorker) -> None:
         while worker.state in _ACTIONABLE:
+            if await self._wait_for_the_store(worker):
+                continue
             paused = self.paused(worker.name)
             if paused:
                 await self.note(worker, Decision(outcome=Outcome.PAUSED, why=paused))
@@ -132,6 +135,17 @@ class AutomaticRepairs(RepairTasks):
             window=settings.window,
             now=self.clock.now(),
         )
+
+    async def _wait_for_the_store(self, worker: EndpointWorker) -> bool:
+        """Repairs wait while the store cannot be written (what they do could not be recorded,
+        and on PostgreSQL the fence cannot be asked): True after a wait, to judge afresh."""
+        store = self.store
+        if not isinstance(store, ResilientStore) or not store.outage:
+            return False
+        log.warning("repair waits for the store", endpoint=worker.name, why=store.problem())
+        while worker.state in _ACTIONABLE and not await store.writable(within=1.0):
+            pass
+        return True
 
     async def _diagnose(self, worker: EndpointWorker, as_state: State | None = None) -> Diagnosis:
         """Evidence and the rule that matches (for `worker` in its state, or `as_state`); a

@@ -83,12 +83,17 @@ async def run_steps(
     matched: Sequence[tuple[Scope, Facts]],
     scopes: Sequence[tuple[Scope, Facts]],
     on_run: Callable[[StepRun], Awaitable[None]],
+    on_start: Callable[[int, str, str], Awaitable[None]] | None = None,
 ) -> StepsResult:
+    """Run `steps` in order; `on_start(index, action, target)` before each runs (so one cut
+    off has its entry), `on_run` once it ran."""
     runs: list[StepRun] = []
     for index, step in enumerate(steps):
         action = env.actions[step.action]
         target = step.on or action.target
         for label, host, unit, facts in targets(target, matched, scopes):
+            if on_start is not None:
+                await on_start(index, step.action, label)
             outcome = await _one(action, step, env, host, unit, facts)
             run = StepRun(index=index, action=step.action, target=label, outcome=outcome)
             runs.append(run)

@@ -15,8 +15,13 @@ from supervisor.record.timeline import INTERRUPTED, AttemptFinished
 log = structlog.get_logger("supervisor.daemon")
 
 
-async def close_interrupted(store: Store, now: datetime) -> list[AttemptRow]:
-    """Repairs a killed daemon left unfinished: marked `interrupted`, in their incident too.
+STOPPED = "the daemon stopped"
+
+
+async def close_interrupted(store: Store, now: datetime, *, why: str = STOPPED) -> list[AttemptRow]:
+    """Repairs a killed (or deposed) daemon left unfinished: marked `interrupted`, in their
+    incident too, with `why` (`the daemon stopped`, `deposed: b leads with epoch 3`). Every
+    step that started has its `step_started` entry (written before it ran), its outcome unknown.
 
     They still count against the budgets; their steps are never resumed half-way: the endpoint is
     judged afresh, and a new attempt (if the budget allows) starts from a fresh diagnosis.
@@ -26,10 +31,12 @@ async def close_interrupted(store: Store, now: datetime) -> list[AttemptRow]:
         await store.finish_attempt(attempt.id, at=now, outcome=INTERRUPTED)
         if attempt.incident_id is None:
             continue
-        record = AttemptFinished(attempt=attempt.id, rule=attempt.rule_id, outcome=INTERRUPTED)
+        record = AttemptFinished(
+            attempt=attempt.id, rule=attempt.rule_id, outcome=INTERRUPTED, why=why
+        )
         entry = TimelineEntry(at=now, subject=attempt.endpoint, record=record)
         await store.append(attempt.incident_id, entry)
-        log.warning("attempt interrupted", endpoint=attempt.endpoint, attempt=attempt.id)
+        log.warning("attempt interrupted", endpoint=attempt.endpoint, attempt=attempt.id, why=why)
     return interrupted
 
 

@@ -22,7 +22,7 @@ from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.repair.runner import Remediator
-from supervisor.runtime.restore import close_interrupted, stored_snapshot
+from supervisor.runtime.restore import STOPPED, close_interrupted, stored_snapshot
 from supervisor.runtime.schedule import ProbeSchedule
 from supervisor.worker.endpoint import EndpointWorker, Prober, ProgressReader
 from supervisor.worker.state import restored_from
@@ -62,6 +62,8 @@ class RunningFleet:
         self.store = store
         self.playbook = playbook
         self.remediator = remediator
+        #: [leadership] why the repairs the last leader left unfinished were cut
+        self.interrupted_why = STOPPED
         self.clock = clock
         self.machine = FleetMachine()
         self.workers: dict[str, EndpointWorker] = {}
@@ -79,7 +81,7 @@ class RunningFleet:
         """Close the repairs the last run left unfinished, watch the hosts and start the
         workers from their stored snapshots. Nothing is probed yet."""
         store = self.store
-        await close_interrupted(store, self.clock.now())
+        await close_interrupted(store, self.clock.now(), why=self.interrupted_why)
         await self.unit_events.load()  # the journal cursors the last leader reached
         for name, host in self.config.hosts.items():
             if not host.local:

@@ -2,10 +2,23 @@
 and at once when `wake` is called (the store announced a release or a takeover:
 `supervisor.record.store.listen`; the loop's own pace stays the fallback).
 
-A leader that cannot renew steps down on its own once its lease is over by its monotonic clock,
-measured from *before* the last renewal that succeeded: a follower can only take over once the
-lease ran out on the database's clock, which is later. A renewal never outlives the lease it
-protects (it is cut off at the lease's end).
+A leader whose renewal is *answered* by another holder steps down. A leader whose lease ran out
+by its monotonic clock (measured from *before* the last renewal that succeeded: a follower can
+only take over once the lease ran out on the database's clock, which is later) without it having
+seen the store fail was frozen (SIGSTOP, a hung VM): it steps down, and `holds` told every part
+that reaches the outside to stop the moment the deadline passed, before any store round trip.
+
+The store failing is not losing the lead. A renewal the store *refuses* (a full disk, a file
+made read-only, the PostgreSQL server down or unreachable) while the lease still held puts the
+leader in `store_down`: it keeps leading, probing and telling people (nobody else can take a
+SQLite file's lease; on PostgreSQL, if no instance reaches the store, nobody can), while its
+repairs meet the fence (which needs the store) and wait. It keeps trying every third of the
+lease; each failed try proves it was not frozen, so `holds` stays true while the tries go on,
+and turns false if they stop for a whole lease (frozen during the outage). When the store
+answers again, the renewal tells whether it still holds the lease (nobody took it: same epoch)
+or must follow. A follower that could not reach the store either does not take an expired lease
+over until the store has answered it for a whole lease: after an outage for everyone the leader,
+which tries every third of the lease, renews first and keeps its lead.
 """
 
 from __future__ import annotations
@@ -59,11 +72,30 @@ class Elector:
         self.lost_why = ""
         self._valid_until = 0.0
         self.errors = 0  #: claims the store did not answer
+        #: why the store refuses our renewals while we lead ('' when it answers)
+        self.store_down = ""
+        self._last_try = 0.0  #: when the last renewal that the store refused started
+        self._unanswered: float | None = None  #: when the store last failed us as a follower
         self._woken = asyncio.Event()
 
     @property
     def is_leading(self) -> bool:
         return self.leading.is_set() and not self.lost.is_set()
+
+    def holds(self) -> bool:
+        """Whether we still lead, by our own monotonic clock (no store round trip): the lease's
+        deadline has not passed, or the store refuses our renewals and we keep trying."""
+        return self.is_leading and self._holds_at(self._monotonic())
+
+    def _holds_at(self, now: float) -> bool:
+        if now < self._valid_until:
+            return True
+        return bool(self.store_down) and now - self._last_try < self.lease_s
+
+    @property
+    def deadline(self) -> float:
+        """The lease's end by our monotonic clock (0 before we lead)."""
+        return self._valid_until
 
     def _lose(self, why: str) -> None:
         if self.is_leading:
@@ -75,11 +107,14 @@ class Elector:
         """One claim (or renewal)."""
         started = self._monotonic()
         leading = self.is_leading
-        if leading and started >= self._valid_until:
+        if leading and not self._holds_at(started):
             self._lose("lease not renewed in time")
             return
+        limit = self.lease_s  # a renewal never outlives the lease it protects
+        if leading:
+            limit = self.lease_s / 3 if self.store_down else self._valid_until - started
         try:
-            async with asyncio.timeout(self._valid_until - started if leading else self.lease_s):
+            async with asyncio.timeout(limit):
                 seen = None if leading else await self._peek()
                 if seen is None:
                     async with self.store.tx(write=True) as conn:
@@ -93,10 +128,14 @@ class Elector:
                         )
         except (StoreError, TimeoutError) as err:
             self.errors += 1
-            why = str(err) or "timed out"
-            log.warning("lease: the store did not answer", error=why)
-            if leading and self._monotonic() >= self._valid_until:
-                self._lose(f"lease not renewed: {why}")
+            why = str(err) or "the store did not answer in time"
+            if leading:  # the store failing is not losing the lead
+                if not self.store_down:
+                    log.warning("lease not renewed: the store refuses; leading on", error=why)
+                self.store_down, self._last_try = why, started
+            else:
+                log.warning("lease: the store did not answer", error=why)
+                self._unanswered = started
             return
         if not seen.mine and (self.seen is None or self.seen.epoch != seen.epoch):
             log.info("following", leader=seen.holder, host=seen.host, epoch=seen.epoch)
@@ -106,6 +145,9 @@ class Elector:
                 self._lose(f"{seen.holder} on {seen.host} leads with epoch {seen.epoch}")
             return
         self._valid_until = started + self.lease_s
+        if self.store_down:
+            log.warning("lease renewed: the store answers again", epoch=seen.epoch)
+            self.store_down = ""
         if not leading and not self.lost.is_set():
             self.epoch, self.won = seen.epoch, seen
             log.info("leading", epoch=seen.epoch, took_over=seen.took_over)
@@ -118,12 +160,21 @@ class Elector:
         (`supervisor.record.store.stuck`), and the caller claims."""
         async with self.store.tx(write=False) as conn:
             lease = await current(conn)
-            if lease is not None and not lease.expired and lease.holder != self.me.holder:
-                return lease
+            others = lease is not None and lease.holder != self.me.holder
+            if lease is not None and others:
+                held = not lease.expired or (not lease.released and self._store_failed_lately())
+                if held:
+                    return lease
             ended = await end_stuck_sessions(conn, stuck_s=self.lease_s / 3)
         if ended:
             log.warning("ended a frozen leader's stuck transaction", pids=ended)
         return None
+
+    def _store_failed_lately(self) -> bool:
+        """The store failed us within the last lease: a lease that ran out meanwhile may be a
+        leader's that could not reach it either (it renews first once it can)."""
+        failed = self._unanswered
+        return failed is not None and self._monotonic() - failed < self.lease_s
 
     async def run(self) -> None:
         while not self.lost.is_set():
@@ -143,6 +194,8 @@ class Elector:
         after the lease it saw runs out (so a takeover comes within the lease of the leader's
         last heartbeat, not a third of a lease later)."""
         wait = self.lease_s / 3
+        if self.is_leading and self.store_down:
+            return wait
         if self.is_leading:
             return max(0.0, min(wait, self._valid_until - self._monotonic()))
         seen = self.seen

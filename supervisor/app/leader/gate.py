@@ -23,6 +23,7 @@ from supervisor.app.leader.elector import Elector, Me
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config import FleetConfig
+from supervisor.core.tenure import Tenure
 from supervisor.hear.units import warm_transports
 from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError
@@ -99,6 +100,13 @@ class Gate:
             deposed = asyncio.Event()
             supervisor = self._make()
             supervisor.fence = (elector.epoch, self.me.holder, self.me.host)
+            supervisor.interrupted_why = interrupted_why(elector, self.me)
+            # the parts that reach the outside check the lease's deadline locally first
+            supervisor.tenure = Tenure(
+                elector.holds,
+                why=lambda: elector.lost_why or _ran_out(elector),
+                on_lost=elector.wake,
+            )
             supervisor.on_deposed = lambda _err: deposed.set()
             if self.warm is not None:  # the streams run on the connections kept open
                 supervisor.transports = await self.warm.hand_over()
@@ -167,6 +175,21 @@ async def _stop(supervisor: Supervisor) -> None:
         log.warning("deposed", stops="the supervisor's teardown", refused=str(err))
     except Exception:
         log.exception("stopping the deposed supervisor failed; following on")
+
+
+def interrupted_why(elector: Elector, me: Me) -> str:
+    """Why the repairs the last leader left unfinished were cut: another instance (us) took
+    its expired lease (`deposed: b leads with epoch 3`), or it stopped (a clean stop, or our own
+    restart)."""
+    won = elector.won
+    before = won.previous if won is not None else None
+    if won is None or before is None or before.released or before.holder == me.holder:
+        return "the daemon stopped"
+    return f"deposed: {me.holder} leads with epoch {won.epoch}"
+
+
+def _ran_out(elector: Elector) -> str:
+    return f"its lease (epoch {elector.epoch}) ran out before it was renewed"
 
 
 def _later(seconds: float) -> asyncio.Event:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -64,8 +64,33 @@ async def transaction(engine: AsyncEngine, *, write: bool) -> AsyncIterator[Asyn
     async with engine.connect() as conn:
         if engine.dialect.name == "sqlite":
             await conn.execution_options(**{_BEGIN: "IMMEDIATE" if write else "DEFERRED"})
-        async with conn.begin():
+        begun = await conn.begin()
+        try:
             yield conn
+            await begun.commit()
+        except asyncio.CancelledError:
+            # cut off mid-statement (a timeout, a stop): the driver may still be in the middle
+            # of that operation on this connection; a rollback on it would be a second
+            # operation at once (asyncpg: `another operation is in progress`), and so would
+            # the next caller's. The connection is closed, never given back to the pool.
+            await _discard(conn)
+            raise
+        except BaseException as err:
+            if _busy(err):  # the same, met by this call: discard, do not roll back
+                await _discard(conn)
+            elif begun.is_active:
+                await begun.rollback()
+            raise
+
+
+def _busy(err: BaseException) -> bool:
+    """The driver says its connection is still in another operation."""
+    return "another operation is in progress" in str(err)
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    with suppress(Exception):
+        await conn.invalidate()
 
 
 async def open_engine(where: StoreTarget, *, create: bool) -> AsyncEngine:

@@ -20,3 +20,39 @@ class StoreError(Exception):
 class StoreRefusedError(StoreError):
     """The file itself refused (locked by another process, read-only, disk full): worth a retry,
     unlike e.g. ``no incident 42``."""
+
+
+_CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("disk is full", "no space left"), "the disk is full"),
+    (
+        ("readonly database", "read-only", "permission denied", "unable to open database"),
+        "no permission to write it",
+    ),
+    (("database is locked",), "another process holds its write lock"),
+    (
+        (
+            "connect call failed",
+            "connection refused",
+            "could not connect",
+            "connection was closed",
+            "shutting down",
+            "terminating connection",
+            "timed out",
+            "timeout",
+            "name or service not known",
+            "no route to host",
+        ),
+        "the database server is down or unreachable",
+    ),
+)
+"""What a driver's words mean, for people: the first cause whose words the error contains."""
+
+
+def unwritable_cause(error: str) -> str:
+    """Why the store cannot be written, in a few words ('disk is full', 'the database server is
+    down or unreachable', ...), from the driver's error; the error itself when unknown."""
+    lowered = error.lower()
+    for words, cause in _CAUSES:
+        if any(w in lowered for w in words):
+            return cause
+    return error

@@ -3,7 +3,9 @@ send (in order, each marked when sent), one Telegram thread per incident and cha
 composer remembers about each incident, and refused chat users.
 
 A thin layer over `Store.tx`: every call is one transaction, so the cursor and the messages it
-produced are written together (a restart neither loses nor repeats one).
+produced are written together (a restart neither loses nor repeats one). While a
+`ResilientStore` cannot take writes, what would be written is kept in memory and queued behind
+its other writes (`supervisor.record.store.outbox_memory`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.record.store import queries
 from supervisor.record.store.dialect import schema_lock, upsert
-from supervisor.record.store.records import IncidentRow, JSONValue, TimelineRow
+from supervisor.record.store.errors import StoreRefusedError
+from supervisor.record.store.outbox_memory import MemoryOutbox
+from supervisor.record.store.records import IncidentRow, JSONValue, OutboxRow, TimelineRow
+from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.schema import (
     NOTIFY_TABLES,
     incidents,
@@ -30,6 +35,7 @@ from supervisor.record.store.schema import (
     timeline,
 )
 from supervisor.record.store.store import Store
+from supervisor.record.store.writes import new_id
 
 State = Mapping[str, JSONValue]
 """What the composer remembers about one incident (JSON)."""
@@ -44,23 +50,6 @@ class Draft:
     kind: str  #: opened, diagnosis, plan, repair, escalated, resolved, flapping, reminder, test
     text: str  #: Telegram HTML
     incident_id: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutboxRow:
-    id: int
-    created_at: datetime
-    chat_id: int
-    incident_id: int | None
-    kind: str
-    text: str
-    parts_sent: int  #: parts of a long text already delivered
-    attempts: int  #: failed tries so far
-    last_error: str
-    sent_at: datetime | None
-    message_id: int | None  #: Telegram's id of the first part
-    given_up: bool  #: Telegram refused it for good (e.g. chat not found)
-    epoch: int | None = None  #: the leader's epoch it was composed under (None: unfenced)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +80,26 @@ def _create(conn: Connection) -> None:
 class OutboxStore:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.memory = MemoryOutbox()
+        self._refusal = ""  #: the last refusal of the store (for an outage it begins)
+        if isinstance(store, ResilientStore):
+            store.on_outage.append(self._outage)
+
+    def _outage(self, error: str) -> None:
+        if not error:
+            self.memory.cleared()
+
+    def _queueing(self) -> ResilientStore | None:
+        """The store, while its writes are queued (the notifier's go to memory meanwhile)."""
+        store = self.store
+        return store if isinstance(store, ResilientStore) and store.queued else None
+
+    def _resilient(self, err: StoreRefusedError) -> ResilientStore:
+        """After a refused call: the store that queues, or the error again."""
+        if isinstance(self.store, ResilientStore):
+            self._refusal = str(err)
+            return self.store
+        raise err
 
     async def ensure(self) -> None:
         """Create the notifier's tables if this store predates them."""
@@ -115,28 +124,69 @@ class OutboxStore:
             return int(last or 0)
 
     async def batch(self, after: int, *, limit: int = 200) -> Batch:
-        async with self.store.tx(write=False) as conn:
-            result = await conn.execute(
-                select(timeline).where(timeline.c.id > after).order_by(timeline.c.id).limit(limit)
-            )
-            rows = [queries.to_timeline_row(m) for m in result.mappings().all()]
-            ids = sorted({r.incident_id for r in rows})
-            found = await conn.execute(select(incidents).where(incidents.c.id.in_(ids)))
-            incident_rows = {m["id"]: queries.to_incident(m) for m in found.mappings().all()}
-            states = await _states(conn, ids)
+        """The timeline rows after `after` (the stored ones, then those the store has not
+        taken yet: negative ids), their incidents and the composer's memories of them."""
+        after = max(after, self.memory.floor)
+        try:
+            async with self.store.tx(write=False) as conn:
+                result = await conn.execute(
+                    select(timeline)
+                    .where(timeline.c.id > after)
+                    .order_by(timeline.c.id)
+                    .limit(limit)
+                )
+                rows = [queries.to_timeline_row(m) for m in result.mappings().all()]
+                ids = sorted({r.incident_id for r in rows})
+                found = await conn.execute(select(incidents).where(incidents.c.id.in_(ids)))
+                incident_rows = {m["id"]: queries.to_incident(m) for m in found.mappings().all()}
+                states = await _states(conn, ids)
+        except StoreRefusedError as err:
+            self._resilient(err)
+            rows, incident_rows, states = [], {}, {}
+        self.memory.held_batch = 0
+        queueing = self._queueing()
+        if queueing is not None and len(rows) < limit:
+            held = [h for h in queueing.held if h.row.id < self.memory.held_seen][
+                : limit - len(rows)
+            ]
+            for h in held:
+                rows.append(h.row)
+                incident_rows[h.incident.id] = queueing.held_incident(h.incident.id) or h.incident
+            if held:
+                self.memory.held_batch = held[-1].row.id
+        for incident_id in {r.incident_id for r in rows}:
+            if incident_id in self.memory.states:
+                states[incident_id] = self.memory.states[incident_id][0]
         return Batch(rows=rows, incidents=incident_rows, states=states)
 
     async def active(self) -> tuple[dict[int, State], dict[int, IncidentRow]]:
         """Incidents with something timed pending (a reminder, a held 'resolved')."""
-        async with self.store.tx(write=False) as conn:
-            found = await conn.execute(
-                select(notify_incidents).where(notify_incidents.c.active == 1)
-            )
-            states: dict[int, State] = {
-                m["incident_id"]: dict(m["state"]) for m in found.mappings().all()
-            }
-            rows = await conn.execute(select(incidents).where(incidents.c.id.in_(list(states))))
-            return states, {m["id"]: queries.to_incident(m) for m in rows.mappings().all()}
+        memory = self.memory.states
+        try:
+            async with self.store.tx(write=False) as conn:
+                found = await conn.execute(
+                    select(notify_incidents).where(notify_incidents.c.active == 1)
+                )
+                states: dict[int, State] = {
+                    m["incident_id"]: dict(m["state"]) for m in found.mappings().all()
+                }
+                wanted = [i for i in {*states, *memory} if i >= 0]
+                rows = await conn.execute(select(incidents).where(incidents.c.id.in_(wanted)))
+                found_incidents = {m["id"]: queries.to_incident(m) for m in rows.mappings().all()}
+        except StoreRefusedError as err:
+            self._resilient(err)
+            states, found_incidents = {}, {}
+        for incident_id, (state, active) in memory.items():
+            states.pop(incident_id, None)
+            if active:
+                states[incident_id] = state
+        store = self.store
+        if isinstance(store, ResilientStore):
+            for incident_id in states:
+                held = store.held_incident(incident_id)
+                if held is not None:
+                    found_incidents[incident_id] = held
+        return states, found_incidents
 
     async def commit(
         self,
@@ -148,7 +198,90 @@ class OutboxStore:
         cursor: int | None = None,
     ) -> None:
         """Queue `drafts` for every chat, save states (with their `active` flag) and the cursor,
-        all in one transaction."""
+        all in one transaction (kept in memory and queued while the store cannot take it)."""
+        queueing = self._queueing()
+        if queueing is None:
+            # (held entries composed in this round that the store took meanwhile are in its
+            # table now, past the cursor: composed again next round, said twice at worst)
+            self.memory.held_batch = 0
+            try:
+                await self._commit(drafts, chat_ids, states, at, cursor)
+                return
+            except StoreRefusedError as err:
+                queueing = self._resilient(err)
+        self._commit_in_memory(queueing, drafts, chat_ids, states, at, cursor)
+
+    def _commit_in_memory(
+        self,
+        store: ResilientStore,
+        drafts: Sequence[Draft],
+        chat_ids: Sequence[int],
+        states: Mapping[int, tuple[State, bool]],
+        at: datetime,
+        cursor: int | None,
+    ) -> None:
+        memory = self.memory
+        made = memory.add(
+            at=at,
+            chat_ids=chat_ids,
+            drafts=[(d.kind, d.text, d.incident_id) for d in drafts],
+            epoch=store.fence_epoch,
+        )
+        memory.states.update(states)
+        composed_held = memory.held_batch
+        if composed_held:
+            memory.held_seen = composed_held
+            memory.held_batch = 0
+        saved = dict(states)
+
+        async def run() -> None:
+            rows = [memory.rows[i] for i in made if i in memory.rows]
+            async with store.tx(write=True) as conn:
+                inserted = []
+                for row in rows:
+                    created = await conn.execute(
+                        insert(outbox).values(
+                            created_at=row.created_at,
+                            chat_id=row.chat_id,
+                            incident_id=_real(store, row.incident_id),
+                            kind=row.kind,
+                            text=row.text,
+                            parts_sent=row.parts_sent,
+                            attempts=row.attempts,
+                            last_error=row.last_error,
+                            sent_at=row.sent_at,
+                            message_id=row.message_id,
+                            given_up=int(row.given_up),
+                            epoch=row.epoch,
+                        )
+                    )
+                    inserted.append((row.id, new_id(created.inserted_primary_key)))
+                for incident_id, (state, active) in saved.items():
+                    real = _real(store, incident_id)
+                    if real is not None:
+                        await _put_state(conn, real, state, active)
+                moved = cursor
+                if composed_held:  # past the held entries composed: they are in the table now
+                    last = (await conn.execute(select(func.max(timeline.c.id)))).scalar_one()
+                    moved = int(last or 0)
+                if moved is not None:
+                    await _set_cursor(conn, moved)
+            for memory_id, real_id in inserted:
+                memory.ids[memory_id] = real_id
+                memory.rows.pop(memory_id, None)
+            if composed_held and moved is not None:
+                memory.floor = max(memory.floor, moved)
+
+        store.queue("outbox", run, error=self._refusal)
+
+    async def _commit(
+        self,
+        drafts: Sequence[Draft],
+        chat_ids: Sequence[int],
+        states: Mapping[int, tuple[State, bool]],
+        at: datetime,
+        cursor: int | None,
+    ) -> None:
         async with self.store.tx(write=True) as conn:
             for draft in drafts:
                 for chat_id in chat_ids:
@@ -185,7 +318,13 @@ class OutboxStore:
             .order_by(outbox.c.id)
             .limit(limit)
         )
-        return await self._rows(query)
+        try:
+            stored = await self._rows(query)
+        except StoreRefusedError as err:
+            self._resilient(err)
+            stored = []
+        done = self.memory.done
+        return [r for r in stored if r.id not in done] + self.memory.pending()
 
     async def messages(self) -> list[OutboxRow]:
         """Every queued message, sent or not, oldest first."""
@@ -205,30 +344,92 @@ class OutboxStore:
             values["message_id"] = message_id
         if done:
             values["sent_at"] = at
+        await self._mark(row_id, values, finished=done)
+
+    async def _mark(self, row_id: int, values: dict[str, object], *, finished: bool) -> None:
+        """Update an outbox row: in memory (a row the store has not taken), in the store, or,
+        while the store cannot take it, remembered and queued."""
+        row_id = self.memory.ids.get(row_id, row_id)
+        if row_id < 0:
+            self.memory.update(row_id, **values)
+            return
+        queueing = self._queueing()
+        if queueing is None:
+            try:
+                await self._update(row_id, values)
+                return
+            except StoreRefusedError as err:
+                queueing = self._resilient(err)
+        if finished:
+            self.memory.done.add(row_id)
+
+        async def run() -> None:
+            await self._update(row_id, values)
+
+        queueing.queue("outbox mark", run, error=self._refusal)
+
+    async def _update(self, row_id: int, values: Mapping[str, object]) -> None:
         async with self.store.tx(write=True) as conn:
-            await conn.execute(update(outbox).where(outbox.c.id == row_id).values(**values))
+            changes = dict(values)
+            if "attempts" in changes:
+                changes["attempts"] = outbox.c.attempts + 1
+            await conn.execute(update(outbox).where(outbox.c.id == row_id).values(**changes))
 
     async def failed(self, row_id: int, *, error: str, give_up: bool) -> None:
-        async with self.store.tx(write=True) as conn:
-            await conn.execute(
-                update(outbox)
-                .where(outbox.c.id == row_id)
-                .values(attempts=outbox.c.attempts + 1, last_error=error, given_up=int(give_up))
+        memory_row = self.memory.rows.get(row_id)
+        if memory_row is not None:
+            self.memory.update(
+                row_id, attempts=memory_row.attempts + 1, last_error=error, given_up=give_up
             )
+            return
+        values: dict[str, object] = {"attempts": 1, "last_error": error, "given_up": int(give_up)}
+        await self._mark(row_id, values, finished=give_up)
 
     async def thread(self, incident_id: int, chat_id: int) -> int | None:
         """The Telegram message the incident's thread replies to in that chat."""
-        async with self.store.tx(write=False) as conn:
-            found = await conn.execute(
-                select(notify_threads.c.message_id).where(
-                    notify_threads.c.incident_id == incident_id,
-                    notify_threads.c.chat_id == chat_id,
+        kept = self.memory.threads.get((incident_id, chat_id))
+        if kept is not None or incident_id < 0:
+            return kept
+        try:
+            async with self.store.tx(write=False) as conn:
+                found = await conn.execute(
+                    select(notify_threads.c.message_id).where(
+                        notify_threads.c.incident_id == incident_id,
+                        notify_threads.c.chat_id == chat_id,
+                    )
                 )
-            )
-            value = found.scalar_one_or_none()
-            return None if value is None else int(value)
+                value = found.scalar_one_or_none()
+        except StoreRefusedError as err:
+            self._resilient(err)
+            return None
+        return None if value is None else int(value)
 
     async def start_thread(self, incident_id: int, chat_id: int, message_id: int) -> None:
+        queueing = self._queueing()
+        if queueing is None and incident_id >= 0:
+            try:
+                await self._start_thread(incident_id, chat_id, message_id)
+                return
+            except StoreRefusedError as err:
+                queueing = self._resilient(err)
+        if queueing is None:  # a placeholder incident the store has taken since: map it
+            real = (
+                self.store.real_id(incident_id) if isinstance(self.store, ResilientStore) else None
+            )
+            if real is not None and real >= 0:
+                await self._start_thread(real, chat_id, message_id)
+            return
+        store = queueing
+        self.memory.threads[(incident_id, chat_id)] = message_id
+
+        async def run() -> None:
+            real = _real(store, incident_id)
+            if real is not None:
+                await self._start_thread(real, chat_id, message_id)
+
+        store.queue("outbox thread", run, error=self._refusal)
+
+    async def _start_thread(self, incident_id: int, chat_id: int, message_id: int) -> None:
         async with self.store.tx(write=True) as conn:
             await conn.execute(
                 upsert(conn, notify_threads)
@@ -252,6 +453,12 @@ class OutboxStore:
         async with self.store.tx(write=False) as conn:
             found = await conn.execute(select(notify_refusals).order_by(notify_refusals.c.id))
             return [Refusal(**m) for m in found.mappings().all()]
+
+
+def _real(store: ResilientStore, incident_id: int | None) -> int | None:
+    """The stored incident of a (maybe placeholder) id; None when it never reached the store."""
+    real = store.real_id(incident_id)
+    return real if real is not None and real >= 0 else None
 
 
 async def _cursor(conn: AsyncConnection) -> int | None:

@@ -169,3 +169,20 @@ class AttemptRow:
     finished_at: datetime | None
     outcome: str | None
     epoch: int | None = None  #: the leader's epoch it ran under (None: unfenced)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboxRow:
+    id: int
+    created_at: datetime
+    chat_id: int
+    incident_id: int | None
+    kind: str
+    text: str
+    parts_sent: int  #: parts of a long text already delivered
+    attempts: int  #: failed tries so far
+    last_error: str
+    sent_at: datetime | None
+    message_id: int | None  #: Telegram's id of the first part
+    given_up: bool  #: Telegram refused it for good (e.g. chat not found)
+    epoch: int | None = None  #: the leader's epoch it was composed under (None: unfenced)

@@ -6,7 +6,13 @@ A write that returns an id (`transition`, `append`, `start_attempt`) while write
 returns a *placeholder*: a negative number standing for the id the store will give it. Later
 writes that carry the placeholder (an entry appended to that incident, the attempt finished)
 are mapped to the real id when the queue is flushed, so callers never notice. Reads go straight
-to the file (SQLite's WAL lets them through a writer's lock) and do not see queued writes.
+to the file (SQLite's WAL lets them through a writer's lock) and do not see queued writes,
+except the timeline entries: each queued one is also *held* (`held`: the row and its incident as
+the store will have them, under placeholder ids) so the notifier composes and sends from memory
+while the store cannot take them (`supervisor.record.store.outbox`).
+
+The queue is bounded (`max_queued`): past it the oldest probe samples (and superseded snapshot
+saves) are dropped first; timeline entries, attempts and the outbox are never dropped.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from supervisor.core.aio import wait_event
 from supervisor.core.events import ProbeResult
 from supervisor.record.store.engine import open_engine
-from supervisor.record.store.errors import StoreError, StoreRefusedError
-from supervisor.record.store.records import Snapshot, TimelineEntry
+from supervisor.record.store.errors import StoreError, StoreRefusedError, unwritable_cause
+from supervisor.record.store.records import IncidentRow, Snapshot, TimelineEntry, TimelineRow
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
 
@@ -38,6 +45,13 @@ def refused(err: StoreError) -> bool:
     return isinstance(err, StoreRefusedError)
 
 
+MAX_QUEUED = 20_000
+"""Writes held in memory at most, before the oldest samples are dropped."""
+
+_DROPPABLE = frozenset({"add_sample", "save_snapshot", "prune_samples"})
+"""Writes whose loss loses no record (a probe sample; a snapshot the next one replaces)."""
+
+
 @dataclass(frozen=True)
 class _Write:
     what: str  #: e.g. "add_sample", for the log
@@ -45,17 +59,43 @@ class _Write:
     placeholder: int | None  #: the id handed out for this write's result, if any
 
 
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """A timeline entry the store has not taken yet, as the notifier reads it: the row (its
+    id negative, its incident's id possibly a placeholder) and its incident."""
+
+    row: TimelineRow
+    incident: IncidentRow
+
+
 class ResilientStore(Store):
     """`Store` with writes that queue while the file refuses them. Open with
     ``await ResilientStore.open(path)``. `outage` says why writes are queued ('' when not)."""
 
-    def __init__(self, engine: AsyncEngine, path: StoreTarget, *, retry_every: float = 1.0) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        path: StoreTarget,
+        *,
+        retry_every: float = 1.0,
+        max_queued: int = MAX_QUEUED,
+    ) -> None:
         super().__init__(engine, path)
         self.retry_every = retry_every
+        self.max_queued = max_queued
         self.outage = ""  #: the error that made writes queue, '' while they go through
         self.outages = 0  #: how many times writes started queueing
-        self.on_outage: Callable[[str], None] | None = None  #: called with the error, or ''
+        self.dropped = 0  #: samples dropped because the queue was full
+        self.saved = 0  #: queued writes the store took once it cleared (this outage's)
+        #: called with the error when writes start queueing, and with '' when they are saved
+        self.on_outage: list[Callable[[str], None]] = []
+        #: the timeline entries queued, oldest first (gone once the store took them)
+        self.held: list[Held] = []
+        self._held_ids = itertools.count(-1, -1)
+        self._held_incidents: dict[int, IncidentRow] = {}
         self._queue: deque[_Write] = deque()
+        self._writable = asyncio.Event()  #: set while writes go through
+        self._writable.set()
         self._ids: dict[int, int | None] = {}  #: placeholder -> the real id once flushed
         self._next = itertools.count(-1, -1)
         self._retry: asyncio.Task[None] | None = None
@@ -68,6 +108,17 @@ class ResilientStore(Store):
     def queued(self) -> int:
         """Writes held in memory, waiting for the file."""
         return len(self._queue)
+
+    def problem(self) -> str:
+        """'' while writes go through; else one line for people: why the store cannot be
+        written, and what is kept meanwhile."""
+        if not self.outage:
+            return ""
+        dropped = f"; {self.dropped} oldest samples dropped" if self.dropped else ""
+        return (
+            f"the store cannot be written: {unwritable_cause(self.outage)} ({self.outage}); "
+            f"{self.queued} records kept in memory, written when it returns{dropped}"
+        )
 
     def real_id(self, value: int | None) -> int | None:
         """The store's id for `value` (itself unless it is a flushed placeholder)."""
@@ -90,23 +141,65 @@ class ResilientStore(Store):
     async def _write(
         self, what: str, run: Callable[[], Awaitable[int | None]], *, returns_id: bool
     ) -> int | None:
+        return (await self._submit(what, run, returns_id=returns_id))[0]
+
+    async def _submit(
+        self, what: str, run: Callable[[], Awaitable[int | None]], *, returns_id: bool
+    ) -> tuple[int | None, bool]:
+        """The write's result, and whether it was queued (not yet in the store)."""
         if not self._queue:
             try:
-                return await run()
+                return await run(), False
             except StoreError as err:
                 if not refused(err):
                     raise
                 self._begin_outage(str(err))
         placeholder = next(self._next) if returns_id else None
-        self._queue.append(_Write(what, run, placeholder))
-        return placeholder
+        self._enqueue(_Write(what, run, placeholder))
+        return placeholder, True
+
+    def queue(self, what: str, run: Callable[[], Awaitable[None]], *, error: str = "") -> None:
+        """Queue a write of a store add-on (the outbox's) behind the others, in order; it runs
+        when the store takes writes again (an outage begins, for `error`, if none was)."""
+
+        async def runs() -> None:
+            await run()
+
+        begins = not self._queue
+        self._enqueue(_Write(what, runs, None))
+        if begins:
+            self._begin_outage(error or self.outage or "the store refused a write")
+
+    def _enqueue(self, write: _Write) -> None:
+        self._queue.append(write)
+        if len(self._queue) > self.max_queued:
+            self._drop_oldest_sample()
+
+    def _drop_oldest_sample(self) -> None:
+        for index, write in enumerate(self._queue):
+            if write.what in _DROPPABLE and write.placeholder is None:
+                del self._queue[index]
+                if not self.dropped:
+                    log.warning("store outage: memory full, dropping the oldest samples")
+                self.dropped += 1
+                return
+
+    async def writable(self, within: float) -> bool:
+        """Wait (at most `within` seconds) until writes go through again; whether they do."""
+        return await wait_event(self._writable, within)
 
     def _begin_outage(self, error: str) -> None:
+        self._writable.clear()
         self.outage = error
         self.outages += 1
-        log.error("store refuses writes: queueing them in memory", error=error)
-        if self.on_outage is not None:
-            self.on_outage(error)
+        self.saved = 0
+        log.warning(
+            "store refuses writes: queueing them in memory",
+            error=error,
+            cause=unwritable_cause(error),
+        )
+        for listener in list(self.on_outage):
+            listener(error)
         if self._retry is None or self._retry.done():
             self._retry = asyncio.create_task(self._retry_until_clear(), name="store-retry")
 
@@ -125,15 +218,118 @@ class ResilientStore(Store):
                 if refused(err):
                     self.outage = str(err)
                     return
+                if getattr(err, "expected_end", False):  # deposed: every queued write is stale
+                    self._drop_stale(str(err))
+                    return
                 log.error("queued write failed", write=head.what, error=str(err))
                 result = None
             if head.placeholder is not None:
                 self._ids[head.placeholder] = result
             self._queue.popleft()
-        log.warning("store takes writes again: queued writes saved", error=self.outage)
+            self.saved += 1
+        if not self.outage:
+            return
+        log.warning(
+            "store takes writes again: queued writes saved",
+            error=self.outage,
+            saved=self.saved,
+            dropped=self.dropped,
+        )
         self.outage = ""
-        if self.on_outage is not None:
-            self.on_outage("")
+        self._writable.set()
+        self.held.clear()
+        self._held_incidents.clear()
+        for listener in list(self.on_outage):
+            listener("")
+        self.dropped = 0
+
+    # the timeline entries held while queued
+
+    async def _hold_transition(
+        self,
+        incident_id: int,
+        snapshot: Snapshot,
+        entry: TimelineEntry,
+        *,
+        open_cause: str | None,
+        closes: str | None,
+    ) -> None:
+        incident = await self._held_incident(incident_id, snapshot)
+        if incident is None:
+            if open_cause is None:
+                return
+            incident = IncidentRow(
+                id=incident_id,
+                subject_kind=snapshot.kind,
+                subject=snapshot.name,
+                opened_at=entry.at,
+                closed_at=None,
+                symptom=open_cause,
+                resolution=None,
+                last_state=snapshot.state,
+                entries=0,
+            )
+        incident = replace(
+            incident,
+            last_state=snapshot.state,
+            closed_at=entry.at if closes is not None else incident.closed_at,
+            resolution=closes if closes is not None else incident.resolution,
+        )
+        self._hold(incident, entry)
+
+    async def _held_incident(
+        self, incident_id: int, snapshot: Snapshot | None
+    ) -> IncidentRow | None:
+        """The incident as the held entries left it, else as the store has it (None when the
+        store cannot say: a new one)."""
+        held = self._held_incidents.get(incident_id)
+        if held is not None or incident_id < 0:
+            return held
+        try:
+            return await super().incident(incident_id)
+        except StoreError:
+            if snapshot is None:
+                return None
+            return IncidentRow(
+                id=incident_id,
+                subject_kind=snapshot.kind,
+                subject=snapshot.name,
+                opened_at=snapshot.since,
+                closed_at=None,
+                symptom=snapshot.last_reason,
+                resolution=None,
+                last_state=snapshot.state,
+                entries=0,
+            )
+
+    def _hold(self, incident: IncidentRow, entry: TimelineEntry) -> None:
+        incident = replace(incident, entries=incident.entries + 1)
+        self._held_incidents[incident.id] = incident
+        row = TimelineRow.of(
+            entry.record,
+            id=next(self._held_ids),
+            incident_id=incident.id,
+            at=entry.at,
+            subject=entry.subject,
+        )
+        self.held.append(Held(row=row, incident=incident))
+        self._appended()  # the composer composes it from memory
+
+    def held_incident(self, incident_id: int) -> IncidentRow | None:
+        """An incident as the held entries left it (a placeholder id's: only here)."""
+        return self._held_incidents.get(incident_id)
+
+    def _drop_stale(self, refusal: str) -> None:
+        """The fence refused a queued write: another instance leads, and records from its
+        epoch on; ours, kept from before, are dropped (the new leader judged afresh)."""
+        log.warning(
+            "deposed", stops="the writes kept in memory", dropped=self.queued, refused=refusal
+        )
+        self._queue.clear()
+        self.held.clear()
+        self._held_incidents.clear()
+        self.outage = ""
+        self._writable.set()
 
     def _snap(self, snapshot: Snapshot) -> Snapshot:
         return replace(snapshot, incident_id=self.real_id(snapshot.incident_id))
@@ -169,7 +365,12 @@ class ResilientStore(Store):
             )
 
         may_have_one = open_cause is not None or snapshot.incident_id is not None
-        return await self._write("transition", run, returns_id=may_have_one)
+        incident_id, queued = await self._submit("transition", run, returns_id=may_have_one)
+        if queued and incident_id is not None:
+            await self._hold_transition(
+                incident_id, snapshot, entry, open_cause=open_cause, closes=close_resolution
+            )
+        return incident_id
 
     async def append(self, incident_id: int, entry: TimelineEntry) -> int:
         parent = super().append
@@ -180,7 +381,12 @@ class ResilientStore(Store):
                 raise StoreError(f"no incident {incident_id}")
             return await parent(target, entry)
 
-        return _id(await self._write("append", run, returns_id=True))
+        row_id, queued = await self._submit("append", run, returns_id=True)
+        if queued:
+            incident = await self._held_incident(incident_id, None)
+            if incident is not None:
+                self._hold(incident, entry)
+        return _id(row_id)
 
     async def add_sample(self, result: ProbeResult) -> None:
         parent = super().add_sample

@@ -35,6 +35,7 @@ from supervisor.record.timeline.repair import (
     Evidence,
     Settled,
     StepRan,
+    StepStarted,
     UnitsLeft,
     Verification,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "Settled",
     "Silenced",
     "StepRan",
+    "StepStarted",
     "Transition",
     "UnitHeard",
     "UnitLeft",

@@ -114,22 +114,42 @@ INTERRUPTED = "interrupted"
 @dataclass(frozen=True, kw_only=True)
 class AttemptFinished(Record):
     """A repair attempt ended: `healed`, `restarted`, `failed: ...`, `not verified within ...`,
-    or `interrupted` (the daemon stopped while it ran)."""
+    or `interrupted`, and why (`the daemon stopped`, `deposed: b leads with epoch 3`)."""
 
     TAG = "attempt_finished"
     KIND = EntryKind.ATTEMPT
     attempt: int
     rule: str
     outcome: str
+    why: str = ""  #: why it was cut (an interrupted attempt's; '' before issue 24)
 
     @property
     def summary(self) -> str:
         if self.outcome == INTERRUPTED:
+            why = self.why or "the daemon stopped"
+            cut = f"{why} while it ran" if why == "the daemon stopped" else why
             return (
-                f"attempt {self.attempt} ({self.rule}) was interrupted: the daemon stopped while "
-                "it ran; its steps are not resumed"
+                f"attempt {self.attempt} ({self.rule}) was interrupted: {cut}; its steps are not "
+                "resumed"
             )
         return f"attempt {self.attempt} ({self.rule}) finished: {self.outcome}"
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class StepStarted(Record):
+    """A step of a rule on one target is about to run: written before it runs, so a step cut
+    off (the daemon stopped, deposed) still has its entry, its outcome unknown."""
+
+    TAG = "step_started"
+    KIND = EntryKind.ATTEMPT  #: the attempt's progress; `step` (an action) says how it went
+    index: int  #: 0-based position in the rule
+    action: str
+    target: str
+
+    @property
+    def summary(self) -> str:
+        return f"step {self.index + 1} {self.action} on {self.target}: started"
 
 
 @register

@@ -77,7 +77,8 @@ class Composer:
                     memory = memories.get(row.incident_id, Memory())
                     made, memories[row.incident_id] = compose(row, incident, memory, self.settings)
                     drafts += made
-                cursor = batch.rows[-1].id
+                # rows the store has not taken yet (negative ids) leave the cursor where it is
+                cursor = max(cursor, batch.rows[-1].id, *(r.id for r in batch.rows))
                 await self._commit(drafts, memories, cursor)
             await self._tick()
         return cursor

@@ -19,16 +19,21 @@ from supervisor.config import FleetConfig
 from supervisor.config.models import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.clock import Clock
+from supervisor.core.tenure import Tenure
 from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.model import Rule
 from supervisor.record.store import Store
-from supervisor.record.store.outbox import OutboxStore
+from supervisor.record.store.errors import unwritable_cause
+from supervisor.record.store.outbox import Draft, OutboxStore
+from supervisor.record.store.resilient import ResilientStore
 from supervisor.repair.runner import Remediator
 from supervisor.tell.telegram.auth import quiet_http_logs
 from supervisor.tell.telegram.bot import App, Commands
 from supervisor.tell.telegram.compose import Settings
 from supervisor.tell.telegram.composer import Composer
+from supervisor.tell.telegram.request import TenuredRequest, polling_failed
 from supervisor.tell.telegram.sender import Sender
+from supervisor.tell.telegram.texts import h
 from supervisor.tell.telegram.timing import Timing
 from supervisor.worker.endpoint import EndpointWorker
 
@@ -50,11 +55,22 @@ class Notifier:
         control: ControlApi | None = None,
         timing: Timing | None = None,
         diagnose: Callable[[str], Awaitable[list[str]]] | None = None,
+        tenure: Tenure | None = None,
     ) -> None:
         self.timing = timing or Timing()
         self._telegram = telegram
+        self.tenure = tenure = tenure or Tenure()
         quiet_http_logs(token)
-        builder = ApplicationBuilder().token(token).concurrent_updates(True)
+        builder = (
+            ApplicationBuilder()
+            .token(token)
+            .concurrent_updates(True)
+            # every Bot API call first asks whether we still lead (no store round trip)
+            .request(TenuredRequest(tenure, part="the bot", connection_pool_size=256))
+            .get_updates_request(
+                TenuredRequest(tenure, part="the bot's poller", connection_pool_size=1)
+            )
+        )
         if telegram.base_url:
             builder = builder.base_url(telegram.base_url)
         self.app: App = builder.build()
@@ -71,7 +87,9 @@ class Notifier:
             host_endpoints=host_endpoints,
             busy_after=config.notify.busy_after,
         )
-        self.sender = Sender(self.app.bot, self.outbox, store, clock, self.timing.pacing)
+        self.sender = Sender(
+            self.app.bot, self.outbox, store, clock, self.timing.pacing, tenure=tenure
+        )
         self.composer = Composer(
             self.outbox,
             clock,
@@ -96,12 +114,15 @@ class Notifier:
         )
         self.commands.install(self.app)
         self._control = control
+        self._clock = clock
         self.ready = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
         await self.outbox.ensure()
         self._store.on_timeline.append(self.composer.wake)
+        if isinstance(self._store, ResilientStore):
+            self._store.on_outage.append(self._store_outage)
         if self._control is not None:
             self._control.on_ack.append(self.commands.remember_ack)
         self._tasks.append(asyncio.create_task(self.composer.run(), name="notify:composer"))
@@ -121,7 +142,10 @@ class Notifier:
         while True:
             try:
                 await self.commands.register(self.app)
-                await updater.start_polling(timeout=timedelta(seconds=self.timing.poll_timeout))
+                await updater.start_polling(
+                    timeout=timedelta(seconds=self.timing.poll_timeout),
+                    error_callback=polling_failed,
+                )
                 break
             except TelegramError as exc:
                 log.warning("telegram: cannot start polling; retrying", error=str(exc))
@@ -129,6 +153,28 @@ class Notifier:
         await self.app.start()
         self.ready.set()
         log.info("telegram: bot up", chats=len(self._telegram.chat_ids))
+
+    def _store_outage(self, error: str) -> None:
+        """The store stopped (or started again) taking writes: say so in the chats, from
+        memory (`supervisor.record.store.outbox_memory`)."""
+        store = self._store
+        if error:
+            text = (
+                f"⚠️ <b>the store cannot be written</b>: {h(unwritable_cause(error))} "
+                f"({h(error)}). Alerts go on from memory; records are kept in memory and written "
+                "when it returns; repairs wait for it."
+            )
+        else:
+            saved = store.saved if isinstance(store, ResilientStore) else 0
+            text = f"✅ <b>the store takes writes again</b>: {saved} records kept in memory written"
+        task = asyncio.create_task(self._say(Draft(kind="store", text=text)), name="notify:store")
+        self._tasks.append(task)
+
+    async def _say(self, draft: Draft) -> None:
+        await self.outbox.commit(
+            drafts=[draft], chat_ids=self._telegram.chat_ids, states={}, at=self._clock.now()
+        )
+        self.sender.kick()
 
     async def approve(self, endpoint: str, rule: Rule, plan: list[str]) -> bool | None:
         """The Remediator's Approver: Apply/Skip buttons; None when the bot is not up or
@@ -141,6 +187,8 @@ class Notifier:
     async def stop(self) -> None:
         if self.composer.wake in self._store.on_timeline:
             self._store.on_timeline.remove(self.composer.wake)
+        if isinstance(self._store, ResilientStore) and self._store_outage in self._store.on_outage:
+            self._store.on_outage.remove(self._store_outage)
         if self._control is not None and self.commands.remember_ack in self._control.on_ack:
             self._control.on_ack.remove(self.commands.remember_ack)
         await self.sender.finish()  # the message in hand first (a deposed leader's: refused)
@@ -151,7 +199,7 @@ class Notifier:
         if self.ready.is_set():
             updater = self.app.updater
             if updater is not None and updater.running:
-                with suppress(TelegramError):
+                with suppress(TelegramError):  # a deposed leader's last getUpdates: not sent
                     await updater.stop()
             if self.app.running:
                 await self.app.stop()

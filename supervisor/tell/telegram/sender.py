@@ -22,9 +22,11 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, Tele
 
 from supervisor.core.aio import wait_event
 from supervisor.core.clock import Clock
-from supervisor.record.store import Store, TimelineEntry
+from supervisor.core.tenure import Tenure
+from supervisor.record.store import Store, StoreRefusedError, TimelineEntry
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.record.store.outbox import OutboxRow, OutboxStore
+from supervisor.record.store.outbox import OutboxStore
+from supervisor.record.store.records import OutboxRow
 from supervisor.record.timeline import Notification
 from supervisor.tell.telegram.replies import Replies, Reply
 from supervisor.tell.telegram.texts import split
@@ -45,10 +47,13 @@ class Sender:
         clock: Clock,
         pacing: Pacing,
         replies: Replies | None = None,
+        *,
+        tenure: Tenure | None = None,
     ) -> None:
         self.replies = replies if replies is not None else Replies()
         self.replies.on_ready = self.kick
         self._bot = bot
+        self._tenure = tenure or Tenure()
         self._outbox = outbox
         self._store = store
         self._clock = clock
@@ -71,6 +76,8 @@ class Sender:
             await self._run()
         except StaleEpochError as err:
             log.warning("deposed", stops="the sender", refused=str(err))
+        except _DeposedError:
+            pass  # said by the tenure
 
     async def finish(self, within: float = FINISH_WITHIN_S) -> None:
         """Before a stop cancels the sender: no new round starts, and the message in hand is
@@ -136,6 +143,8 @@ class Sender:
         for index in range(reply.sent, len(parts)):
             await self._pace(reply.chat_id)
             last = index == len(parts) - 1
+            if self._tenure.stops("the sender"):  # a deposed leader answers nobody
+                raise _DeposedError
             try:
                 await self._outbox.store.check_fence(f"an answer to {reply.chat_id}")
                 await self._bot.send_message(
@@ -213,8 +222,16 @@ class Sender:
         reply_to = None
         if row.incident_id is not None:
             reply_to = await self._outbox.thread(row.incident_id, row.chat_id)
-        # a deposed leader sends nothing: StaleEpochError (recorded) ends the sender (`run`)
-        await self._outbox.store.check_fence(f"message {row.kind} #{row.id} to {row.chat_id}")
+        # a deposed leader sends nothing: first by its own clock (a leader woken from a freeze
+        # stops here, before any round trip), then by the fence (StaleEpochError, recorded);
+        # either ends the sender (`run`). A store that cannot be reached cannot fence: the
+        # lease held by our clock is what we have, and the message goes (marked)
+        if self._tenure.stops("the sender"):
+            raise _DeposedError
+        with suppress(StoreRefusedError):
+            await self._outbox.store.check_fence(f"message {row.kind} #{row.id} to {row.chat_id}")
+        if self._tenure.stops("the sender"):  # just before the request
+            raise _DeposedError
         message = await self._bot.send_message(
             row.chat_id,
             text,
@@ -252,3 +269,7 @@ class Sender:
 def _seconds(exc: RetryAfter) -> float:
     wait = exc.retry_after
     return wait.total_seconds() if not isinstance(wait, int) else float(wait)
+
+
+class _DeposedError(Exception):
+    """The sender found the lead gone by its own clock (`Tenure.stops` said so)."""

@@ -12,6 +12,7 @@ import structlog
 from supervisor.config import FleetConfig
 from supervisor.control import ControlApi
 from supervisor.core.clock import Clock
+from supervisor.core.tenure import Tenure
 from supervisor.hear.reachability import HostWatcher
 from supervisor.record.store import Store
 from supervisor.repair.report import report
@@ -36,6 +37,7 @@ def make_notifier(
     clock: Clock,
     control: ControlApi | None = None,
     timing: Timing | None = None,
+    tenure: Tenure | None = None,
 ) -> Notifier | None:
     """The daemon's notifier, or None (logged) when Telegram is not configured or has no
     token: the daemon keeps supervising without it."""
@@ -74,4 +76,5 @@ def make_notifier(
         control=control,
         timing=timing,
         diagnose=diagnose,
+        tenure=tenure,
     )

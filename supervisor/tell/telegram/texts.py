@@ -20,8 +20,13 @@ def ago(delta: timedelta) -> str:
     return format_duration(timedelta(seconds=max(0, round(delta.total_seconds()))))
 
 
+def number(incident_id: int) -> str:
+    """`#12`; an incident the store has not taken yet (a placeholder id) has no number."""
+    return f"#{incident_id}" if incident_id >= 0 else "(numbered when the store takes it)"
+
+
 def opened(name: str, state: str, symptom: str, incident_id: int) -> str:
-    return f"🔴 <b>{h(name)}</b> is {h(state)}: {h(symptom)}\nincident #{incident_id}"
+    return f"🔴 <b>{h(name)}</b> is {h(state)}: {h(symptom)}\nincident {number(incident_id)}"
 
 
 def host_opened(host: str, reason: str, endpoints: list[str], incident_id: int) -> str:
@@ -29,7 +34,7 @@ def host_opened(host: str, reason: str, endpoints: list[str], incident_id: int) 
     return (
         f"🔴 host <b>{h(host)}</b> does not answer: {h(reason)}\n"
         f"its endpoints are unreachable until it answers: {h(served)} (no alert per endpoint)\n"
-        f"incident #{incident_id}"
+        f"incident {number(incident_id)}"
     )
 
 
@@ -76,7 +81,7 @@ def busy(name: str, reason: str, lasted: timedelta, incident_id: int) -> str:
     return (
         f"🟡 <b>{h(name)}</b> has been busy for {ago(lasted)}: {h(reason)}\n"
         "not restarted: a saturated server is load, not a fault (add capacity or shed load)\n"
-        f"incident #{incident_id}"
+        f"incident {number(incident_id)}"
     )
 
 
@@ -97,8 +102,8 @@ def flapping(name: str, downs: int, over: timedelta) -> str:
 
 def reminder(name: str, why: str, incident_id: int, waiting: timedelta) -> str:
     return (
-        f"⏰ still needs a person: {h(name)} (incident #{incident_id}, escalated {ago(waiting)} "
-        f"ago): {h(why)}\n/ack {incident_id} stops these reminders"
+        f"⏰ still needs a person: {h(name)} (incident {number(incident_id)}, escalated "
+        f"{ago(waiting)} ago): {h(why)}\n/ack {incident_id} stops these reminders"
     )
 
 

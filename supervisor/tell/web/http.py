@@ -20,8 +20,11 @@ from aiohttp import web
 
 from supervisor.control import door
 from supervisor.control import routes as control_routes
+from supervisor.core.tenure import Tenure
 from supervisor.record.store.doctor import last_doctor_run
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease_view import leader_view, leadership_document
+from supervisor.record.store.resilient import ResilientStore
 from supervisor.tell.web import metrics
 from supervisor.tell.web.leadership import LeadershipCollector
 from supervisor.tell.web.listen import ListenError, parse_listen
@@ -59,15 +62,27 @@ class OpsServer(HttpSite):
         listen: str,
         started_at: datetime,
         control: ControlApi | None = None,
+        tenure: Tenure | None = None,
     ) -> None:
         super().__init__(listen)
         self._daemon = daemon
         self._api = control
         self._started_at = started_at
+        self.tenure = tenure or Tenure()
         self.app = self._build()
 
     def _build(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[errors])
+        tenure = self.tenure
+
+        @web.middleware
+        async def leading(request: web.Request, handler: Handler) -> web.StreamResponse:
+            """A leader woken from a freeze answers nothing from its memory: it no longer
+            leads by its own clock (no store round trip), and follows again in a moment."""
+            if tenure.stops("the http answers"):
+                return text(503, DEPOSED)
+            return await handler(request)
+
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[errors, leading])
         plain: dict[str, Handler] = {
             "/metrics": self._metrics,
             "/healthz": self._healthz,
@@ -76,7 +91,7 @@ class OpsServer(HttpSite):
         for path, handler in plain.items():
             app.router.add_route("*", path, get_only(handler))
         app.router.add_route("*", control_routes.PREFIX + "{name}", self.control)
-        mount_page(app, self._daemon, control=self._api, started_at=self._started_at)
+        mount_page(app, self._daemon, control=self._api, started_at=self._started_at, tenure=tenure)
         app.router.add_route("*", "/{tail:.*}", not_found)
         return app
 
@@ -111,10 +126,23 @@ class OpsServer(HttpSite):
         return response
 
     async def _status(self, request: web.Request) -> web.Response:
+        store = self._daemon.store
         document = status_document(await gather(self._daemon, self._started_at))
-        document["leadership"] = leadership_document(await leader_view(self._daemon.store))
-        document["role"] = "leader"  # [leadership] a follower's says `follower`
-        doctor = await last_doctor_run(self._daemon.store)
+        leadership = leadership_document(await leader_view(store))
+        # [leadership] `role` is the same fact as `leading`: we hold the lease by our own clock
+        # (no store round trip; while the store cannot be written too) and the stored lease's
+        # epoch is still ours (or the daemon runs unfenced). A deposed leader answers 503
+        ours = store.fence_epoch is None or leadership["epoch"] == store.fence_epoch
+        if not (self.tenure.holds() and ours):
+            return text(503, DEPOSED)
+        leadership["leading"] = True
+        document["leadership"] = leadership
+        document["role"] = "leader"
+        document["store"] = store_document(store)
+        try:
+            doctor = await last_doctor_run(store)
+        except StoreError:  # the store cannot be read now: `store` above says why
+            doctor = None
         document["doctor"] = None if doctor is None else doctor.as_status()
         return web.Response(text=json.dumps(document, indent=2), content_type="application/json")
 
@@ -123,11 +151,24 @@ class OpsServer(HttpSite):
         return text(503, f"unhealthy: {reason}") if reason else text(200, "ok")
 
 
+DEPOSED = "unavailable: this instance no longer leads (its lease ran out); it follows again"
+
+
+def store_document(store: object) -> dict[str, object]:
+    """The `store` part of `/status`: whether it takes writes, and if not why and what waits."""
+    if not isinstance(store, ResilientStore) or not store.outage:
+        return {"writable": True, "problem": None, "queued": 0}
+    return {"writable": False, "problem": store.problem(), "queued": store.queued}
+
+
 async def health_problem(daemon: Daemon) -> str:
-    """'' when the daemon is healthy, else why not: its store does not answer, or a worker died.
+    """'' when the daemon is healthy, else why not: its store cannot be written or does not
+    answer, or a worker died.
 
     (That the event loop answers is shown by this running at all: a hung loop answers nothing.)"""
     store = daemon.store
+    if isinstance(store, ResilientStore) and store.outage:
+        return store.problem()
     try:
         async with asyncio.timeout(STORE_DEADLINE):
             await store.snapshots()

@@ -33,6 +33,7 @@ from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
 from supervisor.control.tables import ControlStore
 from supervisor.core.durations import DurationError, parse_duration
+from supervisor.core.tenure import Tenure
 from supervisor.core.timefmt import stamp
 from supervisor.record.availability import Repair, availability, days, repairs
 from supervisor.record.store import SubjectKind
@@ -404,13 +405,21 @@ def mount_page(
     started_at: datetime,
     follows: Callable[[], str] | None = None,
     reads: ControlReads | None = None,
+    tenure: Tenure | None = None,
 ) -> Page:
     """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
     follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
     http = daemon.config.http
     gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
     page = Page(
-        daemon, control, started_at, gate, Feed(daemon.store), environment(), follows, reads
+        daemon,
+        control,
+        started_at,
+        gate,
+        Feed(daemon.store, tenure),
+        environment(),
+        follows,
+        reads,
     )
 
     async def on_startup(_: web.Application) -> None:

@@ -13,6 +13,7 @@ from contextlib import suppress
 import structlog
 from aiohttp import web
 
+from supervisor.core.tenure import Tenure
 from supervisor.record.store import Store, StoreError, TimelineRow
 from supervisor.tell.web.page.reads import entries_after, last_entry_id
 
@@ -24,8 +25,10 @@ TICK_S = 5.0
 class Feed:
     """Wakes every open stream when the store commits a timeline entry."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, tenure: Tenure | None = None) -> None:
         self._store = store
+        #: a leader's streams end the moment it no longer leads by its own clock
+        self._tenure = tenure or Tenure()
         self._waiting: set[asyncio.Event] = set()
         self._hooked = False
 
@@ -56,7 +59,7 @@ class Feed:
         self._waiting.add(event)
         try:
             await response.write(b"retry: 2000\n\n")
-            while self._hooked:
+            while self._hooked and not self._tenure.stops("the page's event streams"):
                 for row in await entries_after(self._store, after):
                     await response.write(frame(row))
                     after = row.id
@@ -65,6 +68,8 @@ class Feed:
                         await event.wait()
                         event.clear()
                         continue
+                if self._tenure.stops("the page's event streams"):
+                    break
                 await response.write(b"event: tick\ndata: {}\n\n")
         except ConnectionError:
             pass  # the browser went away
