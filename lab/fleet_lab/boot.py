@@ -158,7 +158,7 @@ exec /lib/systemd/systemd --system --unit=lab.target
 
 
 #: The host's own, empty folders that would hide what the machine has at the same path.
-PRIVATE = ("/tmp",)
+PRIVATE = ("/tmp",)  # noqa: S108 (a path compared, never written)
 
 #: The packages whose code runs inside the hosts (the launch scripts, the launchctl stand-in).
 _PACKAGES = ("fleet_lab", "supervisor")
