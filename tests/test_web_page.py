@@ -22,7 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from fleet_lab.vllm_sim.server import VllmSim
-from tests.browser import chromium, missing, wait_for
+from tests.browser import chromium, missing
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
 
@@ -140,89 +140,122 @@ def _cli(config: Path, *argv: str) -> str:
     return done.stdout
 
 
+#: Before the page's own script: the stream's 5 s `tick` never reaches the page, so only the live
+#: path (a `timeline` event per committed entry) can refresh it.
+WITHOUT_TICKS = """
+const listen = EventSource.prototype.addEventListener;
+EventSource.prototype.addEventListener = function (type, ...rest) {
+  if (type !== "tick") return listen.call(this, type, ...rest);
+};
+"""
+
+
 async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repair(
     fleet: Fleet, tmp_path: Path, sim_factory: SimFactory
 ) -> None:
     shots = _shots(tmp_path)
-    with chromium() as driver:
-        await asyncio.to_thread(driver.get, fleet.url + "/")
-        assert _state(driver, "llm") == ("healthy", "row-good")
-        wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "● live")
-        driver.execute_script("window.notReloaded = true")
+    async with chromium() as browser:
+        await browser(
+            lambda d: d.execute_cdp_cmd(
+                "Page.addScriptToEvaluateOnNewDocument", {"source": WITHOUT_TICKS}
+            )
+        )
+        await browser.get(fleet.url + "/")
+        assert await browser(lambda d: _state(d, "llm")) == ("healthy", "row-good")
+        await browser.wait(lambda d: d.find_element(By.ID, "live").text == "● live")
+        await browser(lambda d: d.execute_script("window.notReloaded = true"))
 
         await fleet.sim.stop()  # the fault: the server is gone, connections are refused
-        state, incident = await asyncio.to_thread(wait_for, driver, _red)
+        red = await browser.wait(_red)
+        assert red is not None
+        state, incident = red
         assert state in ("down", "remediating", "verifying")
-        assert driver.execute_script("return window.notReloaded") is True  # live, no reload
-        driver.save_screenshot(str(shots / "board.png"))
+        # live, no reload
+        assert await browser(lambda d: d.execute_script("return window.notReloaded")) is True
+        await browser(lambda d: d.save_screenshot(str(shots / "board.png")))
 
-        await asyncio.to_thread(driver.get, incident)
-        await asyncio.to_thread(wait_for, driver, lambda d: _texts(d, "li[data-type=step]"))
-        assert _texts(driver, "li[data-type=step] .head")[0].endswith("step 1 shell on forge: ok")
-        assert _texts(driver, "li[data-type=step] .command .exit") == ["exit 0"]
-        assert _texts(driver, "li[data-type=step] .command pre") == ["restarting llm\nunit started"]
-        assert _texts(driver, "li[data-type=diagnosis] .head")[0].endswith(
-            "diagnosis: restart-llm — the server refuses connections"
-        )
-        assert "connection refused" in _texts(driver, "li[data-type=diagnosis] dl")[0]
+        await browser.get(incident)
+        await browser.wait(lambda d: _texts(d, "li[data-type=step]"))
+        heads = await browser(lambda d: _texts(d, "li[data-type=step] .head"))
+        assert heads[0].endswith("step 1 shell on forge: ok")
+        assert await browser(lambda d: _texts(d, "li[data-type=step] .command .exit")) == ["exit 0"]
+        assert await browser(lambda d: _texts(d, "li[data-type=step] .command pre")) == [
+            "restarting llm\nunit started"
+        ]
+        diagnosis = await browser(lambda d: _texts(d, "li[data-type=diagnosis] .head"))
+        assert diagnosis[0].endswith("diagnosis: restart-llm — the server refuses connections")
+        facts = await browser(lambda d: _texts(d, "li[data-type=diagnosis] dl"))
+        assert "connection refused" in facts[0]
 
         fleet.sim = await sim_factory(port=fleet.sim_port)  # the repair "worked"
-        await asyncio.to_thread(
-            wait_for, driver, lambda d: _texts(d, "li[data-type=verification]"), within=30
-        )
-        heads = [h.split(" ", 2)[-1] for h in _texts(driver, "li[data-type=transition] .head")]
-        assert [h.split(":")[0] for h in heads][-3:] == [
+        await browser.wait(lambda d: _texts(d, "li[data-type=verification]"), within=30)
+        heads = await browser(lambda d: _texts(d, "li[data-type=transition] .head"))
+        assert [h.split(" ", 2)[-1].split(":")[0] for h in heads][-3:] == [
             "down → remediating",
             "remediating → verifying",
             "verifying → healthy",
         ]
-        height = driver.execute_script("return document.documentElement.scrollHeight")
-        driver.set_window_size(1280, min(int(height), 3000))
-        driver.save_screenshot(str(shots / "incident.png"))
+        await browser(lambda d: _full_page_shot(d, shots / "incident.png"))
 
-        await asyncio.to_thread(driver.get, fleet.url + "/")
-        wait_for(driver, lambda d: _state(d, "llm")[0] == "healthy")
+        await browser.get(fleet.url + "/")
+        await browser.wait(lambda d: _state(d, "llm")[0] == "healthy")
+
+
+def _full_page_shot(driver: WebDriver, path: Path) -> None:
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, min(int(height), 3000))
+    driver.save_screenshot(str(path))
+
+
+def _sign_in(driver: WebDriver, url: str, who: str, token: str) -> None:
+    driver.get(url + "/login")
+    driver.find_element(By.NAME, "who").send_keys(who)
+    driver.find_element(By.NAME, "token").send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "form.stack button").click()
+
+
+def _silence_from_the_form(driver: WebDriver, url: str) -> None:
+    driver.get(url + "/endpoints/llm")
+    form = driver.find_element(By.CSS_SELECTOR, "form[data-action=silence]")
+    duration = form.find_element(By.NAME, "for")
+    duration.clear()
+    duration.send_keys("2h")
+    form.find_element(By.NAME, "why").send_keys("swapping a disk")
+    form.find_element(By.TAG_NAME, "button").click()
+
+
+def _journal(driver: WebDriver) -> list[list[str]]:
+    """The endpoint's journal: each row's cells."""
+    rows = driver.find_elements(By.CSS_SELECTOR, "#endpoint-journal tbody tr")
+    return [[c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in rows]
 
 
 async def test_a_silence_from_the_page_is_journaled_and_in_status(fleet: Fleet) -> None:
-    with chromium() as driver:
-        await asyncio.to_thread(driver.get, fleet.url + "/login")
-        driver.find_element(By.NAME, "who").send_keys("alice")
-        driver.find_element(By.NAME, "token").send_keys(TOKEN)
-        await asyncio.to_thread(driver.find_element(By.CSS_SELECTOR, "form.stack button").click)
-        wait_for(
-            driver, lambda d: "signed in as alice" in d.find_element(By.TAG_NAME, "header").text
+    async with chromium() as browser:
+        await browser(lambda d: _sign_in(d, fleet.url, "alice", TOKEN))
+        await browser.wait(
+            lambda d: "signed in as alice" in d.find_element(By.TAG_NAME, "header").text
         )
 
-        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
-        restart = driver.find_element(By.CSS_SELECTOR, "form[data-action=restart] button")
-        restart.click()  # the page asks first
-        alert = wait_for(driver, lambda d: d.switch_to.alert)
-        assert alert.text == "Restart llm now?"
-        await asyncio.to_thread(alert.accept)
-        answer = wait_for(driver, lambda d: d.find_element(By.ID, "answer")).text
+        await browser.get(fleet.url + "/endpoints/llm")
+        # the page asks first
+        await browser(
+            lambda d: d.find_element(By.CSS_SELECTOR, "form[data-action=restart] button").click()
+        )
+        alert = await browser.wait(lambda d: d.switch_to.alert)
+        assert await browser(lambda d: alert.text) == "Restart llm now?"
+        await browser(lambda d: alert.accept())
+        answer = await browser.wait(lambda d: d.find_element(By.ID, "answer").text)
         assert answer == "not restarting llm: it has no units to restart"
 
-        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
-        form = driver.find_element(By.CSS_SELECTOR, "form[data-action=silence]")
-        duration = form.find_element(By.NAME, "for")
-        duration.clear()
-        duration.send_keys("2h")
-        form.find_element(By.NAME, "why").send_keys("swapping a disk")
-        await asyncio.to_thread(form.find_element(By.TAG_NAME, "button").click)
-        answer = wait_for(driver, lambda d: d.find_element(By.ID, "answer")).text
+        await browser(lambda d: _silence_from_the_form(d, fleet.url))
+        answer = await browser.wait(lambda d: d.find_element(By.ID, "answer").text)
         assert answer == "silenced llm for 2h: nothing is acted on until then"
 
-        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
-        cells = [
-            c.text
-            for c in driver.find_elements(By.CSS_SELECTOR, "#endpoint-journal tbody tr")[
-                0
-            ].find_elements(By.TAG_NAME, "td")
-        ][1:6]
-        assert cells == ["silence", "llm", "alice", "web", "swapping a disk"]
-        rows = driver.find_elements(By.CSS_SELECTOR, "#endpoint-journal tbody tr")
-        assert rows[1].find_elements(By.TAG_NAME, "td")[1].text == "restart"
+        await browser.get(fleet.url + "/endpoints/llm")
+        journal = await browser(_journal)
+        assert journal[0][1:6] == ["silence", "llm", "alice", "web", "swapping a disk"]
+        assert journal[1][1] == "restart"
 
     status = json.loads(await asyncio.to_thread(_cli, fleet.config, "status", "--json"))
     states = {e["name"]: e["state"] for e in status["endpoints"]}
@@ -232,28 +265,27 @@ async def test_a_silence_from_the_page_is_journaled_and_in_status(fleet: Fleet) 
     assert listing.rstrip().endswith("by alice: swapping a disk")
 
 
+FORGED_SILENCE = """
+const f = document.createElement("form");
+f.method = "post"; f.action = "/actions/silence";
+for (const [k, v] of [["target", "llm"], ["for", "2h"], ["csrf", "guess"]]) {
+  const i = document.createElement("input"); i.name = k; i.value = v; f.append(i);
+}
+document.body.append(f); f.submit();
+"""
+
+
 async def test_actions_without_the_token_are_refused(fleet: Fleet) -> None:
-    with chromium() as driver:
-        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
-        assert driver.find_elements(By.CSS_SELECTOR, "form.act") == []  # no forms to click
-        driver.execute_script(
-            """
-            const f = document.createElement("form");
-            f.method = "post"; f.action = "/actions/silence";
-            for (const [k, v] of [["target", "llm"], ["for", "2h"], ["csrf", "guess"]]) {
-              const i = document.createElement("input"); i.name = k; i.value = v; f.append(i);
-            }
-            document.body.append(f); f.submit();
-            """
-        )
-        answer = wait_for(driver, lambda d: d.find_elements(By.ID, "answer"))[0].text
+    async with chromium() as browser:
+        await browser.get(fleet.url + "/endpoints/llm")
+        # no forms to click
+        assert await browser(lambda d: d.find_elements(By.CSS_SELECTOR, "form.act")) == []
+        await browser(lambda d: d.execute_script(FORGED_SILENCE))
+        answer = await browser.wait(lambda d: d.find_elements(By.ID, "answer")[0].text)
         assert answer == "refused: sign in with the token first: nothing was done"
 
-        await asyncio.to_thread(driver.get, fleet.url + "/login")
-        driver.find_element(By.NAME, "who").send_keys("mallory")
-        driver.find_element(By.NAME, "token").send_keys("not-the-token")
-        await asyncio.to_thread(driver.find_element(By.CSS_SELECTOR, "form.stack button").click)
-        problem = wait_for(driver, lambda d: d.find_elements(By.ID, "problem"))[0].text
+        await browser(lambda d: _sign_in(d, fleet.url, "mallory", "not-the-token"))
+        problem = await browser.wait(lambda d: d.find_elements(By.ID, "problem")[0].text)
         assert problem == "wrong token: nothing was done"
 
     async with httpx.AsyncClient(base_url=fleet.url) as client:
