@@ -96,24 +96,6 @@ def sudo_refused() -> str | None:
     return None if ran.returncode == 0 else "needs sudo -n: sudo asks this user for a password"
 
 
-#: What must stay serial when the suite runs on several workers (pytest-xdist, `--dist
-#: loadgroup`): each group runs on one worker, one test after another. The lab boots real hosts
-#: on fixed addresses (its install spec included); the deploy spec adds and removes a system user
-#: and a sudoers file.
-SERIAL = {"tests/lab/": "lab", "tests/test_ops_deploy.py": "deploy"}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    root = Path(__file__).resolve().parent.parent
-    for item in items:
-        where = item.path.relative_to(root).as_posix()
-        group = next((g for prefix, g in SERIAL.items() if where.startswith(prefix)), None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A spec marked `sudo` skips, with its one reason, where `sudo -n` cannot run commands."""
     if item.get_closest_marker("sudo") is not None and (why := sudo_refused()) is not None:
