@@ -3,8 +3,10 @@ line the run ends with when it skipped something (`tests.skips`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Protocol
@@ -80,6 +82,24 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
     server.start()
     yield server
     server.stop()
+
+
+@functools.cache
+def sudo_refused() -> str | None:
+    """Why `sudo -n` cannot run commands here (None when it can: root, or passwordless sudo)."""
+    if os.geteuid() == 0:
+        return None
+    try:
+        ran = subprocess.run(["sudo", "-n", "true"], capture_output=True, check=False, timeout=10)
+    except FileNotFoundError:
+        return "needs sudo -n: sudo is not installed"
+    return None if ran.returncode == 0 else "needs sudo -n: sudo asks this user for a password"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A spec marked `sudo` skips, with its one reason, where `sudo -n` cannot run commands."""
+    if item.get_closest_marker("sudo") is not None and (why := sudo_refused()) is not None:
+        pytest.skip(why)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

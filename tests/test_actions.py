@@ -351,6 +351,7 @@ async def test_stop_and_start_plans_over_the_pair() -> None:
     assert len(plan(starting)) == 4
 
 
+@pytest.mark.sudo
 async def test_restart_runs_in_order_and_stops_at_the_first_failure(
     systemctl: Systemctl,
 ) -> None:
@@ -394,6 +395,7 @@ async def test_restart_runs_in_order_and_stops_at_the_first_failure(
     assert systemctl.calls()[-1] == "[start][vllm-ds4-worker.service]"  # the head never started
 
 
+@pytest.mark.sudo
 async def test_a_unit_name_is_one_quoted_argument(systemctl: Systemctl) -> None:
     evil = UnitRef(host="forge", unit="x; rm -rf /")
     executor = dry()
@@ -421,6 +423,7 @@ async def test_units_without_any_unit_to_act_on() -> None:
 DROPIN = "[Service]\nExecStart=\nExecStart=/usr/bin/docker exec vllm_ds4 bash /w/head.sh\n"
 
 
+@pytest.mark.sudo
 async def test_execstart_dropin_is_written_then_reload_failure_is_reported(
     tmp_path: Path, systemctl: Systemctl
 ) -> None:
@@ -525,6 +528,7 @@ def shm(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.sudo
 async def test_drop_page_cache_for_real(tmp_path: Path, shm: Path) -> None:
     outcome = await act(
         "drop_page_cache",
@@ -564,6 +568,7 @@ async def test_drop_page_cache_plan_lists_what_it_would_remove(tmp_path: Path, s
     assert len(names(shm)) == 5
 
 
+@pytest.mark.sudo
 async def test_drop_page_cache_with_nothing_in_shm_and_a_failing_write(tmp_path: Path) -> None:
     missing = tmp_path / "no" / "drop_caches"
     outcome = await act(
@@ -674,6 +679,7 @@ def label(started: Started) -> str:
     return f"{started.pid} ({shorten(started.args)})"
 
 
+@pytest.mark.sudo
 async def test_kill_processes_kills_only_what_matches(spawn: Spawner) -> None:
     first = await spawn.sleeper("VLLM::Worker_TP0")
     second = await spawn.sleeper("VLLM::Worker_TP1")
@@ -693,6 +699,7 @@ async def test_kill_processes_kills_only_what_matches(spawn: Spawner) -> None:
     ]
 
 
+@pytest.mark.sudo
 async def test_kill_processes_term_then_kill_after_grace(spawn: Spawner) -> None:
     polite = await spawn.sleeper("VLLM::EngineCore_A")
     stubborn = await spawn.sleeper("VLLM::EngineCore_B", ignore_term=True)
@@ -762,6 +769,7 @@ async def test_kill_processes_plan_lists_the_pids(spawn: Spawner) -> None:
     assert running(worker)
 
 
+@pytest.mark.sudo
 async def test_kill_processes_only_listening_on_a_port(spawn: Spawner) -> None:
     port = free_port()
     listening = await spawn.listener("VLLM::Worker_TP0", port)
@@ -792,6 +800,7 @@ async def test_kill_processes_only_listening_on_a_port(spawn: Spawner) -> None:
     )
 
 
+@pytest.mark.sudo
 async def test_kill_processes_refuses_a_port_held_by_something_else(spawn: Spawner) -> None:
     port = free_port()
     nginx = await spawn.listener("nginx: master process", port)
@@ -914,6 +923,7 @@ async def _dedupe(
     )
 
 
+@pytest.mark.sudo
 async def test_dedupe_block_removes_the_pasted_copy(tmp_path: Path) -> None:
     path = _mxfp4(tmp_path, TWICE_MXFP4)
     outcome = await _dedupe(LocalExecutor(), path)
@@ -933,6 +943,7 @@ async def test_dedupe_block_removes_the_pasted_copy(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.sudo
 async def test_dedupe_block_with_the_right_count_changes_nothing(tmp_path: Path) -> None:
     path = _mxfp4(tmp_path, GOOD_MXFP4)
     outcome = await _dedupe(LocalExecutor(), path)
@@ -944,6 +955,7 @@ async def test_dedupe_block_with_the_right_count_changes_nothing(tmp_path: Path)
     assert not backup(path).exists()
 
 
+@pytest.mark.sudo
 async def test_dedupe_block_restores_a_file_that_does_not_compile(tmp_path: Path) -> None:
     broken = THRICE_MXFP4 + "\ndef broken(:\n    pass\n"
     path = _mxfp4(tmp_path, broken)
@@ -959,6 +971,7 @@ async def test_dedupe_block_restores_a_file_that_does_not_compile(tmp_path: Path
     assert [c for _, c in ran(outcome)][-1] == f"cp -p {path}.bak {path}"
 
 
+@pytest.mark.sudo
 async def test_dedupe_block_refuses_what_exact_duplicates_cannot_fix(tmp_path: Path) -> None:
     text = GOOD_MXFP4 + "\n\ndef again():\n    torch.cuda.empty_cache()\n"
     path = _mxfp4(tmp_path, text)
@@ -972,6 +985,7 @@ async def test_dedupe_block_refuses_what_exact_duplicates_cannot_fix(tmp_path: P
     assert len(outcome.commands) == 1
 
 
+@pytest.mark.sudo
 async def test_dedupe_block_plan_reads_but_does_not_write(tmp_path: Path) -> None:
     path = _mxfp4(tmp_path, TWICE_MXFP4)
     executor = dry()

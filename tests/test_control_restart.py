@@ -66,6 +66,7 @@ def _state(worker: EndpointWorker) -> State:
     return worker.state
 
 
+@pytest.mark.sudo
 async def test_a_restart_records_what_an_automatic_repair_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

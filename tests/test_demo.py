@@ -6,14 +6,14 @@ tests/lab/test_demo_lab.py; here the loopback one.)"""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 
 import pytest
 
+from tests.nobody import as_someone_else
+
 pytestmark = pytest.mark.slow
 
-NOBODY = 65534
 FALLBACK = (
     "the lab demo needs root on Linux (the lab needs root: it mounts filesystems and starts "
     "systemd): running the loopback demo instead"
@@ -28,16 +28,9 @@ ENDING = [
 ]
 
 
-def _as_someone_else() -> list[str]:
-    """As root: run as nobody (the demo must not need root); otherwise as we are."""
-    if os.geteuid() != 0:
-        return []
-    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-
-
 async def test_without_root_it_says_so_in_one_line_then_runs_the_loopback_demo() -> None:
     proc = await asyncio.create_subprocess_exec(
-        *_as_someone_else(),
+        *as_someone_else()[0],  # the demo must not need root
         sys.executable,
         "-m",
         "supervisor",

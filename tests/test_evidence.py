@@ -852,6 +852,7 @@ def own_command_line() -> str:
 needs_ss = pytest.mark.skipif(shutil.which("ss") is None, reason="ss (iproute2) is not installed")
 
 
+@pytest.mark.sudo
 @needs_ss
 async def test_listeners_finds_a_real_socket_and_its_owner(collect: Collect) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
@@ -867,6 +868,7 @@ async def test_listeners_finds_a_real_socket_and_its_owner(collect: Collect) -> 
     }
 
 
+@pytest.mark.sudo
 @needs_ss
 async def test_listeners_counts_ipv4_and_ipv6_sockets_of_one_owner(collect: Collect) -> None:
     with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as six:
@@ -883,6 +885,7 @@ async def test_listeners_counts_ipv4_and_ipv6_sockets_of_one_owner(collect: Coll
     assert (evidence.facts["count"], evidence.facts["pids"]) == (2, (os.getpid(),))
 
 
+@pytest.mark.sudo
 @needs_ss
 async def test_listeners_on_a_free_port(collect: Collect) -> None:
     evidence = await collect("listeners", {"port": free_port()}, scope=local_scope())
@@ -1061,6 +1064,7 @@ def container_scope(container: str) -> Scope:
     return local_scope(UnitRef(host="forge", unit="vllm-ds4-head.service", container=container))
 
 
+@pytest.mark.sudo
 @pytest.mark.parametrize(("file", "count"), [("none.py", 0), ("two.py", 2), ("three.py", 3)])
 async def test_grep_count_inside_the_container(
     collect: Collect, files: Path, docker: Path, file: str, count: int
@@ -1072,6 +1076,7 @@ async def test_grep_count_inside_the_container(
     assert evidence.commands[0].command.startswith("docker exec vllm_ds4 grep -c -F -e empty_cache")
 
 
+@pytest.mark.sudo
 @pytest.mark.parametrize("name", ["path_exists", "grep_count", "file_text"])
 async def test_a_stopped_container_is_an_error_not_a_missing_file(
     collect: Collect, files: Path, docker: Path, name: str
@@ -1087,6 +1092,7 @@ async def test_a_stopped_container_is_an_error_not_a_missing_file(
     assert (evidence.error, dict(evidence.facts)) == (expected, {})
 
 
+@pytest.mark.sudo
 async def test_path_exists_inside_the_container(
     collect: Collect, files: Path, docker: Path
 ) -> None:

@@ -182,6 +182,29 @@ async def test_a_removed_endpoint_stops_and_is_no_longer_listed(
         await daemon.stop()
 
 
+async def test_a_removed_endpoint_s_own_http_client_is_closed(
+    tmp_path: Path, sim_factory: SimFactory
+) -> None:
+    """The daemon's real probe clients (no counting prober): one per endpoint, each keeping its
+    connection alive; a reload that removes `a` closes a's client (the sim sees its connection
+    end), and b's stays open."""
+    a, b = await sim_factory(), await sim_factory()
+    path = write_fleet(tmp_path, {"a": _openai(a.url), "b": _openai(b.url)})
+    daemon = Supervisor(load_config(path))
+    await daemon.start()
+    try:
+        await eventually(lambda: _state(daemon, "a") is State.HEALTHY, what="a healthy")
+        await eventually(lambda: a.connections >= 1 and b.connections >= 1, what="kept alive")
+        _rewrite(path, {"a": None})
+        assert (await reload_from_file(daemon)).changes == ("endpoint a removed",)
+        await eventually(lambda: a.connections == 0, within=2, what="a's client closed")
+        seen_b = b.requests["/health"]
+        await eventually(lambda: b.requests["/health"] > seen_b, what="b probed")
+        assert b.connections >= 1
+    finally:
+        await daemon.stop()
+
+
 BAD = [
     pytest.param(
         {"a": _openai("http://127.0.0.1:9", probe={"timeout": "soon"})},

@@ -20,9 +20,10 @@ from supervisor.control import Actor, Via
 from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import EntryKind
+from supervisor.record.timeline import Decision, Outcome
 from supervisor.repair.guards import HostLocks
 from supervisor.worker.endpoint import EndpointWorker
-from tests.conftest import free_port
+from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, write_fleet
 from tests.sshd import Sshd
 
@@ -544,3 +545,142 @@ async def test_a_broken_rule_file_beside_a_good_one_never_stops_the_daemon(tmp_p
     finally:
         await daemon.stop()
     assert [a.rule_id for a in attempts] == ["always", "always"]
+
+
+HOLD = """\
+id: hold-{name}
+title: a repair that holds its hosts until the test lets it go
+severity: critical
+applies_to: {{endpoints: [{name}], states: [down]}}
+when: {{all: [{{fact: probe.reason, op: eq, value: connection refused}}]}}
+actions:
+  - action: shell
+    on: host
+    params: {{argv: [sh, -c, 'until [ -e "$0" ]; do sleep 0.02; done', "{gate}"]}}
+verify: {{within: 30s}}
+mode: auto
+"""
+
+
+def _let_go(gate: Path) -> None:
+    """The held repair's step ends (on each of its hosts): its gate file is there."""
+    gate.touch()
+
+
+async def _decisions(daemon: Supervisor, name: str) -> list[Decision]:
+    assert daemon.store is not None
+    found = await daemon.store.incidents(subject=name)
+    rows = await daemon.store.timeline(found[0].id) if found else []
+    return [r.record for r in rows if isinstance(r.record, Decision)]
+
+
+async def test_a_pair_repair_holds_both_its_hosts_and_a_repair_on_either_waits_for_it(
+    tmp_path: Path, sim_factory: SimFactory
+) -> None:
+    """The runner takes the hosts' locks: `pair` (units on spark1 and spark2) repairs first and
+    holds both; `single` on spark2 goes down meanwhile, records that spark2 is busy with `pair`
+    (the `hosts_busy` decision) and starts only once the pair's repair let go."""
+    playbook = tmp_path / "playbooks"
+    pair_gate, single_gate = tmp_path / "pair.go", tmp_path / "single.go"
+    _rule(playbook, "pair", HOLD.format(name="pair", gate=pair_gate))
+    _rule(playbook, "single", HOLD.format(name="single", gate=single_gate))
+    single_sim = await sim_factory(model="m")
+    units = {
+        "pair": [
+            {"host": "spark1", "unit": "vllm-pair-head.service"},
+            {"host": "spark2", "unit": "vllm-pair-worker.service"},
+        ],
+        "single": [{"host": "spark2", "unit": "vllm-single.service"}],
+    }
+    urls = {"pair": f"http://127.0.0.1:{free_port()}", "single": single_sim.url}
+    config = write_fleet(
+        tmp_path,
+        {
+            name: {"kind": "openai", "url": urls[name], "model": "m", "units": units[name]}
+            for name in ("pair", "single")
+        },
+        hosts={"spark1": {"local": True}, "spark2": {"local": True}},
+        remediation={"verify_every": "100ms"},
+        playbook=str(playbook),
+    )
+    daemon = Supervisor(load_config(config))
+    await daemon.start()
+    pair, single = daemon.workers["pair"], daemon.workers["single"]
+    try:
+        await eventually(lambda: _state(pair) is State.REMEDIATING, within=20, what="pair")
+        assert daemon.remediator is not None
+        assert daemon.remediator.locks.busy(["spark1", "spark2"]) == {
+            "spark1": "pair",
+            "spark2": "pair",
+        }
+        await single_sim.stop()
+        busy = Decision(outcome=Outcome.HOSTS_BUSY, holders={"spark2": "pair"})
+        await eventually(
+            lambda: _has(daemon, "single", busy), within=20, what="single waits for spark2"
+        )
+        assert _state(single) is State.DOWN  # waiting for the lock, not repairing
+        _let_go(pair_gate)
+        await eventually(lambda: _state(single) is State.REMEDIATING, within=20, what="single")
+        assert daemon.remediator.locks.busy(["spark1", "spark2"]) == {"spark2": "single"}
+        _let_go(single_gate)
+    finally:
+        await daemon.stop()
+    assert busy not in await _decisions(daemon, "pair")
+
+
+async def _has(daemon: Supervisor, name: str, decision: Decision) -> bool:
+    return decision in await _decisions(daemon, name)
+
+
+async def test_a_persons_restart_is_refused_while_a_repair_runs_and_once_the_budget_is_spent(
+    tmp_path: Path, sim_factory: SimFactory
+) -> None:
+    playbook = tmp_path / "playbooks"
+    gate = tmp_path / "repair.go"
+    _rule(playbook, "hold", HOLD.format(name="down", gate=gate))
+    sim = await sim_factory(model="m")
+    config = write_fleet(
+        tmp_path,
+        {
+            "down": {
+                "kind": "openai",
+                "url": f"http://127.0.0.1:{free_port()}",
+                "model": "m",
+                "units": [{"host": "forge", "unit": "vllm-down.service"}],
+            },
+            "spent": {
+                "kind": "openai",
+                "url": sim.url,
+                "model": "m",
+                "units": [{"host": "forge", "unit": "vllm-spent.service"}],
+            },
+        },
+        remediation={"verify_every": "100ms", "max_attempts": 1, "window": "1h"},
+        playbook=str(playbook),
+    )
+    daemon = Supervisor(load_config(config))
+    await daemon.start()
+    down, spent = daemon.workers["down"], daemon.workers["spent"]
+    remediator, store = daemon.remediator, daemon.store
+    assert remediator is not None
+    assert store is not None
+    try:
+        await eventually(lambda: _state(down) is State.REMEDIATING, within=20, what="a repair")
+        assert await remediator.request_restart(down, who="alice") == (
+            "not restarting down: a repair is running"
+        )
+        _let_go(gate)
+        # an automatic repair of `spent` an hour ago spent its endpoint's budget
+        await eventually(lambda: _state(spent) is State.HEALTHY, within=20, what="healthy")
+        await store.start_attempt(
+            endpoint="spent", rule_id="some-rule", incident_id=None, at=daemon.clock.now()
+        )
+        assert await remediator.request_restart(spent, who="alice") == (
+            "not restarting spent: budget spent: 1 of 1 repairs of spent in 1h"
+        )
+    finally:
+        await daemon.stop()
+    refused = [d for d in await _decisions(daemon, "down") if d.outcome is Outcome.RESTART_REFUSED]
+    assert refused == [
+        Decision(outcome=Outcome.RESTART_REFUSED, actor="alice", why="a repair is running")
+    ]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.nobody import as_someone_else
 from tests.skips import skip_line
 
 ROOT = Path(__file__).resolve().parent.parent
-NOBODY = 65534
 
 
 @pytest.mark.parametrize(
@@ -36,8 +36,7 @@ def test_the_skip_line(reasons: list[str], uid: int, line: str | None) -> None:
 @pytest.mark.slow
 def test_as_a_user_other_than_root_the_lab_skips_and_the_run_says_why_in_one_line() -> None:
     """The lab package and the installer specs, run as nobody (as we are, when not root)."""
-    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    prefix, uid = (as_nobody, NOBODY) if os.geteuid() == 0 else ([], os.geteuid())
+    prefix, uid = as_someone_else()
     result = subprocess.run(
         [
             *prefix,

@@ -147,11 +147,22 @@ def _cli(config: Path, *argv: str) -> str:
     return done.stdout
 
 
+#: Before the page's own script: the stream's 5 s `tick` never reaches the page, so only the live
+#: path (a `timeline` event per committed entry) can refresh it.
+WITHOUT_TICKS = """
+const listen = EventSource.prototype.addEventListener;
+EventSource.prototype.addEventListener = function (type, ...rest) {
+  if (type !== "tick") return listen.call(this, type, ...rest);
+};
+"""
+
+
 async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repair(
     fleet: Fleet, tmp_path: Path, sim_factory: SimFactory
 ) -> None:
     shots = _shots(tmp_path)
     with chromium() as driver:
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WITHOUT_TICKS})
         await asyncio.to_thread(driver.get, fleet.url + "/")
         assert _state(driver, "llm") == ("healthy", "row-good")
         wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "● live")

@@ -15,6 +15,9 @@ the host's filesystem and execs systemd:
   the lab's units and the masks); `/proc/sys` is read-only except for the lab's own
   `/proc/sys/vm/drop_caches` file; `/sys` is read-only; `/proc/meminfo` is the host folder's
   `meminfo` file (drills control the free memory the host reports).
+- the Python the hosts run (the venv and the checkout the lab and the supervisor are installed
+  from, see `python_roots`) is bound read-only at its own path when the private `/tmp` would hide
+  it: a clone under `/tmp` works like one anywhere else.
 - the host's folder is bound at `/var/lib/lab` (its sshd keys, containers, fault files), and
   its `bin/docker` (see `fleet_lab.containers`) becomes the host's `/usr/bin/docker`.
 - every host-touching unit is masked, `container=fleet-lab` is set (so units with
@@ -23,7 +26,11 @@ the host's filesystem and execs systemd:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import importlib.util
+import shlex
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from supervisor.execute import helpers
 
@@ -135,7 +142,7 @@ mount -o remount,bind,ro "$R/sys"
 mount -t cgroup2 cgroup2 "$R/sys/fs/cgroup"
 mount -t tmpfs -o mode=755 fleet-lab-run "$R/run"
 mount -t tmpfs -o mode=1777 fleet-lab-tmp "$R/tmp"
-mkdir -p "$R/var/log/journal" "$R{inside}"
+{shared}mkdir -p "$R/var/log/journal" "$R{inside}"
 mount -t tmpfs fleet-lab-journal "$R/var/log/journal"
 mount --bind {folder} "$R{inside}"
 mount -t tmpfs -o mode=755 fleet-lab-units "$R/etc/systemd/system"
@@ -154,18 +161,55 @@ exec /lib/systemd/systemd --system --unit=lab.target
 """
 
 
+#: The host's own, empty folders that would hide what the machine has at the same path.
+PRIVATE = ("/tmp",)  # noqa: S108 (a path compared, never written)
+
+#: The packages whose code runs inside the hosts (the launch scripts, the launchctl stand-in).
+_PACKAGES = ("fleet_lab", "supervisor")
+
+
+def python_roots() -> list[str]:
+    """The folders the hosts need to run this Python and these packages (the venv, the folders
+    the packages are installed from), as real paths, the ones inside another left out."""
+    roots = {str(Path(sys.prefix).resolve())}
+    for package in _PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin is not None:
+            roots.add(str(Path(spec.origin).resolve().parent.parent))
+    return sorted(r for r in roots if not any(r.startswith(f"{o}/") for o in roots if o != r))
+
+
+def hidden(paths: Iterable[str]) -> list[str]:
+    """Those of `paths` that a host's private folders (`PRIVATE`) would hide."""
+    return [p for p in paths if any(p == d or p.startswith(f"{d}/") for d in PRIVATE)]
+
+
+def _binds(paths: Sequence[str]) -> str:
+    lines = []
+    for path in paths:
+        inside = f'"$R"{shlex.quote(path)}'
+        lines += [
+            f"mkdir -p {inside}",
+            f"mount --bind {shlex.quote(path)} {inside}",
+            f"mount -o remount,bind,ro {inside}",
+        ]
+    return "".join(f"{line}\n" for line in lines)
+
+
 def stage1(name: str, folder: str) -> str:
     """Stage 1 of host `name` whose files live in `folder` (an absolute path, no spaces)."""
     return STAGE1.format(name=name, folder=folder)
 
 
-def stage2(name: str, folder: str) -> str:
-    """Stage 2 of host `name`: the fenced-off root and the exec of systemd."""
+def stage2(name: str, folder: str, shared: Sequence[str] = ()) -> str:
+    """Stage 2 of host `name`: the fenced-off root and the exec of systemd; `shared` are the
+    machine's folders bound read-only at their own path over the host's private ones."""
     return STAGE2.format(
         name=name,
         folder=folder,
         inside=INSIDE,
         devices=" ".join(_DEVICES),
+        shared=_binds(shared),
         signal=helpers.SIGNAL,
         dropin=helpers.DROPIN,
     )

@@ -132,7 +132,8 @@ class LabHost:
         (self.folder / "containers").mkdir(exist_ok=True)
         containers.write_tools(self.folder)
         self.stage1.write_text(boot.stage1(self.name, folder))
-        (self.folder / "stage2.sh").write_text(boot.stage2(self.name, folder))
+        shared = boot.hidden(boot.python_roots())
+        (self.folder / "stage2.sh").write_text(boot.stage2(self.name, folder, shared))
         self.stage1.chmod(0o755)
         (self.folder / "stage2.sh").chmod(0o755)
 

@@ -9,7 +9,6 @@ incident's timeline, and always take the lab down again (Ctrl-C and SIGTERM incl
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
 import sys
@@ -17,9 +16,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from fleet_lab import fleet
+from fleet_lab.demo.interrupts import Interrupts
 from fleet_lab.drills import run as drills
 from fleet_lab.drills.report import DrillReport
 from fleet_lab.lab import Lab, LabError
@@ -91,33 +90,41 @@ def timelines(reports: list[DrillReport]) -> list[str]:
     return lines
 
 
-async def run_drills(lab: Lab, narrator: Narrator, *, own: bool = False) -> list[DrillReport]:
-    """The headline drills against `lab`, narrated. In a lab of its `own`, SIGTERM is turned
-    into the SIGINT that asyncio answers by cancelling the drill (so its clean-up runs)."""
-    if own:
-        asyncio.get_running_loop().add_signal_handler(
-            signal.SIGTERM, os.kill, os.getpid(), signal.SIGINT
-        )
+async def run_drills(
+    lab: Lab, narrator: Narrator, interrupts: Interrupts | None = None
+) -> list[DrillReport]:
+    """The headline drills against `lab`, narrated; with `interrupts` (a lab of its own), Ctrl-C
+    and SIGTERM cancel them (each drill's clean-up runs) and end the demo as interrupted."""
+    if interrupts is not None:
+        interrupts.attach()
     reports: list[DrillReport] = []
     for number, (name, plain) in enumerate(HEADLINE.items(), 1):
         narrator.out("")
         narrator.say(f"fault {number} of {len(HEADLINE)}, {name}: {plain}")
         report = await drills.run_drill(lab, name)
+        if interrupts is not None:
+            interrupts.check()  # its cancellation swallowed on the way: interrupted all the same
         narrate(report, narrator.say)
         reports.append(report)
     return reports
 
 
-def _show(lab: Lab, narrator: Narrator, *, own: bool = False) -> int:
-    reports = asyncio.run(run_drills(lab, narrator, own=own))
+def _show(lab: Lab, narrator: Narrator, interrupts: Interrupts | None = None) -> int:
+    try:
+        reports = asyncio.run(run_drills(lab, narrator, interrupts))
+    except asyncio.CancelledError:
+        if interrupts is None or interrupts.heard is None:
+            raise
+        raise KeyboardInterrupt from None
+    finally:
+        if interrupts is not None:
+            interrupts.detach()
+    if interrupts is not None:
+        interrupts.check()
     print("\n".join(timelines(reports)))
     healed = sum(r.healed for r in reports)
     print(f"\n{healed} of {len(HEADLINE)} faults detected, diagnosed, repaired and verified.")
     return 0 if healed == len(HEADLINE) else 1
-
-
-def _interrupt(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def main(folder: Path | None = None) -> int:
@@ -131,16 +138,18 @@ def main(folder: Path | None = None) -> int:
                 f"the lab in {running.folder} is not up: run `fleet-supervisor lab up` first"
             )
         return _show(running, narrator)
-    signal.signal(signal.SIGTERM, _interrupt)  # while booting: SIGTERM cleans up like Ctrl-C
-    PARENT.mkdir(parents=True, exist_ok=True)
-    own = Path(tempfile.mkdtemp(prefix="fleet-supervisor-demo-", dir=PARENT))
+    interrupts = Interrupts()
+    interrupts.install()  # from here on Ctrl-C and SIGTERM take the lab down
+    own: Path | None = None
     lab: Lab | None = None
     try:
+        PARENT.mkdir(parents=True, exist_ok=True)
+        own = Path(tempfile.mkdtemp(prefix="fleet-supervisor-demo-", dir=PARENT))
         narrator.say(f"booting the lab in {own}: spark1 (127.0.0.11) and spark2 (127.0.0.12)")
         lab = fleet.create(own)
         lab.up()
         narrator.say("each is a real systemd with its own sshd; the DeepSeek pair serves on :8000")
-        return _show(lab, narrator, own=True)
+        return _show(lab, narrator, interrupts)
     except KeyboardInterrupt:
         print("\ninterrupted: taking the lab down", file=sys.stderr, flush=True)
         return 130
@@ -149,5 +158,6 @@ def main(folder: Path | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if lab is not None:
             lab.down()
-        shutil.rmtree(own, ignore_errors=True)
-        print(f"the lab is down and {own} is removed", flush=True)
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
+            print(f"the lab is down and {own} is removed", flush=True)

@@ -111,6 +111,11 @@ class VllmSim:
             raise RuntimeError("the sim is not started")
         return self._url
 
+    @property
+    def connections(self) -> int:
+        """Client connections open right now (a client's keep-alive pool holds them)."""
+        return len(self._connections)
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Bind, then listen now or after `cold_start_s`; returns the base URL at once.
 
