@@ -154,11 +154,15 @@ def stored_gather(round_: Round, missing: set[str]) -> Gather:
     """Evidence from the round's records in place of the collectors. A record that kept its
     params answers only the same params; an older one (no params kept) answers its own
     evidence id, or any item of a collector that takes no params. What the round did not
-    gather is missing (its id is added to `missing`)."""
+    gather is missing (its id is added to `missing`); a collector that does not apply to the
+    scope answers why, as the live diagnosis does."""
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
     ) -> Evidence:
+        why = collector.applies(scope, params)
+        if why:  # never run where it does not apply: not missing, as the live diagnosis says
+            return Evidence(collector=collector.name, error=why)
         found = find_record(round_.evidence, item.id, collector, scope.label, params)
         if found is None:
             missing.add(item.id)
