@@ -4,7 +4,8 @@
   /workspace/vllm-head.sh`: binds the rendezvous port 29501 and serves DeepSeek (the vLLM sim)
   on :8000; `vllm-qwen.service`, a single-node model on :8001 whose unit runs a launch script on
   the host (`/var/lib/lab/scripts/vllm-qwen.sh`, a known-good copy under
-  `/var/lib/lab/known-good/`: no container), with systemd's default stop timeout (90 s).
+  `/var/lib/lab/known-good/`: no container); the hung-engine fault gives it systemd's default
+  stop timeout (90 s) with a drop-in.
 - spark2 (127.0.0.12): `vllm-ds4-worker.service` runs `docker exec vllm_ds4 bash
   /workspace/vllm-worker.sh` (a headless worker that joins the head's 29501);
   `ollama.service` (the sim as Ollama on :11434) and `parakeet.service` (health only, :8765).
@@ -121,9 +122,9 @@ def units() -> dict[str, dict[str, str]]:
             "vllm-ds4-head.service": _unit(
                 "vLLM DeepSeek V4 head", f"/usr/bin/docker exec {CONTAINER} bash {HEAD_SCRIPT}"
             ),
-            # as a user's unit is written: systemd's default TimeoutStopSec (90 s), which a hung
-            # vLLM (SIGTERM waits for requests its frozen engine never finishes) runs out
-            QWEN_UNIT: _unit("vLLM single node", f"/bin/bash {QWEN_SCRIPT}", stop_timeout=None),
+            # the hung-engine fault raises its stop timeout to systemd's default (90 s) with a
+            # drop-in (`fleet_lab.drills.faults.QWEN_STOP_DROPIN`)
+            QWEN_UNIT: _unit("vLLM single node", f"/bin/bash {QWEN_SCRIPT}"),
         },
         "spark2": {
             "vllm-ds4-worker.service": _unit(

@@ -215,6 +215,7 @@ def _reset_qwen(host: LabHost) -> None:
     paths = [
         QWEN_GHOST_DROPIN,
         QWEN_UNKNOWN_DROPIN,
+        QWEN_STOP_DROPIN,
         f"/etc/systemd/system/{fleet.QWEN_UNIT}.d/{FIX_DROPIN}",
     ]
     if host.nsenter("ls", *paths).stdout.strip():
@@ -243,9 +244,16 @@ def inject_saturation(lab: Lab) -> None:
     _control(lab, SATURATED)
 
 
+#: The single node's unit as a user writes it for the hung-engine fault: systemd's default stop
+#: timeout (90 s), which a hung vLLM runs out (its SIGTERM waits for requests the frozen engine
+#: never finishes). The lab's own 5 s keeps the other drills' kills from waiting on it.
+QWEN_STOP_DROPIN = f"/etc/systemd/system/{fleet.QWEN_UNIT}.d/40-default-stop-timeout.conf"
+
+
 def inject_hung_engine(lab: Lab) -> None:
     """The engine stops stepping: 3 requests stuck, /health and /v1/models still 200. Only this
     process hangs: a restart of the unit ends it (as a real engine's hang)."""
+    write_dropin(lab, QWEN_STOP_DROPIN, "[Service]\nTimeoutStopSec=90s\n")
     _control(lab, {"engine_hung": True, "load_running": 3, "pid": int(qwen_main_pid(lab))})
 
 
