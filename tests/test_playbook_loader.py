@@ -224,7 +224,7 @@ STATUS = "active_state, drop_in_paths, exec_main_status, exec_start_script, n_re
         pytest.param(
             _swap("kinds: [openai]", "kinds: [vllm]"),
             [R.format(4) + "applies_to.kinds[0]: expected one of openai, ollama, health, "
-             "embedding or rerank, got 'vllm'"],
+             "embedding, rerank, asr or tts, got 'vllm'"],
             id="unknown-kind",
         ),
         pytest.param(

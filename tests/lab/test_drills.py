@@ -276,7 +276,8 @@ def test_an_unknown_drill_is_one_plain_line() -> None:
     assert str(caught.value) == (
         "no drill 'nope' (drills: ghost-execstart, eaddrinuse-29501, page-cache-starvation, "
         "duplicated-mxfp4-patch, cold-start, ssh-lost, unknown-failure, ghost-execstart-host, "
-        "ghost-execstart-203, engine-death-clean-exit, orphan-enginecore, "
+        "ghost-execstart-203, ghost-kill-127, ghost-kill-203, escalated-then-ghost, "
+        "escalated-other-status, engine-death-clean-exit, orphan-enginecore, "
         "ghost-execstart-no-known-good, fork-shm-ringbuffer, mamba-block-size, "
         "silent-degradation, saturated, hung-engine, mlx-zombie, launchd-job-dead)"
     )
