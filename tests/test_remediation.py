@@ -623,9 +623,9 @@ async def test_a_pair_repair_holds_both_its_hosts_and_a_repair_on_either_waits_f
         await eventually(lambda: _state(single) is State.REMEDIATING, within=20, what="single")
         assert daemon.remediator.locks.busy(["spark1", "spark2"]) == {"spark2": "single"}
         _let_go(single_gate)
+        assert busy not in await _decisions(daemon, "pair")  # read while the store is open
     finally:
         await daemon.stop()
-    assert busy not in await _decisions(daemon, "pair")
 
 
 async def _has(daemon: Supervisor, name: str, decision: Decision) -> bool:
@@ -678,9 +678,10 @@ async def test_a_persons_restart_is_refused_while_a_repair_runs_and_once_the_bud
         assert await remediator.request_restart(spent, who="alice") == (
             "not restarting spent: budget spent: 1 of 1 repairs of spent in 1h"
         )
+        decided = await _decisions(daemon, "down")  # read while the store is open
     finally:
         await daemon.stop()
-    refused = [d for d in await _decisions(daemon, "down") if d.outcome is Outcome.RESTART_REFUSED]
+    refused = [d for d in decided if d.outcome is Outcome.RESTART_REFUSED]
     assert refused == [
         Decision(outcome=Outcome.RESTART_REFUSED, actor="alice", why="a repair is running")
     ]
