@@ -20,6 +20,8 @@ the host's filesystem and execs systemd:
   it: a clone under `/tmp` works like one anywhere else.
 - the host's folder is bound at `/var/lib/lab` (its sshd keys, containers, fault files), and
   its `bin/docker` (see `fleet_lab.containers`) becomes the host's `/usr/bin/docker`.
+- the system bus (`dbus.socket`, and the `dbus.service` it starts) runs as on any host: an
+  unprivileged user's `systemctl show` reaches systemd only through it.
 - every host-touching unit is masked, `container=fleet-lab` is set (so units with
   `ConditionVirtualization=!container` skip), and systemd starts only `lab.target`.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+import stat
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -90,8 +93,6 @@ MASKED: tuple[str, ...] = (
     "getty-static.service",
     "console-getty.service",
     "systemd-logind.service",
-    "dbus.service",
-    "dbus.socket",
     "cryptsetup.target",
     "veritysetup.target",
     "integritysetup.target",
@@ -151,7 +152,7 @@ echo {name} > "$R/etc/hostname"
 cp {folder}/bin/docker "$R/usr/bin/docker"
 install -D -m 0755 {folder}/bin/fleet-supervisor-signal "$R{signal}"
 install -D -m 0755 {folder}/bin/fleet-supervisor-dropin "$R{dropin}"
-mkdir -p "$R/oldroot"
+{account}mkdir -p "$R/oldroot"
 cd "$R"
 pivot_root . oldroot
 umount -l /oldroot
@@ -201,9 +202,10 @@ def stage1(name: str, folder: str) -> str:
     return STAGE1.format(name=name, folder=folder)
 
 
-def stage2(name: str, folder: str, shared: Sequence[str] = ()) -> str:
+def stage2(name: str, folder: str, shared: Sequence[str] = (), account: str = "") -> str:
     """Stage 2 of host `name`: the fenced-off root and the exec of systemd; `shared` are the
-    machine's folders bound read-only at their own path over the host's private ones."""
+    machine's folders bound read-only at their own path over the host's private ones;
+    `account`, the lines that make the host's login account (`fleet_lab.account`)."""
     return STAGE2.format(
         name=name,
         folder=folder,
@@ -212,10 +214,33 @@ def stage2(name: str, folder: str, shared: Sequence[str] = ()) -> str:
         shared=_binds(shared),
         signal=helpers.SIGNAL,
         dropin=helpers.DROPIN,
+        account=account,
     )
 
 
+def traversable(paths: Iterable[str]) -> str:
+    """Stage 2's lines that let any user reach `paths` in the new root `$R`: `o+x` on each
+    folder above them that lacks it (this machine's Python may live under a 0700 /root; the
+    mode changes in the host's overlay only)."""
+    lines: list[str] = []
+    for path in paths:
+        for folder in reversed(Path(path).parents):
+            mode = folder.stat().st_mode if folder.exists() else 0o755
+            line = f'chmod o+x "$R"{shlex.quote(str(folder))}'
+            if not mode & stat.S_IXOTH and line not in lines:
+                lines.append(line)
+    return "".join(f"{line}\n" for line in lines)
+
+
+def interpreter() -> list[str]:
+    """This Python's real binary and the roots `python_roots` names: what a lab host's own
+    users must reach to run the lab's programs (the Mac's jobs)."""
+    return [str(Path(sys.executable).resolve()), *python_roots()]
+
+
 def lab_target(wants: Iterable[str]) -> str:
-    """`lab.target`: journald, the host's sshd and its model units, nothing else."""
-    units = " ".join(["systemd-journald.service", *wants])
+    """`lab.target`: journald, the system bus (an unprivileged `systemctl show` asks systemd
+    through it, as on every real host; root's `systemctl` uses systemd's private socket),
+    the host's sshd and its model units, nothing else."""
+    units = " ".join(["systemd-journald.service", "dbus.socket", *wants])
     return f"[Unit]\nDescription=fleet lab host\nWants={units}\n"

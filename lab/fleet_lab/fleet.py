@@ -23,9 +23,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from fleet_lab import account
 from fleet_lab.boot import INSIDE
 from fleet_lab.containers import write_tree
-from fleet_lab.lab import ADDRESSES, Lab
+from fleet_lab.lab import ADDRESSES, Lab, LabError
 from fleet_lab.launch import DROP_CACHES, MXFP4
 from fleet_lab.mac import host as mac_host
 
@@ -189,11 +190,24 @@ def prepare(lab: Lab) -> None:
         host.nsenter("sh", "-c", script)
 
 
-def create(folder: Path) -> Lab:
-    """Write the fleet lab under `folder` (boots nothing): hosts, units, containers, meminfo."""
+def create(folder: Path, user: str = account.USER) -> Lab:
+    """Write the fleet lab under `folder` (boots nothing): hosts, units, containers, meminfo.
+    Every host makes the unprivileged account `account.USER` at boot (on the Mac, the owner of
+    the job's `gui/501` domain); the daemon logs in as `user` (that account, or `root`)."""
     all_units = units()
     addresses = {**ADDRESSES, **mac_host.ADDRESSES}
-    lab = Lab.create(folder, addresses, all_units, {h: list(u) for h, u in all_units.items()})
+    accounts = {name: account.Account.linux() for name in ADDRESSES}
+    accounts |= dict.fromkeys(mac_host.ADDRESSES, mac_host.ACCOUNT)
+    if user not in ("root", account.USER):
+        raise LabError(f"the lab logs in as root or {account.USER}, not {user!r}")
+    lab = Lab.create(
+        folder,
+        addresses,
+        all_units,
+        {h: list(u) for h, u in all_units.items()},
+        user=user,
+        accounts=accounts,
+    )
     for name, host in lab.hosts.items():
         if name in mac_host.ADDRESSES:
             mac_host.write(host)

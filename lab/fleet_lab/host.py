@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet_lab import boot, containers, procs
+from fleet_lab.account import Account
 
 SSHD_UNIT = "lab-sshd.service"
 SSH_PORT = 22
@@ -68,7 +69,8 @@ class LabHost:
     """A simulated host `name` answering SSH on `address:port`, its files in `folder`.
 
     `units` maps unit file names to their text (copied into the host's `/etc/systemd/system`);
-    `wants` are the units `lab.target` starts besides journald and sshd.
+    `wants` are the units `lab.target` starts besides journald and sshd; `account`, the
+    unprivileged user the host makes at boot (None: the daemon logs in as root).
     """
 
     name: str
@@ -77,6 +79,7 @@ class LabHost:
     port: int = SSH_PORT
     units: dict[str, str] = field(default_factory=dict)
     wants: list[str] = field(default_factory=list)
+    account: Account | None = None
 
     @property
     def stage1(self) -> Path:
@@ -133,7 +136,10 @@ class LabHost:
         containers.write_tools(self.folder)
         self.stage1.write_text(boot.stage1(self.name, folder))
         shared = boot.hidden(boot.python_roots())
-        (self.folder / "stage2.sh").write_text(boot.stage2(self.name, folder, shared))
+        made = ""
+        if self.account is not None:
+            made = self.account.boot_lines() + boot.traversable(boot.interpreter())
+        (self.folder / "stage2.sh").write_text(boot.stage2(self.name, folder, shared, made))
         self.stage1.chmod(0o755)
         (self.folder / "stage2.sh").chmod(0o755)
 

@@ -4,8 +4,10 @@ client key for all of them, a host key each and a known_hosts naming them.
 Layout of a lab folder (absolute path, no spaces; kept out of /tmp by the CLI):
 
 ```
-FOLDER/ssh/client_ed25519[.pub]   the key the daemon logs in with (as root)
+FOLDER/ssh/client_ed25519[.pub]   the key the daemon logs in with
 FOLDER/ssh/known_hosts            every host's key at its address
+FOLDER/ssh/user                   the user it logs in as (`root`, or an unprivileged account
+                                  every host makes at boot: see `fleet_lab.account`)
 FOLDER/hosts/NAME/                one host: boot scripts, units, sshd files, meminfo, containers
 ```
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import asyncssh
 
+from fleet_lab import account
 from fleet_lab.host import SSH_PORT, LabError, LabHost
 from supervisor.config import Host
 
@@ -53,6 +56,7 @@ class Lab:
 
     folder: Path
     hosts: Mapping[str, LabHost] = field(default_factory=dict)
+    user: str = "root"  #: who the daemon logs in as on every host
 
     @classmethod
     def create(
@@ -61,9 +65,16 @@ class Lab:
         addresses: Mapping[str, str] = ADDRESSES,
         units: Mapping[str, Mapping[str, str]] | None = None,
         wants: Mapping[str, Iterable[str]] | None = None,
+        user: str = "root",
+        accounts: Mapping[str, account.Account] | None = None,
     ) -> Lab:
-        """Write a new lab's folder: keys, known_hosts and every host's files (boots nothing)."""
+        """Write a new lab's folder: keys, known_hosts and every host's files (boots nothing).
+        The daemon logs in as `user`; `accounts` are the unprivileged accounts hosts make at
+        boot (host -> account; a `user` other than root needs one on every host)."""
         check_root()
+        lacking = [h for h in addresses if user != "root" and (accounts or {}).get(h) is None]
+        if lacking:
+            raise LabError(f"no account {user!r} on {', '.join(lacking)}: it cannot log in there")
         folder = folder.absolute()
         ssh = folder / "ssh"
         ssh.mkdir(parents=True, exist_ok=True)
@@ -78,6 +89,7 @@ class Lab:
                 folder=folder / "hosts" / name,
                 units=dict((units or {}).get(name, {})),
                 wants=list((wants or {}).get(name, [])),
+                account=(accounts or {}).get(name),
             )
             host.folder.mkdir(parents=True, exist_ok=True)
             host_private, host_public = _key_pair(Path())
@@ -85,7 +97,8 @@ class Lab:
             known.append(f"{address} {host_public}")
             hosts[name] = host
         (ssh / "known_hosts").write_text("\n".join(known) + "\n")
-        return cls(folder=folder, hosts=hosts)
+        (ssh / "user").write_text(user + "\n")
+        return cls(folder=folder, hosts=hosts, user=user)
 
     @classmethod
     def load(cls, folder: Path) -> Lab:
@@ -100,7 +113,9 @@ class Lab:
             )
         if not hosts:
             raise LabError(f"no lab in {folder}: run `fleet-supervisor lab up` first")
-        return cls(folder=folder, hosts=hosts)
+        user_file = folder / "ssh" / "user"
+        user = user_file.read_text().strip() if user_file.exists() else "root"
+        return cls(folder=folder, hosts=hosts, user=user)
 
     @property
     def client_key(self) -> Path:
@@ -118,13 +133,13 @@ class Lab:
             raise LabError(f"no lab host {name!r} (hosts: {known})") from None
 
     def fleet_host(self, name: str) -> Host:
-        """The fleet config's view of host `name`: root over SSH, host key checked."""
+        """The fleet config's view of host `name`: the lab's user over SSH, host key checked."""
         host = self.host(name)
         return Host(
             name=name,
             address=host.address,
             port=host.port,
-            user="root",
+            user=self.user,
             key=self.client_key,
             known_hosts=self.known_hosts,
         )

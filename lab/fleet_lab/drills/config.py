@@ -13,10 +13,11 @@ from pathlib import Path
 import httpx
 import yaml
 
-from fleet_lab import fleet
+from fleet_lab import account, fleet
 from fleet_lab.drills.steps import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCRIPT, WORKER_UNIT
-from fleet_lab.lab import ADDRESSES, Lab
+from fleet_lab.lab import ADDRESSES, Lab, LabError
 from fleet_lab.mac import host as mac_host
+from supervisor.config import FleetConfig
 
 PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks"
 #: The probes every drill's daemon runs (the figures are measured against these).
@@ -158,3 +159,34 @@ def write_config(
     path = folder / "fleet.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+#: Where a host's generated sudoers file is staged (in its own folder, `/var/lib/lab` inside).
+STAGED_SUDOERS = "sudoers"
+
+
+def install_sudoers(lab: Lab, config: FleetConfig) -> None:
+    """On every running host: the sudoers file `fleet-supervisor sudoers --host H` generates
+    for `config` (the rules in force, the lab's user), accepted by `visudo -c`, installed as
+    `deploy/install.sh --sudoers FILE` does. Nothing for a lab that logs in as root."""
+    from supervisor.trust.load import in_force  # (the playbook and asyncssh: only here)
+    from supervisor.trust.sudoers import render
+
+    if lab.user == "root":
+        return
+    found = in_force(config)
+    for name, host in lab.hosts.items():
+        if host.pid is None or name not in config.hosts:
+            continue
+        text = render(
+            config,
+            found.needs,
+            hosts=[name],
+            rules=len(found.playbook.rules),
+            playbook=str(config.playbook.path),
+        )
+        (host.folder / STAGED_SUDOERS).write_text(text)
+        done = host.nsenter("sh", "-c", account.install_script(f"{fleet.INSIDE}/{STAGED_SUDOERS}"))
+        if done.returncode != 0:
+            said = (done.stdout + done.stderr).strip().replace("\n", " | ")
+            raise LabError(f"the generated sudoers for {name} was not installed: {said}")

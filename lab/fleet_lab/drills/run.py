@@ -28,7 +28,7 @@ from pathlib import Path
 
 from fleet_lab.drills import faults
 from fleet_lab.drills.bot import DELIVER_WITHIN_S, TIMING, DrillBot
-from fleet_lab.drills.config import ENDPOINTS, PROBE, completes, write_config
+from fleet_lab.drills.config import ENDPOINTS, PROBE, completes, install_sudoers, write_config
 from fleet_lab.drills.report import DETECTED, DrillReport, DrillStep, at, first, seconds, steps_of
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError
@@ -179,7 +179,9 @@ async def run_drill(
             endpoint=fault.endpoint,
             probe={**fault.probe, **(probe or {})},
         )
-        return await _run(lab, fault, load_config(path), bot, fault.within or within)
+        config = load_config(path)
+        await asyncio.to_thread(install_sudoers, lab, config)
+        return await _run(lab, fault, config, bot, fault.within or within)
 
 
 async def _run(

@@ -5,11 +5,14 @@ the daemon reaches it over real SSH), whose PATH starts with stand-ins for macOS
 `stat -f`: `fleet_lab.mac.tools`). systemd is only the host's init here (it runs sshd and the
 "login" below); nothing of the Mac's endpoint is a systemd unit.
 
-The job: `com.fleet.mlx-kimi` in `gui/501`, a real XML plist in `~/Library/LaunchAgents` (root's
-home in the lab) running the lab's mlx_lm-shaped server (`fleet_lab.vllm_sim --flavour mlx`) on
-127.0.0.13:8013, its stderr in `~/Library/Logs/mlx-kimi.err.log`, RunAtLoad, no KeepAlive. The
-"login" (`lab-mac-login.service`, and `reset` before every drill) installs the stand-ins in
-/usr/local/bin, copies the plist and bootstraps it unless launchd's stand-in already holds it.
+The job: `com.fleet.mlx-kimi` in `gui/501`, the domain of the Mac's user `fleet` (uid 501, home
+`/Users/fleet`: `fleet_lab.account`), a real XML plist in its `~/Library/LaunchAgents` running
+the lab's mlx_lm-shaped server (`fleet_lab.vllm_sim --flavour mlx`) on 127.0.0.13:8013, its
+stderr in `~/Library/Logs/mlx-kimi.err.log`, RunAtLoad, no KeepAlive. The "login"
+(`lab-mac-login.service`, and `reset` before every drill) installs the stand-ins in
+/usr/local/bin (as root), then as the user copies the plist and bootstraps it unless launchd's
+stand-in already holds it: the job and the stand-in's state are the user's, as a LaunchAgent's
+are, so the daemon logging in as that user acts on it without sudo.
 
 The server's zombie mode (mlx_lm's generation thread died: `/health` and `/v1/models` answer,
 every completion hangs) is its `engine_hung` behaviour, set through its control file for the
@@ -19,13 +22,16 @@ process that runs now only (`pid`): a restart really cures it, as it does mlx_lm
 from __future__ import annotations
 
 import json
+import os
 import plistlib
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 
+from fleet_lab.account import Account
 from fleet_lab.boot import INSIDE
 from fleet_lab.lab import Lab, LabError, LabHost
 from supervisor.playbook.evidence.launchctl import parse_print
@@ -38,9 +44,11 @@ MODEL = "kimi-k2.6"
 LABEL = "com.fleet.mlx-kimi"
 DOMAIN = "gui/501"
 JOB = f"{DOMAIN}/{LABEL}"
-#: As the fleet config names it: `~/` is the SSH user's home on the Mac (root's in the lab).
+#: The Mac's user: `gui/501` is its domain.
+ACCOUNT = Account.mac()
+#: As the fleet config names it: `~/` is the SSH user's home on the Mac.
 PLIST = f"~/Library/LaunchAgents/{LABEL}.plist"
-HOME = "/root"
+HOME = ACCOUNT.home
 ERR_LOG = f"{HOME}/Library/Logs/mlx-kimi.err.log"
 CONTROL = f"{INSIDE}/mlx-kimi.control.json"
 LAUNCHCTL = "/usr/local/bin/launchctl"
@@ -57,12 +65,14 @@ MEMINFO = (
     "Cached:          20971520 kB\n"
 )
 
+#: Installs the stand-ins of macOS's tools (as root).
+TOOLS_INSTALL = f"install -m 755 {INSIDE}/macos/bin/* /usr/local/bin/"
+
 LOGIN = f"""\
 #!/bin/bash
 # fleet lab host {HOST}: a STAND-IN for a Mac's login (no macOS here): install the stand-ins of
-# macOS's tools, then bootstrap the user's LaunchAgents launchd does not hold yet.
+# bootstrap the user's LaunchAgents launchd does not hold yet (run as the user).
 set -euo pipefail
-install -m 755 {INSIDE}/macos/bin/* /usr/local/bin/
 mkdir -p {HOME}/Library/LaunchAgents {HOME}/Library/Logs
 cp {INSIDE}/macos/LaunchAgents/*.plist {HOME}/Library/LaunchAgents/
 for plist in {HOME}/Library/LaunchAgents/*.plist; do
@@ -80,7 +90,9 @@ After=lab-sshd.service
 Type=oneshot
 RemainAfterExit=yes
 KillMode=process
+User={ACCOUNT.name}
 Environment=HOME={HOME}
+ExecStartPre=+/bin/sh -c "{TOOLS_INSTALL}"
 ExecStart=/bin/bash {INSIDE}/macos/login.sh
 """
 
@@ -135,6 +147,17 @@ def write(host: LabHost) -> None:
     (macos / "LaunchAgents" / f"{LABEL}.plist").write_bytes(plist())
     (macos / "login.sh").write_text(LOGIN)
     (host.folder / "meminfo").write_text(MEMINFO)
+    state = host.folder / "launchd"  # the stand-in's job files: the user's, as its jobs are
+    state.mkdir(exist_ok=True)
+    for path in (state, *state.iterdir()):
+        os.chown(path, ACCOUNT.uid, ACCOUNT.uid)
+
+
+def as_user(host: LabHost, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run `argv` inside the host as the Mac's user, in its home."""
+    return host.nsenter(
+        "runuser", "-u", ACCOUNT.name, "--", "env", f"HOME={HOME}", f"USER={ACCOUNT.name}", *argv
+    )
 
 
 def url() -> str:
@@ -147,7 +170,7 @@ def control_path(host: LabHost) -> Path:
 
 def launchctl(host: LabHost, *argv: str) -> tuple[int, str]:
     """Run the stand-in `launchctl` inside the host: (exit status, stdout + stderr)."""
-    done = host.nsenter("env", f"HOME={HOME}", LAUNCHCTL, *argv)
+    done = as_user(host, LAUNCHCTL, *argv)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -161,7 +184,9 @@ def reset(host: LabHost) -> None:
     """The job loaded and running in its normal mode: no control file, logged in again."""
     control_path(host).unlink(missing_ok=True)
     (host.folder / "meminfo").write_text(MEMINFO)
-    login = host.nsenter("env", f"HOME={HOME}", "/bin/bash", f"{INSIDE}/macos/login.sh")
+    tools = host.nsenter("sh", "-c", TOOLS_INSTALL)
+    script = f"{INSIDE}/macos/login.sh"
+    login = tools if tools.returncode != 0 else as_user(host, "/bin/bash", script)
     if login.returncode != 0:
         raise LabError(f"the login on {host.name} failed: {login.stderr.strip()}")
     if job_pid(host) == 0:
