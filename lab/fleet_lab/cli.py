@@ -1,7 +1,8 @@
 """`fleet-supervisor lab up|down|status|drill NAME`: the fleet lab on this machine (root, Linux).
 
 `up` writes the lab (default folder `/var/lib/fleet-lab`: never under /tmp or the checkout) and
-boots spark1 (127.0.0.11) and spark2 (127.0.0.12) with the fleet's units; `down` stops them and
+boots spark1 (127.0.0.11) and spark2 (127.0.0.12) with the fleet's units (the daemon logs in as
+the unprivileged `fleet`, `--user root` as root); `down` stops them and
 leaves nothing running; `status` shows each host and its units; `drill NAME` injects one
 catalogue fault into the running lab, runs the daemon in-process and prints what it detected,
 diagnosed, did and verified with the time to detect and to heal (or to escalate, for the drills
@@ -31,24 +32,31 @@ def add_parser(sub: Any) -> None:
         "--folder", type=Path, default=DEFAULT_FOLDER, help=f"lab folder (default {DEFAULT_FOLDER})"
     )
     commands = lab.add_subparsers(dest="lab_command", metavar="SUBCOMMAND", required=True)
-    commands.add_parser("up", help="write and boot the lab hosts")
+    up = commands.add_parser("up", help="write and boot the lab hosts")
+    up.add_argument(
+        "--user",
+        choices=("fleet", "root"),
+        default="fleet",
+        help="who the daemon logs in as: the unprivileged account every host makes, with the "
+        "sudoers each drill generates (default), or root",
+    )
     commands.add_parser("down", help="stop every lab host")
     commands.add_parser("status", help="each lab host and its units")
     drill = commands.add_parser("drill", help="inject a fault and watch what the daemon does")
     drill.add_argument("name", help="a drill of the catalogue (an unknown name lists them)")
 
 
-def _up(folder: Path) -> int:
+def _up(folder: Path, user: str) -> int:
     from fleet_lab import fleet
     from fleet_lab.lab import Lab
 
     if folder.exists() and any(Lab.load(folder).running().values()):
         raise CliError(f"the lab in {folder} is already up: run `fleet-supervisor lab down` first")
-    lab = fleet.create(folder)
+    lab = fleet.create(folder, user=user)
     lab.up()
     for name, host in lab.hosts.items():
         print(f"{name}: up at {host.address} (systemd pid {host.pid})")
-    print(f"ssh -i {lab.client_key} -o UserKnownHostsFile={lab.known_hosts} root@ADDRESS")
+    print(f"ssh -i {lab.client_key} -o UserKnownHostsFile={lab.known_hosts} {user}@ADDRESS")
     return 0
 
 
@@ -89,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
         check_root()
         folder: Path = args.folder.absolute()
         if args.lab_command == "up":
-            return _up(folder)
+            return _up(folder, args.user)
         if args.lab_command == "down":
             Lab.load(folder).down()
             print(f"lab in {folder}: down")

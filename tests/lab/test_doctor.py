@@ -2,7 +2,8 @@
 units, the `vllm_ds4` containers, the vLLM-shaped servers and a real sudo. All ok for the lab
 as it is; each of five broken configs (a missing sudo right, a misspelt unit, a missing
 container, a model that is not served, a /metrics without the progress series) fails with its
-fix, exit 1; every run well under 10 s."""
+fix, exit 1; every run well under 10 s. The hosts log in as the lab's unprivileged user with
+the sudoers file `sudoers --host H` generates for the config (`install_sudoers`)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ import pytest
 import yaml
 
 from fleet_lab import fleet
-from fleet_lab.drills.config import ENDPOINTS, PLAYBOOK, completes
+from fleet_lab.drills.config import ENDPOINTS, PLAYBOOK, completes, install_sudoers
 from fleet_lab.lab import Lab
 from supervisor import cli
+from supervisor.config import load_config
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +38,7 @@ def _document(lab: Lab, folder: Path) -> dict[str, Any]:
         host = lab.fleet_host(name)
         hosts[name] = {
             "address": host.address,
-            "user": "root",
+            "user": host.user,
             "key": str(host.key),
             "known_hosts": str(host.known_hosts),
         }
@@ -130,6 +132,8 @@ def doctor_lab(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     )
     made = spark1.nsenter("sh", "-c", script)
     assert made.returncode == 0, made.stderr
+    ok = load_config(_write(folder / "ok", _document(lab, folder)))
+    install_sudoers(lab, ok)
     yield folder
     spark1.nsenter("sh", "-c", f"rm -f /etc/sudoers.d/{SHORT}")
 
@@ -138,6 +142,9 @@ def test_the_lab_as_it_is_is_all_ok(lab: Lab, doctor_lab: Path) -> None:
     code, document, took = _doctor(_write(doctor_lab / "ok", _document(lab, doctor_lab)))
     bad = [f for f in document["findings"] if f["status"] != "ok"]
     assert (code, bad) == (0, [])
+    assert lab.user == "fleet"
+    status, detail, _ = _row(document, "spark1", "sudoers")
+    assert status == "ok", detail
     assert took < WITHIN_S, took
     assert _row(document, "ds4", "unit vllm-ds4-head.service@spark1")[1] == (
         "active (running); ExecStart /usr/bin/docker exec vllm_ds4 bash /workspace/vllm-head.sh "

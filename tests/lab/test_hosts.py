@@ -3,6 +3,7 @@ its own real sshd, fenced off from the machine, and gone without a trace after `
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from datetime import timedelta
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab import procs
+from fleet_lab import account, procs
+from fleet_lab.drills.config import install_sudoers, write_config
 from fleet_lab.lab import Lab, LabError, LabHost
+from supervisor.config import load_config
 from supervisor.execute.ssh import SshExecutor
 
 pytestmark = pytest.mark.slow
@@ -30,7 +33,9 @@ def test_each_host_runs_systemd_as_pid_1_with_its_sshd_and_the_masks(lab: Lab) -
     assert socket.gethostname() not in lab.hosts  # the machine keeps its own name
 
 
-async def test_the_daemon_logs_in_as_root_over_ssh_with_the_host_key_checked(lab: Lab) -> None:
+async def test_the_daemon_logs_in_as_an_unprivileged_user_with_the_host_key_checked(
+    lab: Lab,
+) -> None:
     executor = SshExecutor()
     try:
         for name in lab.hosts:
@@ -38,8 +43,48 @@ async def test_the_daemon_logs_in_as_root_over_ssh_with_the_host_key_checked(lab
                 lab.fleet_host(name), ["systemctl", "is-active", "lab-sshd.service"], timeout=SECOND
             )
             assert (result.exit_status, result.stdout, result.error) == (0, "active\n", "")
-            who = await executor.run(lab.fleet_host(name), ["id", "-un"], timeout=SECOND)
-            assert who.stdout == "root\n"
+            who = await executor.run(lab.fleet_host(name), ["id", "-u", "-n"], timeout=SECOND)
+            assert who.stdout == f"{account.USER}\n"
+            uid = await executor.run(lab.fleet_host(name), ["id", "-u"], timeout=SECOND)
+            assert uid.stdout == f"{account.UID}\n"
+    finally:
+        await executor.close()
+
+
+async def test_its_systemctl_show_needs_the_system_bus_and_sudo_only_what_is_generated(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """Unprivileged, `systemctl show` asks systemd over the system bus (root's `systemctl`
+    uses systemd's private socket): without dbus it cannot. Its sudo rights are exactly the
+    generated file's: a command the rules name is allowed, another refused."""
+    spark1 = lab.host("spark1")
+    host = lab.fleet_host("spark1")
+    show = ["systemctl", "show", "lab-sshd.service", "-p", "ActiveState"]
+    executor = SshExecutor()
+    try:
+        config = load_config(write_config(lab, tmp_path, endpoint="qwen"))
+        await asyncio.to_thread(install_sudoers, lab, config)
+        shown = await executor.run(host, show, timeout=SECOND)
+        assert shown.stdout == "ActiveState=active\n"
+        spark1.systemctl("stop", "dbus.socket", "dbus.service")
+        try:
+            shown = await executor.run(host, show, timeout=SECOND)
+            assert shown.stderr == "Failed to connect to bus: No such file or directory\n"
+            as_root = await executor.run(host, show, timeout=SECOND, sudo=True)
+            assert as_root.stderr == "sudo: a password is required\n"
+        finally:
+            spark1.systemctl("start", "dbus.socket")
+        allowed = ["systemctl", "stop", "vllm-qwen.service"]
+        listed = await executor.run(host, ["sudo", "-n", "-l", "--", *allowed], timeout=SECOND)
+        assert (listed.exit_status, listed.stdout) == (
+            0,
+            "/usr/bin/systemctl stop vllm-qwen.service\n",
+        )
+        other = ["systemctl", "stop", "lab-sshd.service"]
+        refused = await executor.run(host, ["sudo", "-n", "-l", "--", *other], timeout=SECOND)
+        assert refused.exit_status == 1
+        installed = spark1.nsenter("stat", "-c", "%U %a", account.SUDOERS).stdout
+        assert installed == "root 440\n"
     finally:
         await executor.close()
 

@@ -7,6 +7,7 @@ stopped, before it calls a person."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from fleet_lab.drills import faults
-from fleet_lab.drills.config import ENDPOINTS, completes, write_config
+from fleet_lab.drills.config import ENDPOINTS, completes, install_sudoers, write_config
 from fleet_lab.drills.run import settle
 from fleet_lab.lab import Lab
 from supervisor.app.root import Supervisor
@@ -50,6 +51,10 @@ def _hang(lab: Lab) -> str:
 
 
 async def _act(lab: Lab, name: str, **params: Any) -> ActionOutcome:
+    """Action `name` run as the lab's user, with the sudoers the shipped rules need for qwen."""
+    with tempfile.TemporaryDirectory(dir=lab.folder) as folder:
+        config = load_config(write_config(lab, Path(folder), endpoint="qwen"))
+        await asyncio.to_thread(install_sudoers, lab, config)
     spark1 = lab.fleet_host("spark1")
     unit = UnitRef(host="spark1", unit=QWEN)
     endpoint = Endpoint(
@@ -144,7 +149,9 @@ async def test_a_step_that_times_out_mid_restart_leaves_the_unit_started_again(
     document["remediation"]["command_timeout"] = "3s"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     await asyncio.to_thread(settle, lab)
-    daemon = Supervisor(load_config(path))
+    config = load_config(path)
+    await asyncio.to_thread(install_sudoers, lab, config)
+    daemon = Supervisor(config)
     await daemon.start()
     worker = daemon.workers["qwen"]
     try:

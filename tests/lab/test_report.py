@@ -14,7 +14,7 @@ import yaml
 
 from fleet_lab import fleet
 from fleet_lab.drills import faults
-from fleet_lab.drills.config import completes, write_config
+from fleet_lab.drills.config import completes, install_sudoers, write_config
 from fleet_lab.lab import Lab
 from supervisor import cli
 from supervisor.app.root import Supervisor
@@ -34,7 +34,9 @@ async def test_report_on_a_dry_run_in_the_lab_lists_what_it_would_have_done(
     document["remediation"]["dry_run"] = True
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     before = faults.qwen_main_pid(lab)
-    daemon = Supervisor(load_config(path))
+    config = load_config(path)
+    await asyncio.to_thread(install_sudoers, lab, config)  # the lab's user: its generated sudoers
+    daemon = Supervisor(config)
     await daemon.start()
     try:
         await eventually(lambda: daemon.workers["qwen"].state.value == "healthy", within=30)
