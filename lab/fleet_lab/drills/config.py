@@ -1,4 +1,5 @@
-"""The fleet config a drill's daemon runs on: the lab's hosts over SSH with the lab's key, short
+"""The fleet config a drill's daemon runs on: the lab's hosts over SSH with the lab's key (as the
+lab's user, with the sudoers file generated for the config: `install_sudoers`), short
 probes, remediation for real, and the one endpoint the drill is about: the DeepSeek pair `ds4`
 (the worker on spark2, then the head on spark1, in `vllm_ds4` containers) or the single-node
 `qwen` on spark1 (a launch script on the host, no container), or Kimi (`kimi`) on the Mac
@@ -14,6 +15,7 @@ import httpx
 import yaml
 
 from fleet_lab import account, fleet
+from fleet_lab.boot import INSIDE
 from fleet_lab.drills.steps import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCRIPT, WORKER_UNIT
 from fleet_lab.lab import ADDRESSES, Lab, LabError
 from fleet_lab.mac import host as mac_host
@@ -186,7 +188,7 @@ def install_sudoers(lab: Lab, config: FleetConfig) -> None:
             playbook=str(config.playbook.path),
         )
         (host.folder / STAGED_SUDOERS).write_text(text)
-        done = host.nsenter("sh", "-c", account.install_script(f"{fleet.INSIDE}/{STAGED_SUDOERS}"))
+        done = host.nsenter("sh", "-c", account.install_script(f"{INSIDE}/{STAGED_SUDOERS}"))
         if done.returncode != 0:
             said = (done.stdout + done.stderr).strip().replace("\n", " | ")
             raise LabError(f"the generated sudoers for {name} was not installed: {said}")

@@ -4,7 +4,9 @@ against it, and report what it detected, diagnosed, did and verified, with the t
 
 Each drill settles the lab first (the pair serving a real completion), starts a `Supervisor` on a
 fleet config generated into the lab's folder (`drills/NAME/fleet.yaml`, a fresh store each run)
-whose Telegram notifier talks to a Bot API stub the drill serves, waits for the drilled endpoint
+whose Telegram notifier talks to a Bot API stub the drill serves (the daemon logs in as the lab's
+unprivileged user, and every host first gets the sudoers file `fleet-supervisor sudoers --host H`
+generates for that config: `install_sudoers`), waits for the drilled endpoint
 (`ds4`, or `qwen` for a host-script unit) to be healthy, injects the fault, waits for the
 incident to open and for what the fault expects (healed; left alone yet healthy again;
 escalated, then a quiet spell in which nothing more happens), and always undoes its fault
