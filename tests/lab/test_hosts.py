@@ -70,7 +70,8 @@ async def test_its_systemctl_show_needs_the_system_bus_and_sudo_only_what_is_gen
         spark1.systemctl("stop", "dbus.socket", "dbus.service")
         try:
             shown = await executor.run(host, show, timeout=SECOND)
-            assert shown.stderr == "Failed to connect to bus: No such file or directory\n"
+            # its socket file left behind: refused; removed: no such file
+            assert shown.stderr.startswith("Failed to connect to bus: "), shown.stderr
             as_root = await executor.run(host, show, timeout=SECOND, sudo=True)
             assert as_root.stderr == "sudo: a password is required\n"
         finally:
