@@ -78,7 +78,11 @@ def _cli(*argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def _doctor(config: Path) -> tuple[int, dict[str, Any], float]:
+def _doctor(lab: Lab, config: Path, *, install: bool = True) -> tuple[int, dict[str, Any], float]:
+    """`doctor --json` on `config`; first (unless not `install`) every host gets the sudoers
+    file generated for it, as an operator installs it for the config doctor then checks."""
+    if install:
+        install_sudoers(lab, load_config(config))
     started = time.monotonic()
     code, out = _cli("--config", str(config), "doctor", "--json")
     return code, json.loads(out), time.monotonic() - started
@@ -132,14 +136,12 @@ def doctor_lab(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     )
     made = spark1.nsenter("sh", "-c", script)
     assert made.returncode == 0, made.stderr
-    ok = load_config(_write(folder / "ok", _document(lab, folder)))
-    install_sudoers(lab, ok)
     yield folder
     spark1.nsenter("sh", "-c", f"rm -f /etc/sudoers.d/{SHORT}")
 
 
 def test_the_lab_as_it_is_is_all_ok(lab: Lab, doctor_lab: Path) -> None:
-    code, document, took = _doctor(_write(doctor_lab / "ok", _document(lab, doctor_lab)))
+    code, document, took = _doctor(lab, _write(doctor_lab / "ok", _document(lab, doctor_lab)))
     bad = [f for f in document["findings"] if f["status"] != "ok"]
     assert (code, bad) == (0, [])
     assert lab.user == "fleet"
@@ -158,7 +160,7 @@ def test_the_lab_as_it_is_is_all_ok(lab: Lab, doctor_lab: Path) -> None:
 def test_a_missing_sudo_right_fails_with_its_fix(lab: Lab, doctor_lab: Path) -> None:
     document = _document(lab, doctor_lab)
     document["hosts"]["spark1"]["user"] = SHORT
-    code, found, took = _doctor(_write(doctor_lab / "short", document))
+    code, found, took = _doctor(lab, _write(doctor_lab / "short", document), install=False)
     assert code == 1
     assert took < WITHIN_S, took
     refused = [
@@ -212,7 +214,7 @@ def test_a_broken_config_fails_with_its_fix(lab: Lab, doctor_lab: Path, case: st
     change, (subject, check), expected = BROKEN[case]
     document = _document(lab, doctor_lab)
     change(document)
-    code, found, took = _doctor(_write(doctor_lab / case.replace(" ", "-"), document))
+    code, found, took = _doctor(lab, _write(doctor_lab / case.replace(" ", "-"), document))
     assert code == 1
     assert _row(found, subject, check) == expected
     assert took < WITHIN_S, took
@@ -224,7 +226,7 @@ def test_metrics_without_the_progress_series_fail_with_the_fix(lab: Lab, doctor_
     control.write_text(json.dumps({"progress_metrics": False}))
     try:
         time.sleep(0.1)  # the sim re-reads its control file on its next request
-        code, found, took = _doctor(_write(doctor_lab / "metrics", _document(lab, doctor_lab)))
+        code, found, took = _doctor(lab, _write(doctor_lab / "metrics", _document(lab, doctor_lab)))
     finally:
         control.unlink(missing_ok=True)
     assert code == 1
@@ -242,5 +244,5 @@ def test_nothing_it_ran_changed_a_unit(lab: Lab, doctor_lab: Path) -> None:
     """Read-only: the units doctor looked at kept their main process through every run."""
     spark1 = lab.host("spark1")
     before = spark1.show("vllm-qwen.service", "MainPID", "NRestarts")
-    _doctor(_write(doctor_lab / "ok", _document(lab, doctor_lab)))
+    _doctor(lab, _write(doctor_lab / "ok", _document(lab, doctor_lab)))
     assert spark1.show("vllm-qwen.service", "MainPID", "NRestarts") == before
