@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab import account, procs
+from fleet_lab import account, fleet, procs
 from fleet_lab.drills.config import install_sudoers, write_config
 from fleet_lab.lab import Lab, LabError, LabHost
 from supervisor.config import load_config
@@ -179,3 +179,24 @@ def test_lab_errors_are_one_plain_line(tmp_path: Path, make: object, message: st
     with pytest.raises(LabError) as caught:
         make(tmp_path)  # type: ignore[operator]
     assert str(caught.value) == message.format(p=tmp_path)
+
+
+def test_the_lab_logs_in_as_fleet_or_as_root_and_a_loaded_lab_remembers_which(
+    tmp_path: Path,
+) -> None:
+    """Writes the lab's folders only (boots nothing)."""
+    unprivileged = fleet.create(tmp_path / "fleet")
+    assert unprivileged.fleet_host("spark1").user == "fleet"
+    assert Lab.load(unprivileged.folder).fleet_host("m3ultra").user == "fleet"
+    stage2 = (unprivileged.folder / "hosts" / "spark2" / "stage2.sh").read_text()
+    assert (
+        'useradd --root "$R" --uid 501 --user-group --create-home --home-dir /home/fleet '
+        "--shell /bin/bash --password '*' fleet\n" in stage2
+    )
+    mac = (unprivileged.folder / "hosts" / "m3ultra" / "stage2.sh").read_text()
+    assert "--home-dir /Users/fleet" in mac
+    as_root = fleet.create(tmp_path / "root", user="root")
+    assert Lab.load(as_root.folder).fleet_host("spark1").user == "root"
+    with pytest.raises(LabError) as refused:
+        fleet.create(tmp_path / "bob", user="bob")
+    assert str(refused.value) == "the lab logs in as root or fleet, not 'bob'"
