@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from supervisor.record.store import revise, schema
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.migrate import migrate
-from supervisor.record.store.pgengine import open_pg_engine
+from supervisor.record.store.pgengine import closed_words, open_pg_engine
 from supervisor.record.store.target import PgTarget, StoreTarget
 
 BUSY_TIMEOUT_MS = 5000
@@ -51,9 +51,10 @@ def make_engine(path: Path) -> AsyncEngine:
 
 
 def reason(err: BaseException) -> str:
-    """The driver's own words for what went wrong (e.g. 'database is locked')."""
+    """The driver's own words for what went wrong (e.g. 'database is locked'; a connection the
+    PostgreSQL server ended: `pgengine.closed_words`)."""
     if isinstance(err, StatementError):
-        return str(err.orig) if err.orig is not None else str(err)
+        return closed_words(str(err.orig) if err.orig is not None else str(err))
     return str(err) or type(err).__name__
 
 
@@ -75,17 +76,12 @@ async def transaction(engine: AsyncEngine, *, write: bool) -> AsyncIterator[Asyn
             # the next caller's. The connection is closed, never given back to the pool.
             await _discard(conn)
             raise
-        except BaseException as err:
-            if _busy(err):  # the same, met by this call: discard, do not roll back
-                await _discard(conn)
-            elif begun.is_active:
+        except BaseException:
+            # a connection the server ended is already invalidated (a disconnect, see
+            # `pgengine.ENDED`): nothing to roll back on it
+            if begun.is_active:
                 await begun.rollback()
             raise
-
-
-def _busy(err: BaseException) -> bool:
-    """The driver says its connection is still in another operation."""
-    return "another operation is in progress" in str(err)
 
 
 async def _discard(conn: AsyncConnection) -> None:
