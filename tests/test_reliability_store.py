@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -213,3 +214,32 @@ def _sample(at: datetime) -> ProbeResult:
         at=at,
         latency_s=0.01,
     )
+
+
+def _sqlite_connections_left() -> int:
+    """aiosqlite connections still open in this process (each runs a thread of its own, which
+    ends soon after its connection is closed: given 5 s to)."""
+    threads = [t for t in threading.enumerate() if "_connection_worker_thread" in t.name]
+    for thread in threads:
+        thread.join(timeout=5)
+    return sum(t.is_alive() for t in threads)
+
+
+async def test_a_read_after_close_opens_and_closes_its_own_connection(tmp_path: Path) -> None:
+    """A spec (or the CLI) may read a stopped daemon's store: the read answers from the file,
+    and leaves no connection open behind it (the closed engine would open one again and nobody
+    would close it: a ResourceWarning in some later test)."""
+    store = await ResilientStore.open(tmp_path / "s.db")
+    now = datetime.now(UTC)
+    await store.transition(
+        snapshot=Snapshot(
+            kind=SubjectKind.ENDPOINT, name="m", state="down", since=now, updated_at=now
+        ),
+        entry=TimelineEntry(at=now, subject="m", record=Note(text="went down")),
+        open_cause="connection refused",
+    )
+    await store.close()
+    assert _sqlite_connections_left() == 0
+    assert [i.cause for i in await store.incidents()] == ["connection refused"]
+    assert [s.state for s in await store.snapshots()] == ["down"]
+    assert _sqlite_connections_left() == 0

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from supervisor.record.store import revise, schema
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.migrate import migrate
-from supervisor.record.store.pgengine import closed_words, open_pg_engine
+from supervisor.record.store.pgengine import closed_words, make_pg_engine, open_pg_engine
 from supervisor.record.store.target import PgTarget, StoreTarget
 
 BUSY_TIMEOUT_MS = 5000
@@ -48,6 +48,11 @@ def make_engine(path: Path) -> AsyncEngine:
     event.listen(engine.sync_engine, "connect", _on_connect)
     event.listen(engine.sync_engine, "begin", _on_begin)
     return engine
+
+
+def make_any_engine(where: StoreTarget) -> AsyncEngine:
+    """An engine on a store already checked (`open_engine` checks and creates)."""
+    return make_pg_engine(where) if isinstance(where, PgTarget) else make_engine(where)
 
 
 def reason(err: BaseException) -> str:
