@@ -22,6 +22,7 @@ from supervisor.record.store import revise, schema
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.migrate import migrate
 from supervisor.record.store.pgengine import closed_words, make_pg_engine, open_pg_engine
+from supervisor.record.store.room import unwritable
 from supervisor.record.store.target import PgTarget, StoreTarget
 
 BUSY_TIMEOUT_MS = 5000
@@ -123,7 +124,9 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
         raise
     except StatementError as err:
         await engine.dispose()
-        raise StoreError(f"cannot open store {path}: {reason(err)}") from None
+        why = await asyncio.to_thread(unwritable, path)  # SQLite's words do not say why
+        said = f" ({why})" if why else ""
+        raise StoreError(f"cannot open store {path}: {reason(err)}{said}") from None
     return engine
 
 
