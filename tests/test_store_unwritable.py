@@ -46,11 +46,16 @@ async def _fleet(tmp_path: Path, store: Path) -> Path:
     """A fleet whose store is `store`, made (and closed) by a first open."""
     async with await Store.open(store):
         pass
-    path = write_fleet(tmp_path, {"m": {"kind": "openai", "url": "http://127.0.0.1:9", "model": "m"}})
+    endpoint = {"kind": "openai", "url": "http://127.0.0.1:9", "model": "m"}
+    path = write_fleet(tmp_path, {"m": endpoint})
     document = yaml.safe_load(path.read_text())
     document["store"] = {"path": str(store)}
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+def _read_only(mount: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
 
 
 def _cli(config: Path, *args: str, prefix: list[str] | None = None) -> tuple[int, str]:
@@ -68,7 +73,7 @@ def _cli(config: Path, *args: str, prefix: list[str] | None = None) -> tuple[int
 async def test_a_store_on_a_read_only_filesystem_says_so(tmp_path: Path, disk: Path) -> None:
     store = disk / "supervisor.db"
     config = await _fleet(tmp_path, store)
-    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    _read_only(disk)
     why = f"the filesystem holding {store} is read-only"
     assert unwritable(store) == why
     said = f"cannot open store {store}: unable to open database file ({why})"
