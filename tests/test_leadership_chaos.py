@@ -435,7 +435,8 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
     """Issue 24: after SIGCONT the deposed leader learns it was deposed from its own clock
     before it does anything that reaches the outside: no Bot API call at all (each instance has
     its own Bot API stand-in, so its getUpdates are counted apart), its /status never says
-    `leader`, and neither log has a line at error level or a traceback."""
+    `leader`, its page's event stream (open across the freeze) ends and sends nothing, and
+    neither log has a line at error level or a traceback."""
     bot_a, bot_b = fleet.bots["a"], fleet.bots["b"]
     await fleet.start("a")
     # the start-ups are not what is tested: a machine shared with other work (a load of 19 on
@@ -444,7 +445,10 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
     await fleet.start("b")
     await eventually(lambda: fleet.events("b", "following") != [], within=90, what="b following")
     burners = [_burn() for _ in range(2)] if burner else []
+    feed = _Feed()
+    reading = asyncio.create_task(feed.read(fleet.urls["a"] + "/events"))
     try:
+        await eventually(lambda: feed.chunks != [], within=20, what="a's page stream open")
         a = fleet.procs["a"]
         a.send_signal(signal.SIGSTOP)
         frozen = time.monotonic()
@@ -455,6 +459,7 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
         await asyncio.sleep(max(0.0, WOKEN_FREEZE_S - (time.monotonic() - frozen)))
         polls_b = bot_b.calls.count("getUpdates")
         seen = len(bot_a.calls)
+        streamed = len(feed.chunks)
         a.send_signal(signal.SIGCONT)
         roles = await _roles_until_following(fleet, "a")
     finally:
@@ -464,6 +469,10 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
     await asyncio.sleep(2)  # a Bot API call a made after it follows would show by now
     assert bot_a.calls[seen:] == []  # not one call, not even the poller's getUpdates
     assert "leader" not in roles
+    # the page's stream, open across the freeze, ended when a woke, and sent nothing after
+    await asyncio.wait_for(reading, 10)
+    assert feed.ended
+    assert feed.chunks[streamed:] == []
     assert bot_b.calls.count("getUpdates") > polls_b  # b's poller goes on undisturbed
     for instance in ("a", "b"):
         lines = fleet.log(instance).read_text().splitlines()
@@ -474,6 +483,23 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
     assert {e["level"] for e in deposed} <= {"warning"}
     stops = [e["stops"] for e in deposed]
     assert len(stops) == len(set(stops))  # one line per part
+
+
+class _Feed:
+    """A browser's page stream (`GET /events`): what it received, and whether the server ended
+    it."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.ended = False
+
+    async def read(self, url: str) -> None:
+        timeout = httpx.Timeout(10.0, read=None)  # the stream is quiet while its server is
+        async with httpx.AsyncClient(timeout=timeout) as client, client.stream("GET", url) as got:
+            with suppress(httpx.TransportError):  # ended by the server closing it, or cut
+                async for chunk in got.aiter_bytes():
+                    self.chunks.append(chunk)
+        self.ended = True
 
 
 def _burn() -> Any:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
@@ -29,7 +30,9 @@ from supervisor.record.store import (
     TimelineEntry,
 )
 from supervisor.record.store import engine as store_engine
+from supervisor.record.store.history import ms
 from supervisor.record.store.resilient import ResilientStore, refused
+from supervisor.record.store.schema import supervision
 from supervisor.record.timeline import Note
 from tests.helpers import eventually, write_fleet
 
@@ -243,3 +246,27 @@ async def test_a_read_after_close_opens_and_closes_its_own_connection(tmp_path: 
     assert [i.cause for i in await store.incidents()] == ["connection refused"]
     assert [s.state for s in await store.snapshots()] == ["down"]
     assert _sqlite_connections_left() == 0
+
+
+async def test_a_runs_start_and_heartbeat_queue_while_the_store_refuses(tmp_path: Path) -> None:
+    """The schedule's records of supervised time (the run's start, its heartbeat) go through the
+    queue like every write: refused, they wait and land once the file clears (they used to fail
+    their job, logged at error level by the scheduler)."""
+    db = tmp_path / "s.db"
+    store = await ResilientStore.open(db)
+    store.retry_every = 0.05
+    started = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    lock = WriteLock(db)
+    await asyncio.to_thread(lock.take)
+    try:
+        await store.supervising(started, [(SubjectKind.ENDPOINT, "m", "healthy")])
+        await store.supervised(started, started + timedelta(minutes=1))
+        assert store.queued == 2
+    finally:
+        await asyncio.to_thread(lock.release)
+    await eventually(lambda: store.queued == 0, what="the queue flushed")
+    async with store.tx(write=False) as conn:
+        rows = (await conn.execute(select(supervision.c.started_ms, supervision.c.seen_ms))).all()
+    await store.close()
+    minute = 60_000
+    assert [tuple(r) for r in rows] == [(ms(started), ms(started) + minute)]
