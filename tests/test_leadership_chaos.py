@@ -202,9 +202,10 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
 
 async def _a_leads_and_heals_then_b_follows(fleet: Fleet) -> None:
     await fleet.start("a")
-    await eventually(lambda: fleet.healed(1), within=60, what="a healing the first fault")
+    # start-ups get the time a machine shared with other work takes (load 19 on 2 cores seen)
+    await eventually(lambda: fleet.healed(1), within=120, what="a healing the first fault")
     await fleet.start("b")
-    await eventually(lambda: fleet.events("b", "following") != [], within=20, what="b following")
+    await eventually(lambda: fleet.events("b", "following") != [], within=90, what="b following")
     await _serves(fleet, "b", "follower", f"ok: following a on {socket.gethostname()} (epoch 1)")
     status = await _get(fleet, "a", "/status")
     assert (status["role"], status["leadership"]["leader"]) == ("leader", "a")
@@ -323,9 +324,10 @@ async def _refused(fleet: Fleet, holder: str) -> bool:
     return any(e.event == "refused" and e.holder == holder for e in entries)
 
 
-OUTAGE_S = LEASE_S + 5
-"""Longer than the lease (before issue 24 the leader stepped down after one lease and nobody
-spoke); issue 24 asked for 60 s, which adds time but no new behaviour past the lease."""
+OUTAGE_S = 60.0
+"""Issue 24's outage: four leases (before issue 24 the leader stepped down after one and nobody
+spoke), and past every other clock of the daemon's store side (the listener's longest backoff,
+5 s; the server's idle-in-transaction timeout, 5 s; a statement's 30 s)."""
 
 
 async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speaking(
@@ -514,8 +516,16 @@ async def _roles_until_following(fleet: Fleet, instance: str) -> list[str]:
     roles: list[str] = []
     after = len(fleet.events(instance, "following"))
     followed: float | None = None
+    deadline = time.monotonic() + 60
     async with httpx.AsyncClient(timeout=2.0) as client:
         while followed is None or time.monotonic() - followed < 1.0:
+            if followed is None and time.monotonic() > deadline:
+                leading = fleet.events(instance, "leading")
+                raise AssertionError(
+                    f"{instance} did not follow again within 60 s of waking (it took over "
+                    f"again {len(leading) - 1} times: the new leader lost its lease); "
+                    f"roles seen: {sorted(set(roles))}"
+                )
             try:
                 answer = await client.get(fleet.urls[instance] + "/status")
                 roles.append(
