@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from supervisor.cli import parse_args
 from supervisor.record.timeline import REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,3 +109,17 @@ def test_the_event_types_table_names_every_record_type() -> None:
     text = (DOCS / "ARCHITECTURE.md").read_text()
     table = text.split("| Tag | Kind | Fields | Written when |", 1)[1].split("\n\n", 1)[0]
     assert [tag for tag in REGISTRY if f"`{tag}`" not in table] == []
+
+
+def test_the_readme_commands_table_has_a_row_for_every_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    listing = capsys.readouterr().out.split("  COMMAND\n", 1)[1].split("\n\n", 1)[0]
+    commands = re.findall(r"^    (\S+)", listing, flags=re.MULTILINE)
+    table = README.read_text().split("| Command | What it does | Exit code |", 1)[1]
+    rows = table.split("\n\n", 1)[0].splitlines()[2:]
+    named = {word for row in rows for word in re.findall(r"`([\w-]+)", row.split(" | ")[0])}
+    assert len(commands) >= 20
+    assert [command for command in commands if command not in named] == []
