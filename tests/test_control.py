@@ -364,10 +364,10 @@ async def test_the_http_routes_answer_json_with_who_from_a_header(tmp_path: Path
 
 
 def test_control_routes_are_documented_with_their_statuses() -> None:
-    """The README's HTTP table names every control route."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    """The HTTP reference's table names every control route."""
+    reference = (Path(__file__).parents[1] / "docs" / "http.md").read_text()
     for route in ("silence", "unsilence", "pause", "resume", "ack", "restart", "silences"):
-        assert f"/control/{route}" in readme
+        assert f"/control/{route}" in reference
 
 
 async def test_a_stored_glob_silence_covers_an_endpoint_added_before_a_restart(

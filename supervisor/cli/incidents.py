@@ -16,7 +16,7 @@ from supervisor.record.timeline import Transition
 
 
 def incident_doc(row: IncidentRow) -> dict[str, Any]:
-    """One incident in `--json` output (shape documented in the README)."""
+    """One incident in `--json` output (shape documented in docs/json.md)."""
     duration = row.duration
     return {
         "id": row.id,

@@ -27,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def collect(config: FleetConfig) -> dict[str, Any]:
-    """The `status --json` document (its shape is documented in the README)."""
+    """The `status --json` document (its shape is documented in docs/json.md)."""
     store = await open_store(config)
     try:
         snapshots = {(s.kind, s.name): s for s in await store.snapshots()}

@@ -54,7 +54,7 @@ class Trigger(StrEnum):
 S = State
 _ALL = tuple(State)
 
-#: (trigger, sources, destination): the whole graph, read by the tests and the README.
+#: (trigger, sources, destination): the whole graph, read by the tests and docs/states.md.
 TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
     (
         Trigger.PASS,

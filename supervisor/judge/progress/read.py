@@ -2,8 +2,8 @@
 
 vLLM (any `openai`-kind server that serves `/metrics` with vLLM's series): two reads of
 `/metrics`. Servers without such metrics (mlx_lm, llama.cpp without `--metrics`, Ollama, a plain
-health URL) give `unknown` with the reason: for them only time tells busy from hung (see the
-README's "Busy and hung").
+health URL) give `unknown` with the reason: for them only time tells busy from hung (see
+docs/states.md, "Detection: events, probes, busy and hung").
 """
 
 from __future__ import annotations

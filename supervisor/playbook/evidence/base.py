@@ -82,7 +82,7 @@ class Collector(Generic[P]):
     name: str
     params: type[P]
     run: Callable[[CollectContext, P], Awaitable[Evidence]]
-    doc: str  #: one line for the README's collector table
+    doc: str  #: one line for playbooks/README.md's collector table
     facts: Mapping[str, str]  #: fact name -> meaning; rules may only name these
     needs_host: bool = True  #: False for collectors that only talk HTTP to the endpoint
     #: why it does not apply to a scope with these params ('' when it does): a launchd collector
