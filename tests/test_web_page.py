@@ -27,9 +27,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from fleet_lab.vllm_sim.server import VllmSim
+from supervisor.core.timefmt import stamp
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.doctor import save_doctor_run
 from supervisor.record.timeline import Transition
 from supervisor.tell.web.page.states import TONES, tone_of
+from supervisor.trust.doctor.model import DoctorRun, fail, ok, warn
 from tests.browser import chromium, missing, wait_for
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
@@ -475,7 +478,7 @@ async def test_a_glob_silence_previews_what_it_covers_then_silences_it(
         await asyncio.to_thread(driver.get, fleet.url + "/")
         board_line = " ".join(_texts(driver, "#silences li")[0].split())
         assert re.fullmatch(
-            r"silence #1 \*e\* until \S+Z by alice \(web\): moving the rack end it", board_line
+            r"silence #1 \*e\* until \S+Z by alice \(web\): moving the rack ?end it", board_line
         )
         await asyncio.to_thread(driver.get, fleet.url + "/endpoints/qwen")
         shown = _texts(driver, "#endpoint-silences li")
@@ -614,6 +617,55 @@ async def test_availability_on_the_page_is_what_the_store_says(
             await asyncio.to_thread(driver.get, url + "/")
             cells = _texts(driver, "#ep-llm td.avail")
             assert cells == ["90.91%", "95.65%", "95.65%"]
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def test_the_board_shows_the_last_doctor_run(tmp_path: Path, sim: VllmSim) -> None:
+    """What `status` and Telegram's /status say of the last `doctor` run, on the board: when,
+    its counts, and what it found wrong, failures first (the run before it is not shown)."""
+    port = free_port()
+    config = write_fleet(
+        tmp_path,
+        {"llm": {"kind": "openai", "url": sim.url, "model": "sim-model", "host": "forge"}},
+        http={"listen": f"127.0.0.1:{port}"},
+    )
+    now = datetime.now(UTC).replace(microsecond=0)
+    earlier = DoctorRun(at=now - timedelta(days=2), took_s=1.0, findings=(ok("llm", "model", "x"),))
+    latest = DoctorRun(
+        at=now - timedelta(minutes=5),
+        took_s=2.34,
+        findings=(
+            ok("forge", "ssh", "root@forge answers"),
+            warn("llm", "metrics", "no /metrics", "enable vLLM's metrics"),
+            fail("forge", "sudo systemctl restart vllm", "a password is asked", "install sudoers"),
+            ok("store", "write", "writable"),
+        ),
+    )
+    async with await Store.open(tmp_path / "state" / "supervisor.db") as store:
+        for run in (earlier, latest):
+            await save_doctor_run(
+                store, at=run.at, ok=run.ok, summary=run.summary(), document=run.document()
+            )
+    process = await spawn_daemon(config, tmp_path / "daemon.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await eventually(lambda: _healthy(url), within=20, what="llm healthy")
+        with chromium() as driver:
+            await asyncio.to_thread(driver.get, url + "/")
+            head = " ".join(_texts(driver, "#doctor p")[0].split())
+            when = re.escape(stamp(latest.at))
+            assert re.fullmatch(rf"fail {when} \(5m \d+s ago\): 2 ok, 1 warn, 1 fail in 2.3s", head)
+            assert _background(driver, "#doctor .pill") == _rgb(TONES["bad"].colour)
+            assert _texts(driver, "#doctor-problems li") == [
+                "FAIL forge · sudo systemctl restart vllm: a password is asked — install sudoers",
+                "WARN llm · metrics: no /metrics — enable vLLM's metrics",
+            ]
+        line = (await asyncio.to_thread(_cli, config, "status")).splitlines()
+        assert f"last doctor run {latest.at:%Y-%m-%d %H:%M} UTC: 2 ok, 1 warn, 1 fail in 2.3s" in [
+            x.split(": run `")[0] for x in line
+        ]
     finally:
         process.terminate()
         await process.wait()
