@@ -398,6 +398,14 @@ return found.slice(0, 8);
 """
 
 
+#: Each transition of an incident's timeline as its (fact, value) pairs.
+TRANSITION_FACTS = (
+    "return [...document.querySelectorAll('li[data-type=transition]')]"
+    ".map(e => [...e.querySelectorAll('dt')]"
+    ".map(t => [t.innerText, t.nextElementSibling.innerText]))"
+)
+
+
 async def test_every_page_fits_a_phone(fleet: Fleet, tmp_path: Path) -> None:
     """At 390 px, signed in (the forms are the widest parts), with an incident and a silence set
     from the CLI: the endpoint page, its incident, the incidents list, /silences (a glob's
@@ -428,11 +436,7 @@ async def test_every_page_fits_a_phone(fleet: Fleet, tmp_path: Path) -> None:
                 await asyncio.to_thread(
                     wait_for, driver, lambda d: _texts(d, "li[data-type=transition]")
                 )
-                facts = driver.execute_script(
-                    "return [...document.querySelectorAll('li[data-type=transition]')]"
-                    ".map(e => [...e.querySelectorAll('dt')].map(t =>"
-                    " [t.innerText, t.nextElementSibling.innerText]))"
-                )
+                facts = driver.execute_script(TRANSITION_FACTS)
                 silenced = [dict(f) for f in facts if dict(f).get("trigger") == "silence"]
                 assert len(silenced) == 1
                 assert {k: silenced[0].get(k) for k in ("by", "silence", "why")} == {
@@ -440,6 +444,20 @@ async def test_every_page_fits_a_phone(fleet: Fleet, tmp_path: Path) -> None:
                     "silence": "#1 on llm",
                     "why": why,
                 }
+
+        # and who ended it
+        await asyncio.to_thread(_cli, fleet.config, "unsilence", "llm")
+        await asyncio.to_thread(driver.get, incident)
+
+        def unsilenced(d: WebDriver) -> list[dict[str, str]]:
+            return [
+                dict(f)
+                for f in d.execute_script(TRANSITION_FACTS)
+                if dict(f).get("trigger") == "unsilence"
+            ]
+
+        ended = await asyncio.to_thread(wait_for, driver, unsilenced)
+        assert ended[0]["by"] == f"{getpass.getuser()} (cli)"
 
 
 async def _sign_in(driver: Chrome, url: str, who: str) -> None:
