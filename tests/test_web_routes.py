@@ -343,7 +343,11 @@ async def test_the_rules_page_shows_each_rule_its_matches_how_they_ended_and_the
     finally:
         await daemon.stop()
     row = page.split('<tr id="rule-refused"', 1)[1].split("</tr>", 1)[0]
-    assert "<td>manual</td><td>critical</td><td>states down</td><td>shell</td>" in row
+    wide = "".join(
+        f'<td class="wide">{v}</td>' for v in ("manual", "critical", "states down", "shell")
+    )
+    assert wide in row
+    assert '<span class="narrow small">manual · critical · states down · shell</span>' in row
     assert '<div class="rule-history">1 incident: 1 escalated</div>' in row
     assert (
         f'<a href="/incidents/{incident}">web #{incident}</a> <span class="error">escalated' in row

@@ -50,6 +50,11 @@ def restored_note(silence_id: int, who: str) -> str:
     return f"silence #{silence_id} by {who} holds after a restart"
 
 
+def actor_data(actor: Actor) -> dict[str, str]:
+    """Who ended a silence, and through what (the transition's `who` and `via`)."""
+    return {"who": actor.who, "via": actor.via.value}
+
+
 def unsilence_note(actor: Actor) -> str:
     return f"unsilenced by {actor.who}"
 

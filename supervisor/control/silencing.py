@@ -145,7 +145,8 @@ class SilenceControl(ControlCommon):
             worker = self._workers.get(name)
             if worker is None:
                 continue
-            if await worker.apply(Trigger.UNSILENCE, entries.unsilence_note(actor)) is not None:
+            note, data = entries.unsilence_note(actor), entries.actor_data(actor)
+            if await worker.apply(Trigger.UNSILENCE, note, data=data) is not None:
                 unsilenced.append(name)
         if not unsilenced:
             text = entries.not_silenced_text(subjects)

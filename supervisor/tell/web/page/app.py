@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from supervisor.control.matchers import MatchError, select
+from supervisor.control.matchers import MatchError, covers, select
 from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
 from supervisor.control.tables import ControlStore
@@ -40,12 +40,20 @@ from supervisor.record.store import SubjectKind
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
 from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
 from supervisor.tell.web.page.board import History, board
+from supervisor.tell.web.page.doctor import doctor_panel
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.icon import ico, png
 from supervisor.tell.web.page.items import item
 from supervisor.tell.web.page.peers import is_loopback
 from supervisor.tell.web.page.rules import WINDOW, rule_histories, rule_rows
-from supervisor.tell.web.page.states import TONES, Tone, stylesheet, tone_of, worst
+from supervisor.tell.web.page.states import (
+    DAY_TONES,
+    TONES,
+    Tone,
+    stylesheet,
+    tone_of,
+    worst,
+)
 from supervisor.tell.web.view import host_views
 
 if TYPE_CHECKING:
@@ -94,6 +102,7 @@ def environment() -> Environment:
     env.filters["num"] = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)
     env.filters["iso"] = stamp
     env.filters["tone"] = tone_of
+    env.globals["DAY_TONES"] = DAY_TONES
     return env
 
 
@@ -172,6 +181,7 @@ class Page:
             "silences": await reads.silences() if reads else [],
             "pauses": reads.pauses() if reads else [],
             "journal": journal,
+            "doctor": await doctor_panel(self.daemon.store),
         }
 
     # -- pages -----------------------------------------------------------------------------
@@ -226,6 +236,12 @@ class Page:
         if worker is None:
             raise web.HTTPNotFound(text=f"no endpoint {name!r}\n")
         journal = (await self.reads.journal(name))[::-1] if self.reads else []
+        hosts = {name: worker.endpoint.hosts()}
+        silenced = [
+            s
+            for s in (await self.reads.silences() if self.reads else [])
+            if covers(s.target, name, hosts)
+        ]
         incidents = await self.daemon.store.incidents(subject=name, limit=20)
         paused = self.reads.paused(name) if self.reads else ""
         now = self.daemon.clock.now()
@@ -241,6 +257,7 @@ class Page:
             "incidents": incidents,
             "journal": journal,
             "paused": paused,
+            "silenced": silenced,
         }
 
     async def endpoint(self, request: web.Request) -> web.Response:

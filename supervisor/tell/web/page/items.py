@@ -81,9 +81,21 @@ def _sample_facts(sample: ProbeSample) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in pairs if v)
 
 
+def _by(r: Transition) -> str | None:
+    """Who caused it: the actor, or the person (and channel) who set a silence."""
+    if r.actor:
+        return r.actor
+    who, via = r.extra.get("who"), r.extra.get("via")
+    if not who:
+        return None
+    return f"{who} ({via})" if via else who
+
+
 def _transition(row: TimelineRow, r: Transition) -> Item:
     facts = [("trigger", r.trigger)]
-    facts += [(k, v) for k, v in (("rule", r.rule), ("by", r.actor), ("why", r.why)) if v]
+    facts += [(k, v) for k, v in (("rule", r.rule), ("by", _by(r)), ("why", r.why)) if v]
+    if r.extra.get("silence"):
+        facts.append(("silence", f"#{r.extra['silence']} on {r.extra.get('target', '?')}"))
     if r.until is not None:
         facts.append(("until", r.until.isoformat(timespec="seconds")))
     if r.probe is not None:

@@ -58,6 +58,13 @@ STATES: Mapping[str, str] = {
 
 UNLISTED = "muted"
 
+DAY_TONES: Mapping[str, str] = {
+    "incidents": "bad",
+    "no incident": "good",
+    "not supervised": "muted",  # neither up nor down: nobody watched that day
+}
+"""A day of the history bar (`supervisor.record.availability.Day.status`) -> its tone."""
+
 
 def tone_of(state: str) -> str:
     return STATES.get(state, UNLISTED)
