@@ -13,6 +13,7 @@ import pytest
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
 from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.cursors import save_streams
 from supervisor.record.store.lease import claim
@@ -46,9 +47,9 @@ async def _populate(db: Path) -> int:
             fail_streak=3,
         )
         down_record = Transition(
-            source="healthy",
-            dest="down",
-            trigger="confirm_down",
+            source=State.HEALTHY,
+            dest=State.DOWN,
+            trigger=Trigger.DOWN,
             note="connection refused (2 failures and a failed re-probe)",
         )
         entry = TimelineEntry(at=T0, subject="ds4", record=down_record)
@@ -73,7 +74,10 @@ async def _populate(db: Path) -> int:
                 at=back,
                 subject="ds4",
                 record=Transition(
-                    source="down", dest="healthy", trigger="pass_check", note="real check passed"
+                    source=State.DOWN,
+                    dest=State.HEALTHY,
+                    trigger=Trigger.PASS,
+                    note="real check passed",
                 ),
             ),
             close_resolution="completion passed (ttft 0.41s, 38.2 tok/s)",

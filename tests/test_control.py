@@ -16,8 +16,9 @@ from aiohttp.test_utils import make_mocked_request
 
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.control import Actor, Answer, Code, ControlApi, Via
+from supervisor.control import Answer, Code, ControlApi
 from supervisor.control.matchers import MatchError, select
+from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from supervisor.config.models import TelegramConfig
+from supervisor.core.actor import Actor
+from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.playbook.actions.base import ActionOutcome
 from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
 from supervisor.record.store.outbox import Draft
@@ -75,7 +77,10 @@ def _moved(
     **fields: Any,
 ) -> TimelineRow:
     """A transition as the worker (or, `of_host`, a host watcher) records it."""
-    record = Transition(source=source, dest=dest, note=note, trigger=trigger, **fields)
+    states: type[State] | type[HostState] = HostState if fields.get("of_host") else State
+    record = Transition(
+        source=states(source), dest=states(dest), note=note, trigger=Trigger(trigger), **fields
+    )
     return _row(record, at=at, subject=subject)
 
 
@@ -211,7 +216,7 @@ def _up(source: str) -> TimelineRow:
             [
                 DOWN,
                 _step(1, "restart_units"),
-                _move("down", "starting", "restarted by @op", "restarted", actor="@op"),
+                _move("down", "starting", "restarted by @op", "restarted", actor=Actor(who="@op")),
             ],
             f"/restart by @op (restart_units on {HEAD})",
             id="healed after a manual /restart",

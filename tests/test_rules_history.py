@@ -26,6 +26,7 @@ from supervisor.config import load_config
 from supervisor.core.clock import utcnow
 from supervisor.core.events import Outcome, ProbeResult, Tier
 from supervisor.core.timefmt import iso
+from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.draft import telling_line
 from supervisor.playbook.evidence.base import (
     Collector,
@@ -181,9 +182,9 @@ class History:
         )
         async with await Store.open(self.config.store.path) as store:
             down = Transition(
-                source="healthy",
-                dest="down",
-                trigger="confirm_down",
+                source=State.HEALTHY,
+                dest=State.DOWN,
+                trigger=Trigger.DOWN,
                 note="connection refused (unit died)",
                 probe=sample,
                 probes=(sample,),
@@ -207,7 +208,9 @@ class History:
                     incident, TimelineEntry(at=then, subject=endpoint, record=record)
                 )
             back = at + timedelta(seconds=len(after) * 10 + 20)
-            up = Transition(source="down", dest="healthy", trigger="pass_check", note="passed")
+            up = Transition(
+                source=State.DOWN, dest=State.HEALTHY, trigger=Trigger.PASS, note="passed"
+            )
             await store.transition(
                 snapshot=_snapshot(endpoint, "healthy", back),
                 entry=TimelineEntry(at=back, subject=endpoint, record=up),
@@ -330,7 +333,9 @@ async def _unknown_drill(history: History, at: datetime) -> tuple[int, datetime,
         for entry in entries[1:]:
             await store.append(incident, entry)
         back = entries[-1].at + timedelta(minutes=1)
-        up = Transition(source="escalated", dest="healthy", trigger="pass_check", note="passed")
+        up = Transition(
+            source=State.ESCALATED, dest=State.HEALTHY, trigger=Trigger.PASS, note="passed"
+        )
         await store.transition(
             snapshot=_snapshot("ds4", "healthy", back),
             entry=TimelineEntry(at=back, subject="ds4", record=up),
@@ -626,7 +631,9 @@ def test_draft_and_replay_say_in_one_line_what_they_cannot_do(
         """An incident with no diagnosis: the endpoint passed again before one ran."""
         at = utcnow().replace(microsecond=0) - timedelta(minutes=5)
         async with await Store.open(history.config.store.path) as store:
-            down = Transition(source="healthy", dest="down", trigger="confirm_down", note="refused")
+            down = Transition(
+                source=State.HEALTHY, dest=State.DOWN, trigger=Trigger.DOWN, note="refused"
+            )
             incident = await store.transition(
                 snapshot=_snapshot("qwen", "down", at),
                 entry=TimelineEntry(at=at, subject="qwen", record=down),

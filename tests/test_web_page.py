@@ -26,6 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from fleet_lab.vllm_sim.server import VllmSim
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.timeline import Transition
 from supervisor.tell.web.page.states import TONES, tone_of
@@ -450,7 +451,9 @@ async def _known_history(db: Path, now: datetime) -> None:
                 entry=TimelineEntry(
                     at=at,
                     subject="llm",
-                    record=Transition(source=source, dest=dest, trigger="t", note="spec"),
+                    record=Transition(
+                        source=State(source), dest=State(dest), trigger=Trigger.PASS, note="spec"
+                    ),
                 ),
                 open_cause=cause,
                 close_resolution=closed,

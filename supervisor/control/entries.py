@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from supervisor.control.model import Actor, Via
+from supervisor.core.actor import Actor, Via
 from supervisor.core.durations import format_duration
 from supervisor.record.store import TimelineEntry
 from supervisor.record.timeline import Acked, Note, Paused, Record, Resumed
@@ -41,7 +41,7 @@ def silence_data(
         "silence": str(silence_id),
         "target": target,
         "who": actor.who,
-        "via": actor.via.value,
+        "via": str(actor.via or ""),
         "why": why,
     }
 
@@ -168,5 +168,6 @@ _VIA_NAME = {
 
 
 def ack_entry(subject: str, at: datetime, actor: Actor, *, why: str = "") -> TimelineEntry:
-    record = Acked(who=actor.who, via=_VIA_NAME[actor.via], why=why)
+    via = _VIA_NAME[actor.via] if actor.via is not None else ""
+    record = Acked(who=actor.who, via=via, why=why)
     return TimelineEntry(at=at, subject=subject, record=record)

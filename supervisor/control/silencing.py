@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from supervisor.control import entries
 from supervisor.control.common import ControlCommon
 from supervisor.control.matchers import MatchError, covers
-from supervisor.control.model import Actor, Answer, Code, SilenceRow
+from supervisor.control.model import Answer, Code, SilenceRow
+from supervisor.core.actor import Actor
 from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import TimelineEntry
 
@@ -64,7 +65,7 @@ class SilenceControl(ControlCommon):
             text = entries.already_silenced_text(subjects)
             return await self._refused("silence", target, actor, why, Code.REFUSED, text, subjects)
         silence_id = await self.tables.add_silence(
-            target=target, who=actor.who, via=actor.via.value, why=why, at=now, until=until
+            target=target, who=actor.who, via=str(actor.via or ""), why=why, at=now, until=until
         )
         length_text = entries.length_text(now, until)
         note = entries.silence_note(actor, length=length_text, why=why)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from supervisor.core.actor import Actor, Via
 from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.judge.machine import Change
 from supervisor.judge.progress import Progress
@@ -108,8 +109,16 @@ def probe_entry(
     return TimelineEntry(at=result.at, subject=subject, record=record)
 
 
-_FIELDS = ("host", "why", "rule", "runbook", "reason", "actor", "until")
+_FIELDS = ("host", "why", "rule", "runbook", "reason", "who", "via", "until")
 """Transition extras that are fields of their own; anything else goes to `extra`."""
+
+
+def _actor(extra: Mapping[str, str]) -> Actor | None:
+    """The person a transition's producer named (`who`, and `via` when it knows it)."""
+    who, via = extra.get("who"), extra.get("via")
+    if not who:
+        return None
+    return Actor(who=who, via=Via(via) if via else None)
 
 
 def transition_entry(
@@ -127,12 +136,12 @@ def transition_entry(
     caused it and, when it opens an incident, the whole streak of failed probes."""
     until = extra.get("until")
     record = Transition(
-        source=change.source.value,
-        dest=change.dest.value,
-        trigger=change.trigger.value,
+        source=change.source,
+        dest=change.dest,
+        trigger=change.trigger,
         note=note,
         rule=extra.get("rule") or None,
-        actor=extra.get("actor") or None,
+        actor=_actor(extra),
         probe=None if result is None else probe_sample(result),
         probes=None if streak is None else tuple(probe_sample(r) for r in streak),
         host=extra.get("host"),

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from supervisor.core.timefmt import iso
-from supervisor.hear.reachability import UNREACHABLE
+from supervisor.judge.machine import HostState
 from supervisor.record.availability import Availability, Repair, Repairs, availability, repairs
 from supervisor.record.store import Snapshot, Store, SubjectKind
 
@@ -46,7 +46,7 @@ class HostView:
 
     @property
     def reachable(self) -> bool:
-        return self.state != UNREACHABLE
+        return self.state != HostState.UNREACHABLE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,8 +82,9 @@ def _sample_facts(sample: ProbeSample) -> tuple[tuple[str, str], ...]:
 
 
 def _transition(row: TimelineRow, r: Transition) -> Item:
-    facts = [("trigger", r.trigger)]
-    facts += [(k, v) for k, v in (("rule", r.rule), ("by", r.actor), ("why", r.why)) if v]
+    by = str(r.actor) if r.actor is not None else None
+    facts = [("trigger", r.trigger.value)]
+    facts += [(k, v) for k, v in (("rule", r.rule), ("by", by), ("why", r.why)) if v]
     if r.until is not None:
         facts.append(("until", r.until.isoformat(timespec="seconds")))
     if r.probe is not None:
