@@ -21,6 +21,7 @@ from supervisor.record.timeline import (
     Diagnosis,
     Escalation,
     Evidence,
+    JSONValue,
     Legacy,
     Note,
     Notification,
@@ -198,7 +199,7 @@ def test_the_cli_reads_an_old_store(old_store: Path, capsys: pytest.CaptureFixtu
 def test_a_version_1_transition_reads_with_its_typed_actor() -> None:
     """Version 1 kept a silence's who/via in `extra` and a restart's person as a bare name; the
     row is not rewritten (append-only): it is upgraded each time it is read."""
-    silence = {
+    silence: dict[str, JSONValue] = {
         "source": "healthy",
         "dest": "maintenance",
         "trigger": "silence",
@@ -215,7 +216,7 @@ def test_a_version_1_transition_reads_with_its_typed_actor() -> None:
     )
     assert record.actor == Actor(who="@op", via=Via.TELEGRAM)
     assert record.extra == {"silence": "3", "target": "ds4", "why": "x"}
-    restart = {
+    restart: dict[str, JSONValue] = {
         "source": "down",
         "dest": "starting",
         "trigger": "restarted",
