@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import supervisor
-from supervisor.core.actor import Actor
+from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.coltypes import dump_json
@@ -375,16 +375,26 @@ CASES: list[tuple[Record, EntryKind, str]] = [
         "restart by alice failed: step 1 failed",
     ),
     (
-        Silenced(who="@op", why="driver upgrade", until=UNTIL, endpoint="ds4"),
+        Silenced(
+            actor=Actor(who="@op", via=Via.TELEGRAM),
+            target="ds4",
+            why="driver upgrade",
+            until=UNTIL,
+            silence=3,
+        ),
         EntryKind.NOTE,
-        "silenced ds4 until 2026-11-23 05:00:00Z by @op: driver upgrade",
+        "silenced ds4 (#3) until 2026-11-23 05:00:00Z by @op on Telegram: driver upgrade",
     ),
     (
-        Silenced(who="@op", until=UNTIL, matcher="host=spark1"),
+        Silenced(actor=Actor(who="alice", via=Via.CLI), target="host:spark1", until=UNTIL),
         EntryKind.NOTE,
-        "silenced host=spark1 until 2026-11-23 05:00:00Z by @op",
+        "silenced host:spark1 until 2026-11-23 05:00:00Z by alice from the CLI",
     ),
-    (Unsilenced(who="@op", endpoint="ds4"), EntryKind.NOTE, "unsilenced ds4 by @op"),
+    (
+        Unsilenced(actor=Actor(who="@op", via=Via.WEB), target="ds*", silences=(3, 4)),
+        EntryKind.NOTE,
+        "unsilenced ds* (#3, #4) by @op on the fleet page",
+    ),
     (
         Paused(who="@op", why="maintenance window"),
         EntryKind.NOTE,

@@ -72,9 +72,13 @@ class SilenceControl(ControlCommon):
         data = entries.silence_data(silence_id, actor, until=until, target=target, why=why)
         silenced = []
         for name in quiet:
-            change = await self._workers[name].apply(Trigger.SILENCE, note, data=data, until=until)
-            if change is not None:
+            worker = self._workers[name]
+            if await worker.apply(Trigger.SILENCE, note, data=data, until=until) is not None:
                 silenced.append(name)
+                said = entries.silenced_entry(
+                    name, now, actor, target=target, until=until, why=why, silence=silence_id
+                )
+                await worker.record(said)
         answer = Answer(
             code=Code.DONE,
             text=entries.silenced_text(silenced, length_text),
@@ -148,6 +152,11 @@ class SilenceControl(ControlCommon):
                 continue
             if await worker.apply(Trigger.UNSILENCE, entries.unsilence_note(actor)) is not None:
                 unsilenced.append(name)
+                ended = [s.id for s in ending if covers(s.target, name, hosts)]
+                said = entries.unsilenced_entry(
+                    name, now, actor, target=target, why=why, silences=ended
+                )
+                await worker.record(said)
         if not unsilenced:
             text = entries.not_silenced_text(subjects)
             return await self._refused(
