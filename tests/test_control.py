@@ -417,6 +417,7 @@ async def test_a_silence_and_its_end_are_in_the_incident_with_who_target_until_w
         said = await api.silence("ds*", actor=bob, length=timedelta(hours=1), why="driver swap")
         assert said.subjects == ("ds4",)
         assert (await api.unsilence("ds4", actor=ALICE, why="done")).subjects == ("ds4",)
+        assert daemon.store is not None
         rows = await daemon.store.timeline(incident)
     finally:
         await daemon.stop()
