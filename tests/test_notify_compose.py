@@ -585,3 +585,16 @@ def test_busy_then_hung_is_a_problem_told_at_once() -> None:
     drafts, memory = compose(hung, incident, memory, SETTINGS)
     assert [d.kind for d in drafts] == ["opened"]
     assert memory.busy_since is None
+
+
+def test_each_repair_attempt_is_told_even_in_the_same_words() -> None:
+    """The composer knows a record by its identity (here the row: a new attempt), not by the
+    line it renders: a second attempt worded like the first is told; the same row read again
+    (the composer's cursor replayed after a restart) is not."""
+    record = REMEDIATE.record
+    first = TimelineRow.of(record, id=11, incident_id=7, at=T0, subject="ds4")
+    second = TimelineRow.of(record, id=15, incident_id=7, at=T0, subject="ds4")
+    told, memory = compose(first, _incident(), Memory(downs=1), SETTINGS)
+    replayed, memory = compose(first, _incident(), memory, SETTINGS)
+    again, _ = compose(second, _incident(), memory, SETTINGS)
+    assert [d.kind for d in told + replayed + again] == ["repairing", "repairing"]

@@ -55,13 +55,26 @@ def compose(row: TimelineRow, incident: IncidentRow, memory: Memory, settings: S
         return [], _step(record, memory)
     line = record.summary
     if isinstance(record, Diagnosis):
-        return _once(memory, "diagnosis", line, texts.diagnosis(name, line), incident)
-    if _is_plan(record):
-        return _once(memory, "plan", line, texts.plan(name, line), incident)
+        key = _identity(record.state, record.rule, *record.scopes)
+        return _once(memory, "diagnosis", key, texts.diagnosis(name, line), incident)
+    if isinstance(record, Decision | Escalation) and _is_plan(record):
+        return _once(memory, "plan", _plan(record), texts.plan(name, line), incident)
     if isinstance(record, Verification):
         text = texts.repair_result(name, record.ok, line)
-        return _once(memory, "repair", line, text, incident)
+        return _once(memory, "repair", _identity(record.rule, record.ok), text, incident)
     return [], memory
+
+
+def _identity(*parts: object) -> str:
+    """What makes two records the same news for a person (`_once`): their ids (a rule, a row)
+    and typed fields (a reason as it was given), never the line they render."""
+    return "|".join("" if part is None else str(part) for part in parts)
+
+
+def _plan(record: Decision | Escalation) -> str:
+    if isinstance(record, Decision):
+        return _identity(record.outcome, record.rule, record.budget, *record.plan)
+    return _identity("escalation", record.rule, record.why)
 
 
 def _is_plan(record: object) -> bool:
@@ -100,18 +113,19 @@ def _transition(
     if dest in _PROBLEMS and record.opens:
         text = texts.opened(name, dest, _symptom(record, incident), incident.id)
         return _problem(row, incident, memory, settings, text)
-    if trigger is Trigger.REMEDIATE:
-        return _once(memory, "repairing", note, texts.repairing(name, note), incident)
+    if trigger is Trigger.REMEDIATE:  # each is a new attempt: the row is its identity
+        return _once(memory, "repairing", f"#{row.id}", texts.repairing(name, note), incident)
     if trigger is Trigger.RECONSIDER:  # no more reminders: it is being repaired again
         memory = replace(memory, escalated_at=None, reminded_at=None)
-        return _once(memory, "reconsidered", note, texts.reconsidered(name, note), incident)
+        text = texts.reconsidered(name, note)
+        return _once(memory, "reconsidered", f"#{row.id}", text, incident)
     if trigger is Trigger.ESCALATE:
         why = record.why or note
         memory = replace(
             memory, escalated_at=row.at, why=why, reminded_at=None, acked_by="", closed=False
         )
         text = texts.escalated(name, why, record.runbook or "", incident.id)
-        return _once(memory, "escalated", why, text, incident)
+        return _once(memory, "escalated", _identity(record.rule, why), text, incident)
     return [], memory
 
 
@@ -175,7 +189,7 @@ def _in_host(row: TimelineRow, incident: IncidentRow, memory: Memory) -> Result:
     rule = record.rule or ""
     runbook = record.runbook or ""
     text = texts.escalated(row.subject, why, runbook, incident.id, host=incident.subject)
-    drafts, after = _once(memory, "escalated", rule or why, text, incident)
+    drafts, after = _once(memory, "escalated", _identity(rule or why), text, incident)
     if not drafts:
         return [], memory
     after = replace(
@@ -236,7 +250,7 @@ def tick(incident: IncidentRow, memory: Memory, now: datetime, settings: Setting
 
 
 def _once(memory: Memory, kind: str, key: str, text: str, incident: IncidentRow) -> Result:
-    """An informational message, at most once per incident for the same words."""
+    """An informational message, at most once per incident for the same `key` (`_identity`)."""
     seen_key = f"{kind}:{key}"
     if seen_key in memory.seen:
         return [], memory
