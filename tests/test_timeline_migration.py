@@ -28,6 +28,7 @@ from supervisor.record.timeline import (
     Probe,
     StepRan,
     Transition,
+    UnitHeard,
     Verification,
     decode,
 )
@@ -227,3 +228,25 @@ def test_a_version_1_transition_reads_with_its_typed_actor() -> None:
     assert isinstance(record, Transition)
     assert record.actor == Actor(who="alice")
     assert str(record.actor) == "alice"
+
+
+@pytest.mark.parametrize(
+    ("verdict", "judged"),
+    [
+        ("down: probe confirms: connection refused", True),
+        ("not judged: remediating", False),
+        ("evidence only", False),
+    ],
+)
+def test_a_version_1_unit_event_says_whether_it_was_judged(verdict: str, judged: bool) -> None:
+    payload: dict[str, JSONValue] = {
+        "host": "spark1",
+        "unit": "vllm.service",
+        "event": "failed",
+        "line": "vllm.service failed: status=127",
+        "message": "vllm.service: Failed with result 'exit-code'.",
+        "verdict": verdict,
+    }
+    record = decode("unit_event", 1, payload, kind="evidence", text="")
+    assert isinstance(record, UnitHeard)
+    assert (record.verdict, record.judged) == (verdict, judged)

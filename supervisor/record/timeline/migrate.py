@@ -186,6 +186,12 @@ def _notification(_summary: str, data: Data) -> Record:
     )
 
 
+def judged_v1(verdict: str) -> bool:
+    """Whether a unit event of a version-1 entry was judged: its verdict's first words said
+    (`not judged: remediating`, `evidence only`) when it was not."""
+    return not verdict.startswith(("not judged", "evidence only"))
+
+
 READERS: dict[str, Callable[[str, Data], Record]] = {
     "transition": _transition,
     "probe": _probe,
