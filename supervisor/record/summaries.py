@@ -45,9 +45,13 @@ def probe_data(result: ProbeResult) -> dict[str, JSONValue]:
 
 def probe_line(result: ProbeResult) -> str:
     """`deep completion ok: ttft 0.41s, 38.2 tok/s`, `liveness health fail: connection refused`."""
-    head = f"{result.tier} {result.check} {result.outcome}"
+    return f"{result.tier} {result.check} {result.outcome}: {_said(result)}"
+
+
+def _said(result: ProbeResult) -> str:
+    """Its reason, else its figures: `connection refused`, `ttft 0.41s, 38.2 tok/s`, `12 ms`."""
     if result.reason:
-        return f"{head}: {result.reason}"
+        return result.reason
     figures = []
     if result.ttft_s is not None:
         figures.append(f"ttft {result.ttft_s:.2f}s")
@@ -55,7 +59,7 @@ def probe_line(result: ProbeResult) -> str:
         figures.append(f"{result.tok_s:.1f} tok/s")
     if not figures:
         figures.append(f"{result.latency_s * 1000:.0f} ms")
-    return f"{head}: {', '.join(figures)}"
+    return ", ".join(figures)
 
 
 def resolution_text(result: ProbeResult) -> str:
@@ -68,8 +72,7 @@ def resolution_text(result: ProbeResult) -> str:
         "transcription": "transcription",
         "round trip": "speech round trip",
     }.get(result.check, "health check")
-    figures = probe_line(result).split(": ", 1)[1]
-    return f"{what} passed ({figures})"
+    return f"{what} passed ({_said(result)})"
 
 
 def progress_sample(progress: Progress | None) -> ProgressSample | None:

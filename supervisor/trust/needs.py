@@ -46,10 +46,7 @@ class Need:
     who: str  #: `rule eaddrinuse-29501`, `event streams`, `doctor`
     what: str  #: `kill_processes`, `journal`, ...
     endpoint: str = ""
-
-    @property
-    def rule(self) -> str:
-        return self.who.removeprefix("rule ") if self.who.startswith("rule ") else ""
+    rule: str = ""  #: the rule's id, when a rule needs it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +133,7 @@ def rule_needs(
                     who=who,
                     what=item.collect,
                     endpoint=endpoint.name,
+                    rule=rule.id,
                 )
                 found.append(need)
     if rule.mode is Mode.MANUAL:
@@ -160,7 +158,14 @@ def rule_needs(
                 )
                 continue
             found.extend(
-                Need(host=host, shape=shape, who=who, what=step.action, endpoint=endpoint.name)
+                Need(
+                    host=host,
+                    shape=shape,
+                    who=who,
+                    what=step.action,
+                    endpoint=endpoint.name,
+                    rule=rule.id,
+                )
                 for host, shape in privileged
                 if fits(host, shape)
             )
