@@ -11,7 +11,6 @@ advance: it is listed as `unknown`, never granted. The daemon's own journal stre
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,7 +31,6 @@ from supervisor.playbook.scopes import builtin_facts, scopes_of
 #: Stands in for a fact only evidence gives (`{status.exec_start_script}`) while params are
 #: filled ahead of time; a command word holding it becomes a pattern (see `_widen`).
 EVIDENCE_VALUE = "/fleet-supervisor-evidence-value"
-_MISSING = re.compile(r"placeholder \{([a-z][a-z0-9_]*)\.([a-z0-9_]+)\}")
 STREAMS = "event streams"
 DOCTOR = "doctor"
 
@@ -184,10 +182,10 @@ def _resolve(model: type[M], raw: Mapping[str, object], facts: Facts, rule: Rule
         try:
             return resolve_params(model, raw, Facts(values=values))
         except ParamsError as exc:
-            missing = _MISSING.search(str(exc))
-            if missing is None or missing[1] not in evidence:
+            evidence_id, _, fact = exc.missing.partition(".")
+            if not fact or evidence_id not in evidence:
                 raise
-            values[f"{missing[1]}.{missing[2]}"] = EVIDENCE_VALUE
+            values[exc.missing] = EVIDENCE_VALUE
     return resolve_params(model, raw, Facts(values=values))
 
 
