@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.availability import Repair, availability, days, repairs
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.target import StoreTarget
@@ -32,7 +33,7 @@ async def store(store_target: StoreTarget) -> AsyncIterator[Store]:
 async def enter(
     store: Store, name: str, source: str, dest: str, at: datetime, *, cause: str | None = None
 ) -> int | None:
-    record = Transition(source=source, dest=dest, trigger="t", note="spec")
+    record = Transition(source=State(source), dest=State(dest), trigger=Trigger.PASS, note="spec")
     return await store.transition(
         snapshot=Snapshot(kind=EP, name=name, state=dest, since=at, updated_at=at),
         entry=TimelineEntry(at=at, subject=name, record=record),

@@ -16,9 +16,11 @@ from aiohttp.test_utils import make_mocked_request
 
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.control import Actor, Answer, Code, ControlApi, Via
+from supervisor.control import Answer, Code, ControlApi
 from supervisor.control.matchers import MatchError, select
-from supervisor.judge.machine import State
+from supervisor.core.actor import Actor, Via
+from supervisor.judge.machine import State, Trigger
+from supervisor.record.timeline import Silenced, Transition, Unsilenced
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 
@@ -396,3 +398,40 @@ async def test_a_stored_glob_silence_covers_an_endpoint_added_before_a_restart(
     assert states["ds4"] is not State.MAINTENANCE
     assert [(r.id, r.target) for r in rows] == [(1, "q*")]
     assert qwen2 == rows[0].until
+
+
+async def test_a_silence_and_its_end_are_in_the_incident_with_who_target_until_why(
+    tmp_path: Path,
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    spec = {"kind": "openai", "url": down, "model": "m", "host": "forge"}
+    daemon = Supervisor(load_config(write_fleet(tmp_path, {"ds4": spec})))
+    await daemon.start()
+    try:
+        worker = daemon.workers["ds4"]
+        await eventually(lambda: worker.incident_id is not None, what="an open incident")
+        incident = worker.incident_id
+        assert incident is not None
+        api = _api(daemon)
+        bob = Actor(who="bob", via=Via.WEB)
+        said = await api.silence("ds*", actor=bob, length=timedelta(hours=1), why="driver swap")
+        assert said.subjects == ("ds4",)
+        assert (await api.unsilence("ds4", actor=ALICE, why="done")).subjects == ("ds4",)
+        assert daemon.store is not None
+        rows = await daemon.store.timeline(incident)
+    finally:
+        await daemon.stop()
+    silenced = [r.record for r in rows if isinstance(r.record, Silenced)]
+    unsilenced = [r.record for r in rows if isinstance(r.record, Unsilenced)]
+    assert [(s.actor, s.target, s.why, s.silence) for s in silenced] == [
+        (bob, "ds*", "driver swap", 1)
+    ]
+    assert [(u.actor, u.target, u.why, u.silences) for u in unsilenced] == [
+        (ALICE, "ds4", "done", (1,))
+    ]
+    into = next(
+        r.record
+        for r in rows
+        if isinstance(r.record, Transition) and r.record.trigger is Trigger.SILENCE
+    )
+    assert (into.actor, into.until) == (bob, silenced[0].until)

@@ -14,7 +14,8 @@ import pytest
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.control import Actor, Code, Via
+from supervisor.control import Code
+from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State
 from supervisor.record.store import EntryKind, TimelineRow
 from supervisor.worker.endpoint import EndpointWorker

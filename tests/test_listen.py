@@ -19,6 +19,7 @@ import yaml
 from sqlalchemy import text
 
 from supervisor.app.leader.elector import Elector, Me
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.lease import claim, journal, release
 from supervisor.record.store.listen import CHANNELS, LEASE, TIMELINE, Listener, notify
@@ -59,7 +60,9 @@ def _heard(got: list[tuple[str, str]], channel: str, payload: str) -> None:
 async def _incident(store: Store) -> tuple[int, int]:
     """Open an incident with one entry; (incident id, entry id)."""
     entry = TimelineEntry(
-        at=T0, subject="m", record=Transition(source="healthy", dest="down", trigger="t", note="x")
+        at=T0,
+        subject="m",
+        record=Transition(source=State.HEALTHY, dest=State.DOWN, trigger=Trigger.PASS, note="x"),
     )
     snapshot = Snapshot(kind=SubjectKind.ENDPOINT, name="m", state="down", since=T0, updated_at=T0)
     incident = await store.transition(snapshot=snapshot, entry=entry, open_cause="refused")

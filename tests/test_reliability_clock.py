@@ -25,7 +25,7 @@ import pytest
 
 from supervisor.config import Endpoint, load_config
 from supervisor.core.events import ProbeResult, ProbeTick, Stop, Tier
-from supervisor.judge.machine import FleetMachine, State
+from supervisor.judge.machine import FleetMachine, State, Trigger
 from supervisor.probe import make_client, run_probe
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.timeline import Transition
@@ -238,7 +238,7 @@ async def test_an_incident_duration_is_the_wall_time_between_its_open_and_close(
 
 
 def _entry(at: datetime, source: str, dest: str) -> TimelineEntry:
-    record = Transition(source=source, dest=dest, trigger="", note="")
+    record = Transition(source=State(source), dest=State(dest), trigger=Trigger.PASS, note="")
     return TimelineEntry(at=at, subject="ep", record=record)
 
 

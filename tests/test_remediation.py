@@ -16,7 +16,7 @@ import pytest
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.control import Actor, Via
+from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import EntryKind

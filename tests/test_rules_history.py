@@ -14,7 +14,7 @@ import asyncio
 import json
 import shutil
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from supervisor.config import load_config
 from supervisor.core.clock import utcnow
 from supervisor.core.events import Outcome, ProbeResult, Tier
 from supervisor.core.timefmt import iso
+from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.draft import telling_line
 from supervisor.playbook.evidence.base import (
     Collector,
@@ -36,14 +37,14 @@ from supervisor.playbook.evidence.base import (
 )
 from supervisor.playbook.evidence.journal import parse_journal
 from supervisor.playbook.evidence.systemd import parse_unit_status
-from supervisor.playbook.history import find_record
+from supervisor.playbook.history import find_record, rounds_of
 from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.matching import match_rules
 from supervisor.playbook.model import EvidenceItem
 from supervisor.playbook.registries import collectors_or_default
 from supervisor.playbook.results import Diagnosis, EvidenceRun
 from supervisor.playbook.scopes import scopes_of
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry, TimelineRow
 from supervisor.record.timeline import (
     AttemptFinished,
     AttemptStarted,
@@ -181,9 +182,9 @@ class History:
         )
         async with await Store.open(self.config.store.path) as store:
             down = Transition(
-                source="healthy",
-                dest="down",
-                trigger="confirm_down",
+                source=State.HEALTHY,
+                dest=State.DOWN,
+                trigger=Trigger.DOWN,
                 note="connection refused (unit died)",
                 probe=sample,
                 probes=(sample,),
@@ -207,7 +208,9 @@ class History:
                     incident, TimelineEntry(at=then, subject=endpoint, record=record)
                 )
             back = at + timedelta(seconds=len(after) * 10 + 20)
-            up = Transition(source="down", dest="healthy", trigger="pass_check", note="passed")
+            up = Transition(
+                source=State.DOWN, dest=State.HEALTHY, trigger=Trigger.PASS, note="passed"
+            )
             await store.transition(
                 snapshot=_snapshot(endpoint, "healthy", back),
                 entry=TimelineEntry(at=back, subject=endpoint, record=up),
@@ -330,7 +333,9 @@ async def _unknown_drill(history: History, at: datetime) -> tuple[int, datetime,
         for entry in entries[1:]:
             await store.append(incident, entry)
         back = entries[-1].at + timedelta(minutes=1)
-        up = Transition(source="escalated", dest="healthy", trigger="pass_check", note="passed")
+        up = Transition(
+            source=State.ESCALATED, dest=State.HEALTHY, trigger=Trigger.PASS, note="passed"
+        )
         await store.transition(
             snapshot=_snapshot("ds4", "healthy", back),
             entry=TimelineEntry(at=back, subject="ds4", record=up),
@@ -626,7 +631,9 @@ def test_draft_and_replay_say_in_one_line_what_they_cannot_do(
         """An incident with no diagnosis: the endpoint passed again before one ran."""
         at = utcnow().replace(microsecond=0) - timedelta(minutes=5)
         async with await Store.open(history.config.store.path) as store:
-            down = Transition(source="healthy", dest="down", trigger="confirm_down", note="refused")
+            down = Transition(
+                source=State.HEALTHY, dest=State.DOWN, trigger=Trigger.DOWN, note="refused"
+            )
             incident = await store.transition(
                 snapshot=_snapshot("qwen", "down", at),
                 entry=TimelineEntry(at=at, subject="qwen", record=down),
@@ -804,3 +811,27 @@ def test_a_run_stored_before_params_were_kept_answers_its_own_evidence_id() -> N
     progress = collectors["progress"]
     # read once for the endpoint (over HTTP), under its first unit: it answers every unit
     assert find_record(older, "progress", progress, HEAD, progress.params()) is older[2]
+
+
+@pytest.mark.parametrize(("judged", "heard"), [(True, True), (False, False)])
+def test_a_death_the_worker_did_not_judge_is_no_rounds_event(judged: bool, heard: bool) -> None:
+    """A unit event kept as evidence only (in maintenance, remediating) never led to the
+    diagnosis: the round does not count it as what it heard (read from `judged`, not from the
+    verdict's words)."""
+    at = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
+    death = UnitHeard(
+        host="spark1",
+        unit="vllm.service",
+        event="failed",
+        line="vllm.service failed: status=127",
+        message="vllm.service: Failed with result 'exit-code'.",
+        verdict="down: probe confirms: connection refused",
+        judged=judged,
+    )
+    diagnosis = DiagnosisRecord(endpoint="ds4", state="down", rule="r")
+    rows = [
+        TimelineRow.of(record, id=n, incident_id=7, at=at, subject="ds4")
+        for n, record in enumerate((death, diagnosis), start=1)
+    ]
+    (round_,) = rounds_of(7, rows)
+    assert (round_.event is not None) is heard

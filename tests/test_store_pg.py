@@ -17,6 +17,7 @@ from sqlalchemy import text
 from supervisor.config import ConfigError, parse_config
 from supervisor.control.model import PauseRow
 from supervisor.control.tables import ControlStore
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, StoreError, SubjectKind, TimelineEntry
 from supervisor.record.store.outbox import Draft, OutboxStore
 from supervisor.record.store.target import PgTarget, StoreTarget, store_target
@@ -119,7 +120,9 @@ def _down(name: str) -> Snapshot:
 
 async def _open(store: Store, name: str) -> int:
     entry = TimelineEntry(
-        at=T0, subject=name, record=Transition(source="healthy", dest="down", trigger="t", note="x")
+        at=T0,
+        subject=name,
+        record=Transition(source=State.HEALTHY, dest=State.DOWN, trigger=Trigger.PASS, note="x"),
     )
     incident = await store.transition(snapshot=_down(name), entry=entry, open_cause="refused")
     assert incident is not None

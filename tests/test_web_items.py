@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import TimelineRow
 from supervisor.record.timeline import (
     Acked,
@@ -48,7 +49,11 @@ def _row(record: Record) -> TimelineRow:
     [
         (
             Transition(
-                source="healthy", dest="down", trigger="confirm_down", note="refused", probe=SAMPLE
+                source=State.HEALTHY,
+                dest=State.DOWN,
+                trigger=Trigger.DOWN,
+                note="refused",
+                probe=SAMPLE,
             ),
             "healthy → down: refused",
             [

@@ -28,6 +28,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.core.timefmt import stamp
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.doctor import save_doctor_run
 from supervisor.record.timeline import Transition
@@ -558,7 +559,9 @@ async def _known_history(db: Path, now: datetime) -> None:
                 entry=TimelineEntry(
                     at=at,
                     subject="llm",
-                    record=Transition(source=source, dest=dest, trigger="t", note="spec"),
+                    record=Transition(
+                        source=State(source), dest=State(dest), trigger=Trigger.PASS, note="spec"
+                    ),
                 ),
                 open_cause=cause,
                 close_resolution=closed,

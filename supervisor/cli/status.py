@@ -10,6 +10,7 @@ from supervisor.cli.common import load, open_store
 from supervisor.cli.render import ago, dump, iso, num, table
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
+from supervisor.core.streamstatus import StreamPhase, events_fields
 from supervisor.record.availability import Repair, availability, repairs
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
@@ -57,7 +58,7 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         )
     hosts = [
         {"name": name, "local": host.local, **_fields(snapshots.get((SubjectKind.HOST, name)))}
-        | {"events": streams.get(name)}
+        | events_fields(streams.get(name))
         | {"availability": found[(SubjectKind.HOST, name)].document()}
         for name, host in config.hosts.items()
     ]
@@ -133,6 +134,6 @@ def polling_warnings(hosts: list[dict[str, Any]]) -> str:
     lines = [
         f"warning: host {h['name']} unit events: {h['events']}"
         for h in hosts
-        if str(h.get("events") or "").startswith("polling")
+        if h.get("events_phase") == StreamPhase.POLLING
     ]
     return "\n\n" + "\n".join(lines) if lines else ""

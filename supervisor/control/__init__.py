@@ -3,15 +3,13 @@ transport (Telegram, the CLI through the daemon's HTTP, HTTP itself). Persisted 
 recorded with who and why (refusals too), and in force again after a restart of the daemon."""
 
 from supervisor.control.api import ControlApi
-from supervisor.control.model import Actor, Answer, Code, JournalRow, PauseRow, SilenceRow, Via
+from supervisor.control.model import Answer, Code, JournalRow, PauseRow, SilenceRow
 
 __all__ = [
-    "Actor",
     "Answer",
     "Code",
     "ControlApi",
     "JournalRow",
     "PauseRow",
     "SilenceRow",
-    "Via",
 ]

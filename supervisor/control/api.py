@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from supervisor.control import entries
 from supervisor.control.common import AckHook
-from supervisor.control.model import Actor, Answer, Code
+from supervisor.control.model import Answer, Code
 from supervisor.control.pausing import PauseControl
 from supervisor.control.silencing import SilenceControl
+from supervisor.core.actor import Actor
 
 __all__ = ["AckHook", "ControlApi"]
 

@@ -10,8 +10,9 @@ import structlog
 
 from supervisor.config import FleetConfig
 from supervisor.control.matchers import select
-from supervisor.control.model import FLEET, Actor, Answer, Code, JournalRow, PauseRow
+from supervisor.control.model import FLEET, Answer, Code, JournalRow, PauseRow
 from supervisor.control.tables import ControlStore
+from supervisor.core.actor import Actor
 from supervisor.core.clock import Clock
 from supervisor.record.store import Store
 from supervisor.repair.runner import Remediator
@@ -112,7 +113,7 @@ class ControlCommon:
             target=target,
             subjects=answer.subjects,
             who=actor.who,
-            via=actor.via.value,
+            via=str(actor.via or ""),
             why=why,
             until=until,
             code=answer.code.value,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from supervisor.control import entries
 from supervisor.control.common import ControlCommon, log
-from supervisor.control.model import FLEET, Actor, Answer, Code, PauseRow
+from supervisor.control.model import FLEET, Answer, Code, PauseRow
+from supervisor.core.actor import Actor
 from supervisor.judge.machine import State
 
 
@@ -31,7 +32,7 @@ class PauseControl(ControlCommon):
         if refused is not None:
             return refused
         row = PauseRow(
-            scope=scope, who=actor.who, via=actor.via.value, why=why, at=self._clock.now()
+            scope=scope, who=actor.who, via=str(actor.via or ""), why=why, at=self._clock.now()
         )
         await self.tables.pause(row)
         self._pauses[scope] = row

@@ -24,7 +24,8 @@ from typing import Any
 
 from supervisor.control.api import ControlApi
 from supervisor.control.door import content_refusal
-from supervisor.control.model import Actor, Answer, Code, Via
+from supervisor.control.model import Answer, Code
+from supervisor.core.actor import Actor, Via
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.core.timefmt import iso
 

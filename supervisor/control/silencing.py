@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from supervisor.control import entries
 from supervisor.control.common import ControlCommon
 from supervisor.control.matchers import MatchError, covers
-from supervisor.control.model import Actor, Answer, Code, SilenceRow
+from supervisor.control.model import Answer, Code, SilenceRow
+from supervisor.core.actor import Actor
 from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import TimelineEntry
 
@@ -64,16 +65,20 @@ class SilenceControl(ControlCommon):
             text = entries.already_silenced_text(subjects)
             return await self._refused("silence", target, actor, why, Code.REFUSED, text, subjects)
         silence_id = await self.tables.add_silence(
-            target=target, who=actor.who, via=actor.via.value, why=why, at=now, until=until
+            target=target, who=actor.who, via=str(actor.via or ""), why=why, at=now, until=until
         )
         length_text = entries.length_text(now, until)
         note = entries.silence_note(actor, length=length_text, why=why)
         data = entries.silence_data(silence_id, actor, until=until, target=target, why=why)
         silenced = []
         for name in quiet:
-            change = await self._workers[name].apply(Trigger.SILENCE, note, data=data, until=until)
-            if change is not None:
+            worker = self._workers[name]
+            if await worker.apply(Trigger.SILENCE, note, data=data, until=until) is not None:
                 silenced.append(name)
+                said = entries.silenced_entry(
+                    name, now, actor, target=target, until=until, why=why, silence=silence_id
+                )
+                await worker.record(said)
         answer = Answer(
             code=Code.DONE,
             text=entries.silenced_text(silenced, length_text),
@@ -148,6 +153,11 @@ class SilenceControl(ControlCommon):
             note, data = entries.unsilence_note(actor), entries.actor_data(actor)
             if await worker.apply(Trigger.UNSILENCE, note, data=data) is not None:
                 unsilenced.append(name)
+                ended = [s.id for s in ending if covers(s.target, name, hosts)]
+                said = entries.unsilenced_entry(
+                    name, now, actor, target=target, why=why, silences=ended
+                )
+                await worker.record(said)
         if not unsilenced:
             text = entries.not_silenced_text(subjects)
             return await self._refused(

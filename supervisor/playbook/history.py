@@ -114,7 +114,7 @@ def rounds_of(incident_id: int, rows: Sequence[TimelineRow]) -> list[Round]:
             )
             evidence = []
         elif isinstance(record, UnitHeard):
-            if record.event in DOWN_EVENTS and not record.verdict.startswith(_NOT_JUDGED):
+            if record.event in DOWN_EVENTS and record.judged:
                 event = record
         else:
             sample = _failed_probe(record)
@@ -122,9 +122,6 @@ def rounds_of(incident_id: int, rows: Sequence[TimelineRow]) -> list[Round]:
                 trigger = sample
     return rounds
 
-
-_NOT_JUDGED = ("not judged", "evidence only")
-"""How a unit event the worker did not judge begins its verdict (it never reached a diagnosis)."""
 
 _READ = frozenset({EvidenceRecord.TAG, Diagnosis.TAG, UnitHeard.TAG, Probe.TAG, Transition.TAG})
 

@@ -87,7 +87,7 @@ class Attempt:
     @property
     def data(self) -> dict[str, str]:
         """What the attempt's transitions carry: the person who asked, else the rule."""
-        return {"actor": self.actor} if self.actor else {"rule": self.rule.id}
+        return {"who": self.actor} if self.actor else {"rule": self.rule.id}
 
 
 @dataclass(frozen=True, kw_only=True)

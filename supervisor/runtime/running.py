@@ -15,9 +15,9 @@ import structlog
 from supervisor.config import Endpoint, FleetConfig
 from supervisor.core.clock import Clock
 from supervisor.core.events import Event, HostReachability, Stop, Tier, UnitSignal
-from supervisor.hear.reachability import UNREACHABLE, HostWatcher
+from supervisor.hear.reachability import HostWatcher
 from supervisor.hear.units import UnitEvents
-from supervisor.judge.machine import FleetMachine, State
+from supervisor.judge.machine import FleetMachine, HostState, State
 from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.lease import StaleEpochError
@@ -130,7 +130,7 @@ class RunningFleet:
         registered; used at start and by `reconcile`."""
         now = self.clock.now()
         restored = restored_from(snapshot, now=now, grace_until=now + endpoint.startup_grace)
-        down_hosts = {n for n, w in self.hosts.items() if w.state == UNREACHABLE}
+        down_hosts = {n for n, w in self.hosts.items() if w.state == HostState.UNREACHABLE}
         worker = EndpointWorker(
             endpoint,
             machine=self.machine,

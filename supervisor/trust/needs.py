@@ -11,7 +11,6 @@ advance: it is listed as `unknown`, never granted. The daemon's own journal stre
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,7 +31,6 @@ from supervisor.playbook.scopes import builtin_facts, scopes_of
 #: Stands in for a fact only evidence gives (`{status.exec_start_script}`) while params are
 #: filled ahead of time; a command word holding it becomes a pattern (see `_widen`).
 EVIDENCE_VALUE = "/fleet-supervisor-evidence-value"
-_MISSING = re.compile(r"placeholder \{([a-z][a-z0-9_]*)\.([a-z0-9_]+)\}")
 STREAMS = "event streams"
 DOCTOR = "doctor"
 
@@ -46,10 +44,7 @@ class Need:
     who: str  #: `rule eaddrinuse-29501`, `event streams`, `doctor`
     what: str  #: `kill_processes`, `journal`, ...
     endpoint: str = ""
-
-    @property
-    def rule(self) -> str:
-        return self.who.removeprefix("rule ") if self.who.startswith("rule ") else ""
+    rule: str = ""  #: the rule's id, when a rule needs it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +131,7 @@ def rule_needs(
                     who=who,
                     what=item.collect,
                     endpoint=endpoint.name,
+                    rule=rule.id,
                 )
                 found.append(need)
     if rule.mode is Mode.MANUAL:
@@ -160,7 +156,14 @@ def rule_needs(
                 )
                 continue
             found.extend(
-                Need(host=host, shape=shape, who=who, what=step.action, endpoint=endpoint.name)
+                Need(
+                    host=host,
+                    shape=shape,
+                    who=who,
+                    what=step.action,
+                    endpoint=endpoint.name,
+                    rule=rule.id,
+                )
                 for host, shape in privileged
                 if fits(host, shape)
             )
@@ -179,10 +182,10 @@ def _resolve(model: type[M], raw: Mapping[str, object], facts: Facts, rule: Rule
         try:
             return resolve_params(model, raw, Facts(values=values))
         except ParamsError as exc:
-            missing = _MISSING.search(str(exc))
-            if missing is None or missing[1] not in evidence:
+            evidence_id, _, fact = exc.missing.partition(".")
+            if not fact or evidence_id not in evidence:
                 raise
-            values[f"{missing[1]}.{missing[2]}"] = EVIDENCE_VALUE
+            values[exc.missing] = EVIDENCE_VALUE
     return resolve_params(model, raw, Facts(values=values))
 
 

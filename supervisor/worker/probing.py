@@ -201,10 +201,10 @@ class ProbingEndpoint(EndpointRecord):
         seconds); in maintenance, remediating or verifying it is our own doing."""
         self._log.info("unit event", unit=signal.unit, kind=signal.kind, line=signal.line)
         if self.state in EVENT_IGNORED:
-            await self._record_unit(signal, f"not judged: {self.state}")
+            await self._record_unit(signal, f"not judged: {self.state}", judged=False)
             return
         if not signal.down:
-            await self._record_unit(signal, "evidence only")
+            await self._record_unit(signal, "evidence only", judged=False)
             return
         self.last_unit_signal = signal
         tier = Tier.DEEP if self.endpoint.kind == "health" else Tier.LIVENESS

@@ -187,11 +187,14 @@ class EndpointRecord:
         if self.state is State.ESCALATED and self.on_evidence is not None:
             self.on_evidence(self, heard)
 
-    async def _record_unit(self, signal: UnitSignal, verdict: str) -> None:
+    async def _record_unit(self, signal: UnitSignal, verdict: str, *, judged: bool = True) -> None:
         """The event and its journal lines in the open incident (none open: the log only); the
-        same event again is counted (`supervisor.worker.runs.UnitRuns`)."""
+        same event again is counted (`supervisor.worker.runs.UnitRuns`). `judged`: False when
+        it was only kept as evidence (it never reached the policy)."""
         if self.incident_id is not None:
-            await self._unit_runs.count(signal, verdict, incident_id=self.incident_id)
+            await self._unit_runs.count(
+                signal, verdict, incident_id=self.incident_id, judged=judged
+            )
 
     async def _on_record(self, entry: TimelineEntry, incident_id: int | None) -> None:
         target = incident_id if incident_id is not None else self.incident_id

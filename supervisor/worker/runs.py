@@ -97,6 +97,7 @@ class _Repeats:
     verdict: str
     incident_id: int
     repeats: list[UnitSignal]
+    judged: bool = True
 
     def same(self, signal: UnitSignal) -> bool:
         first = self.first
@@ -110,7 +111,9 @@ class UnitRuns:
         self._store = store
         self._runs: dict[tuple[str, str, str], _Repeats] = {}
 
-    async def count(self, signal: UnitSignal, verdict: str, *, incident_id: int) -> None:
+    async def count(
+        self, signal: UnitSignal, verdict: str, *, incident_id: int, judged: bool = True
+    ) -> None:
         """Write `signal` when it starts a run; count it when it repeats the run's event."""
         key = (signal.host, signal.unit, signal.kind)
         run = self._runs.get(key)
@@ -119,9 +122,9 @@ class UnitRuns:
             return
         if run is not None:
             await self._write(self._runs.pop(key))
-        await self._store.append(incident_id, unit_entry(signal, verdict))
+        await self._store.append(incident_id, unit_entry(signal, verdict, judged=judged))
         self._runs[key] = _Repeats(
-            first=signal, verdict=verdict, incident_id=incident_id, repeats=[]
+            first=signal, verdict=verdict, incident_id=incident_id, repeats=[], judged=judged
         )
 
     async def flush(self) -> None:
@@ -136,6 +139,11 @@ class UnitRuns:
             return
         first, last = run.repeats[0], run.repeats[-1]
         entry = unit_entry(
-            first, run.verdict, count=len(run.repeats), last_at=last.at, last_line=last.line
+            first,
+            run.verdict,
+            judged=run.judged,
+            count=len(run.repeats),
+            last_at=last.at,
+            last_line=last.line,
         )
         await self._store.append(run.incident_id, entry)

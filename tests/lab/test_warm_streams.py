@@ -22,6 +22,7 @@ from fleet_lab.lab import Lab, LabError, LabHost, check_root
 from supervisor.app.leader.gate import Gate
 from supervisor.app.root import Supervisor
 from supervisor.config import FleetConfig, load_config
+from supervisor.core.streamstatus import STREAMING, StreamStatus
 from supervisor.hear.streams.warm import WarmTransports
 from supervisor.record.store import Store
 from supervisor.record.store.cursors import read_streams
@@ -116,7 +117,7 @@ class Instance:
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
 
-    def streams(self) -> dict[str, str]:
+    def streams(self) -> dict[str, StreamStatus]:
         supervisor = self.gate.supervisor
         if supervisor is None or supervisor.daemon is None:
             return {}
@@ -129,7 +130,7 @@ class Instance:
         async with asyncio.timeout(30):
             await self.gate.elector.leading.wait()
         won = time.monotonic()
-        while self.streams() != {NAME: "streaming"}:
+        while self.streams() != {NAME: STREAMING}:
             assert time.monotonic() - won < 30, f"not streaming: {self.streams()}"
             await asyncio.sleep(0.005)
         return time.monotonic() - won
@@ -204,7 +205,7 @@ async def test_the_next_leader_delivers_the_death_from_the_stored_cursor(
     await eventually(failed, what="the death in the timeline")
     await asyncio.sleep(1.0)  # anything delivered twice would be here by now
     print(f"leading to streaming (cold): {took:.3f}s")
-    assert left.status == {NAME: "streaming"}
+    assert left.status == {NAME: STREAMING}
     assert await _heard(shared) == [STARTED, FAILED]
     await b.end()
     async with await Store.open(shared) as store:
@@ -240,7 +241,7 @@ async def test_a_follower_keeps_the_connection_the_leaders_stream_then_uses(
     print(f"leading to streaming (warm): {took:.3f}s")
     assert await _heard(shared) == [STARTED, FAILED]
     assert (transport.connects, transport.connection) == (1, connection)  # no second connect
-    assert b.streams() == {NAME: "streaming"}
+    assert b.streams() == {NAME: STREAMING}
 
 
 ROUNDS = 10
@@ -257,7 +258,7 @@ async def _to_streaming(config: FleetConfig, warm: WarmTransports | None) -> flo
     try:
         assert supervisor.daemon is not None
         events = supervisor.daemon.unit_events
-        while events.status() != {NAME: "streaming"}:
+        while events.status() != {NAME: STREAMING}:
             assert time.monotonic() - began < 30, f"not streaming: {events.status()}"
             await asyncio.sleep(0.005)
         return time.monotonic() - began

@@ -35,6 +35,7 @@ from fleet_lab.lab import Lab, LabError
 from supervisor.app.root import Supervisor
 from supervisor.config import FleetConfig, load_config
 from supervisor.core.aio import poll
+from supervisor.core.streamstatus import STREAMING
 from supervisor.judge.machine import State
 from supervisor.record.store import SubjectKind
 from supervisor.record.timeline import Decision, Diagnosis, Escalation, Outcome, Transition
@@ -152,7 +153,7 @@ async def _streaming(daemon: Supervisor) -> str:
     assert daemon.daemon is not None
     events = daemon.daemon.unit_events
     return await _until(
-        lambda: all(s == "streaming" for s in events.status().values()), 30, "the unit events"
+        lambda: all(s == STREAMING for s in events.status().values()), 30, "the unit events"
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import asyncssh
 
 from supervisor.config import Host
+from supervisor.execute.base import Failure
 from supervisor.execute.local import OutputTail
 from supervisor.execute.ssh import SshConnectError, connect, where
 from supervisor.hear.streams.protocol import (
@@ -82,8 +83,7 @@ class SshTransport:
                 f"cannot connect to {where(self.host)}: no answer within {self._connect_timeout:g}s"
             ) from None
         except SshConnectError as exc:
-            transient = str(exc).startswith("cannot connect to ")
-            raise TransportError(str(exc), lasting=not transient) from None
+            raise TransportError(str(exc), lasting=exc.cause is not Failure.CONNECT) from None
         return self._conn
 
     async def _start(self, argv: Sequence[str], sudo: bool) -> asyncssh.SSHClientProcess[bytes]:

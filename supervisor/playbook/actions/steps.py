@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
 from supervisor.execute import CommandResult
+from supervisor.execute.base import Failure
 from supervisor.execute.containers import ContainerNameError, in_container
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionScope
 from supervisor.playbook.actions.declare import Stop
@@ -40,7 +41,7 @@ def why(result: CommandResult, *, last: bool = False) -> str:
 
 def timed_out(result: CommandResult) -> bool:
     """The command was cut off by its deadline (it had connected and was running)."""
-    return result.error.startswith("timed out after")
+    return result.failure is Failure.TIMED_OUT
 
 
 def shorten(text: str, limit: int = 80) -> str:

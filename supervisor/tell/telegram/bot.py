@@ -20,7 +20,8 @@ from telegram.ext import ApplicationHandlerStop, CallbackQueryHandler, CommandHa
 
 from supervisor.config import FleetConfig
 from supervisor.config.models import TelegramConfig
-from supervisor.control import Actor, ControlApi, Via
+from supervisor.control import ControlApi
+from supervisor.core.actor import Actor, Via
 from supervisor.core.clock import Clock
 from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.model import Rule

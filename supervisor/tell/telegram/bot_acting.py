@@ -9,7 +9,8 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import replace
 
-from supervisor.control import Actor, ControlApi
+from supervisor.control import ControlApi
+from supervisor.core.actor import Actor
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.repair.runner import Remediator

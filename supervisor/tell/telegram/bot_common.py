@@ -12,7 +12,8 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, ContextTypes
 
-from supervisor.control import Actor, Answer, ControlApi, Via
+from supervisor.control import Answer, ControlApi
+from supervisor.core.actor import Actor, Via
 from supervisor.tell.telegram.texts import h
 from supervisor.worker.endpoint import EndpointWorker
 

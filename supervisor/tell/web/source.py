@@ -11,6 +11,7 @@ from typing import Protocol
 from supervisor.config import Endpoint, FleetConfig
 from supervisor.control.model import JournalRow, PauseRow, SilenceRow
 from supervisor.core.clock import Clock
+from supervisor.core.streamstatus import StreamStatus
 from supervisor.playbook.loader import Playbook
 from supervisor.record.store import Snapshot, Store
 
@@ -41,8 +42,8 @@ class HostSource(Protocol):
 
 
 class StreamsSource(Protocol):
-    def status(self) -> Mapping[str, str]:
-        """Each host's unit-event stream: `streaming`, `polling: WHY`, ..."""
+    def status(self) -> Mapping[str, StreamStatus]:
+        """Each host's unit-event stream: streaming, polling (why), ..."""
         ...
 
 

@@ -22,6 +22,7 @@ from functools import partial
 
 from supervisor.config import Endpoint, FleetConfig
 from supervisor.core.clock import Clock, SystemClock
+from supervisor.core.streamstatus import StreamStatus
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.cursors import read_streams
@@ -53,9 +54,9 @@ class StoredHost:
 class StoredStreams:
     """The hosts' unit-event streams as the leader last saved them (`journal_cursors`)."""
 
-    saved: Mapping[str, str]
+    saved: Mapping[str, StreamStatus]
 
-    def status(self) -> Mapping[str, str]:
+    def status(self) -> Mapping[str, StreamStatus]:
         return self.saved
 
 

@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from supervisor.control.api import ControlApi
-from supervisor.control.model import Actor, Answer, Code
+from supervisor.control.model import Answer, Code
+from supervisor.core.actor import Actor
 from supervisor.core.durations import DurationError, parse_duration
 
 Form = Mapping[str, str]

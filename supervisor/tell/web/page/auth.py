@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from supervisor.control.model import Actor, Via
+from supervisor.core.actor import Actor, Via
 from supervisor.tell.web.page.peers import is_loopback
 
 COOKIE = "fleet_session"

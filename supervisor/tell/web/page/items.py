@@ -82,17 +82,14 @@ def _sample_facts(sample: ProbeSample) -> tuple[tuple[str, str], ...]:
 
 
 def _by(r: Transition) -> str | None:
-    """Who caused it: the actor, or the person (and channel) who set a silence."""
-    if r.actor:
-        return r.actor
-    who, via = r.extra.get("who"), r.extra.get("via")
-    if not who:
+    """Who caused it (the person who set or ended a silence, asked for a restart), and how."""
+    if r.actor is None:
         return None
-    return f"{who} ({via})" if via else who
+    return f"{r.actor.who} ({r.actor.via})" if r.actor.via is not None else r.actor.who
 
 
 def _transition(row: TimelineRow, r: Transition) -> Item:
-    facts = [("trigger", r.trigger)]
+    facts = [("trigger", r.trigger.value)]
     facts += [(k, v) for k, v in (("rule", r.rule), ("by", _by(r)), ("why", r.why)) if v]
     if r.extra.get("silence"):
         facts.append(("silence", f"#{r.extra['silence']} on {r.extra.get('target', '?')}"))
