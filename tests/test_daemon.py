@@ -15,6 +15,7 @@ from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.judge.machine import State
 from supervisor.record.store import EntryKind, Store, TimelineRow
+from supervisor.record.timeline import Transition
 from supervisor.worker.endpoint import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
@@ -181,7 +182,11 @@ async def test_a_host_that_stops_answering_is_one_incident_and_its_endpoints_wai
 
         async def endpoint_entry_in_host_incident() -> bool:
             rows = await store.timeline(host_incident)
-            return any(r.summary.startswith("healthy -> unreachable: host spark1") for r in rows)
+            return any(
+                isinstance(r.record, Transition)
+                and (r.subject, r.record.source, r.record.dest) == ("ds4", "healthy", "unreachable")
+                for r in rows
+            )
 
         await eventually(endpoint_entry_in_host_incident, what="the endpoint in the host incident")
         # it comes back: the host incident closes, the endpoint is judged afresh
@@ -243,9 +248,16 @@ async def test_a_flapping_endpoint_is_one_incident(tmp_path: Path, vllm: VllmSim
     finally:
         await daemon.stop()
     assert len(incidents) == 1
-    transitions = [r.summary.split(":")[0] for r in await _timeline_of(tmp_path, incidents[0].id)]
-    assert transitions.count("healthy -> down") == 3
-    assert transitions.count("down -> healthy") == 3
+    transitions = [_moves(r) for r in await _timeline_of(tmp_path, incidents[0].id)]
+    assert transitions.count(("healthy", "down")) == 3
+    assert transitions.count(("down", "healthy")) == 3
+
+
+def _moves(row: TimelineRow) -> tuple[str, str]:
+    """A transition's (source, dest)."""
+    record = row.record
+    assert isinstance(record, Transition), row
+    return record.source, record.dest
 
 
 async def _timeline_of(tmp_path: Path, incident_id: int) -> list[TimelineRow]:

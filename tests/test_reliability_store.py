@@ -19,7 +19,6 @@ from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
 from supervisor.record.store import (
-    EntryKind,
     Snapshot,
     Store,
     StoreError,
@@ -29,7 +28,7 @@ from supervisor.record.store import (
 )
 from supervisor.record.store import engine as store_engine
 from supervisor.record.store.resilient import ResilientStore, refused
-from supervisor.record.timeline import Note
+from supervisor.record.timeline import Note, Transition
 from tests.helpers import eventually, write_fleet
 
 pytestmark = pytest.mark.slow
@@ -110,8 +109,10 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
     assert store.outage == ""
     assert store.outages == 1
     assert [(i.is_open, i.cause) for i in incidents] == [(False, "connection refused")]
-    transitions = [r.summary.split(":")[0] for r in timeline if r.kind is EntryKind.TRANSITION]
-    assert transitions == ["healthy -> down", "down -> healthy"]
+    transitions = [
+        (r.record.source, r.record.dest) for r in timeline if isinstance(r.record, Transition)
+    ]
+    assert transitions == [("healthy", "down"), ("down", "healthy")]
     assert len(saved) >= seen  # every probe taken while locked was saved
     saved_order = [(s.at, s.tier) for s in reversed(saved)][:seen]
     assert saved_order == [(p.at, p.tier.value) for p in probed[:seen]]

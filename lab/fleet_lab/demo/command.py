@@ -10,6 +10,7 @@ temporary folder and this process, and is cleaned up on exit and on Ctrl-C.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from fleet_lab.demo.interrupts import Interrupts
 from fleet_lab.demo.summary import SceneResult, attempts_phrase, summary
 from fleet_lab.lab import LabError, check_root
 from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
@@ -260,9 +262,29 @@ def main(*, loopback: bool = False, lab: Path | None = None) -> int:
             from fleet_lab.demo.lab import main as lab_demo
 
             return lab_demo(lab)
+    interrupts = Interrupts()
+    interrupts.install()  # Ctrl-C and SIGTERM end it with 130, even a SIGINT inherited as ignored
     with tempfile.TemporaryDirectory(prefix="fleet-supervisor-demo-") as folder:
         try:
-            return asyncio.run(run_demo(Path(folder)))
+            return asyncio.run(_interruptible(run_demo(Path(folder)), interrupts))
         except KeyboardInterrupt:
             print("\ninterrupted: everything the demo started is stopped", file=sys.stderr)
             return 130
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip clean-up
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+async def _interruptible(demo: Awaitable[int], interrupts: Interrupts) -> int:
+    """`demo`, cancelled by the first signal (its clean-up runs), then `KeyboardInterrupt`."""
+    interrupts.attach()
+    try:
+        done = await demo
+    except asyncio.CancelledError:
+        if interrupts.heard is None:
+            raise
+        raise KeyboardInterrupt from None
+    finally:
+        interrupts.detach()
+    interrupts.check()  # its cancellation swallowed on the way: interrupted all the same
+    return done
