@@ -75,7 +75,7 @@ def restored_note(silence_id: int, who: str) -> str:
 
 def actor_data(actor: Actor) -> dict[str, str]:
     """Who ended a silence, and through what (the transition's `who` and `via`)."""
-    return {"who": actor.who, "via": actor.via.value}
+    return {"who": actor.who, "via": str(actor.via or "")}
 
 
 def unsilence_note(actor: Actor) -> str:
