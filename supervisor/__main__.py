@@ -11,7 +11,7 @@ daemon runs (and its memory is) as in a deployed venv.
 import sys
 
 for _unused in ("httpx._main", "rich", "pygments", "trio"):
-    sys.modules.setdefault(_unused, None)  # type: ignore[assignment]
+    sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
 
 from supervisor.cli import main  # noqa: E402  (after the guard above, on purpose)
 
