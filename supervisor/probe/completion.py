@@ -6,7 +6,9 @@ it must bring back reasoning text (API-FACTS.md §0, §1, §3).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +98,19 @@ async def _lines(text: str) -> AsyncIterator[str]:
         yield line
 
 
+DRAIN_S = 0.5
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read the body's end after `[DONE]` (its last chunk, already on its way), so the
+    connection goes back to the pool instead of being closed; a server that keeps the stream
+    open after `[DONE]` gets DRAIN_S, then the connection is closed as before."""
+    with suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in lines:
+                pass
+
+
 async def completion_check(ctx: ProbeContext) -> Finding:
     """POST /v1/chat/completions (streamed) and judge the answer."""
     ctx.check = "completion"
@@ -111,7 +126,9 @@ async def completion_check(ctx: ProbeContext) -> Finding:
                 http_error_reason(response.status_code, text), http_status=ctx.http_status
             )
         if "text/event-stream" in response.headers.get("content-type", ""):
-            await read_sse(response.aiter_lines(), transcript, ctx.clock.monotonic)
+            lines = response.aiter_lines()
+            await read_sse(lines, transcript, ctx.clock.monotonic)
+            await _drain(lines)
         else:
             text = (await response.aread()).decode("utf-8", "replace")
             if text.lstrip().startswith("data:"):  # SSE without its content type

@@ -129,10 +129,17 @@ def _lease(row: Any, now_ms: int, **kw: Any) -> Lease:
     )
 
 
+_ROW = select(leader_lease).where(leader_lease.c.id == LEASE_ID)
+#: the lease row, as each dialect locks it, by `share`: built once, since every write of a
+#: leader's store reads it (the fence), and a statement built per call costs more CPU than
+#: reading the row
+_LOCKED_ROW = {
+    "postgresql": {share: _ROW.with_for_update(read=share) for share in (False, True)},
+}
+
+
 async def _locked_row(conn: AsyncConnection, *, share: bool = False) -> Any:
-    query = select(leader_lease).where(leader_lease.c.id == LEASE_ID)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update(read=share)
+    query = _LOCKED_ROW.get(conn.dialect.name, {}).get(share, _ROW)
     return (await conn.execute(query)).one_or_none()
 
 
