@@ -23,7 +23,7 @@ from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
 from supervisor.runtime import daemon as daemon_module
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
 
@@ -125,8 +125,10 @@ async def test_changed_settings_are_in_force_and_state_and_incident_are_kept(
     try:
         # one liveness probe at start (timed out), then nothing for an hour; b keeps probing
         old = daemon.workers["a"]
-        await eventually(lambda: old.last_reason != "" and prober.count("b") >= 3, what="probes")
-        assert old.last_reason == "timed out after 300ms"
+        await eventually(
+            lambda: old.record.last_reason != "" and prober.count("b") >= 3, what="probes"
+        )
+        assert old.record.last_reason == "timed out after 300ms"
         before = prober.count("a")
         fast = {"liveness_interval": "50ms", "completion_interval": "1h", "timeout": "200ms"}
         _rewrite(path, {"a": _openai(hanging.url, probe=fast)})
@@ -136,11 +138,13 @@ async def test_changed_settings_are_in_force_and_state_and_incident_are_kept(
         assert new is not old
         assert new.endpoint.probe.liveness_interval == timedelta(milliseconds=50)
         # the new interval is in force: it goes down on the new, shorter timeout
-        await eventually(lambda: new.incident_id is not None, what="a down, an incident open")
+        await eventually(
+            lambda: new.record.incident_id is not None, what="a down, an incident open"
+        )
         assert new.state is State.DOWN
         assert prober.count("a") >= before + 2  # its streak carried over: 1 + 1 + re-probe
-        assert new.last_reason == "timed out after 200ms"
-        incident = new.incident_id
+        assert new.record.last_reason == "timed out after 200ms"
+        incident = new.record.incident_id
         assert incident is not None
         # changed again: the state and the open incident carry over to the next worker
         assert daemon.remediator is not None
@@ -148,7 +152,7 @@ async def test_changed_settings_are_in_force_and_state_and_incident_are_kept(
         _rewrite(path, {"a": _openai(hanging.url, probe={**fast, "liveness_interval": "60ms"})})
         assert (await reload_from_file(daemon)).changes == ("endpoint a changed",)
         assert daemon.workers["a"].state is State.DOWN
-        assert daemon.workers["a"].incident_id == incident
+        assert daemon.workers["a"].record.incident_id == incident
         store = daemon.store
         assert store is not None
         assert [i.id for i in await store.incidents(open_only=True)] == [incident]

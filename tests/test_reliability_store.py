@@ -86,7 +86,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
             assert store.outage == f"cannot write to store {db}: database is locked"
             await sim.stop()  # the endpoint fails while nothing can be written
             await eventually(lambda: worker.state is State.DOWN, what="down (in memory)")
-            placeholder = worker.incident_id
+            placeholder = worker.record.incident_id
             assert placeholder is not None
             assert placeholder < 0  # the store will give it its id when the file clears
             await sim.start("127.0.0.1", port)

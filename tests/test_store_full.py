@@ -197,7 +197,7 @@ async def test_a_full_disk_keeps_the_lead_the_alerts_and_every_record(
     assert document["store"]["problem"].startswith(
         f"the disk holding {disk / 'supervisor.db'} is full ("
     )
-    incident = worker.incident_id
+    incident = worker.record.incident_id
     assert incident is not None
     assert incident < 0  # a placeholder: its incident is not in the store yet
     queued = store.queued

@@ -18,8 +18,7 @@ from supervisor.core.events import Outcome, ProbeResult, ProbeTick, Tier
 from supervisor.judge.machine import FleetMachine, Trigger
 from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError, claim
-from supervisor.worker.endpoint import EndpointWorker
-from supervisor.worker.state import restored_from
+from supervisor.worker import EndpointWorker, restored_from
 from tests.helpers import eventually
 
 ENDPOINT = Endpoint(name="ds4", kind="openai", url="http://127.0.0.1:9", model="m")

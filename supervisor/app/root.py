@@ -40,7 +40,7 @@ from supervisor.repair.runner import Remediator
 from supervisor.runtime.daemon import Daemon
 from supervisor.tell.telegram.start import make_notifier
 from supervisor.tell.telegram.timing import Timing
-from supervisor.worker.endpoint import EndpointWorker, Prober
+from supervisor.worker import EndpointWorker, Prober
 
 if TYPE_CHECKING:
     from supervisor.hear.streams import Transport

@@ -43,7 +43,7 @@ class ControlApi(SilenceControl, PauseControl):
         entry = entries.ack_entry(incident.subject, self._clock.now(), actor, why=why)
         worker = self._workers.get(incident.subject)
         if worker is not None:
-            await worker.record(entry, incident_id=incident_id)
+            await worker.append(entry, incident_id=incident_id)
         else:  # a host's incident
             await self.store.append(incident_id, entry)
         for hook in list(self.on_ack):

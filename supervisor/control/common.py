@@ -15,7 +15,7 @@ from supervisor.control.tables import ControlStore
 from supervisor.core.clock import Clock
 from supervisor.record.store import Store
 from supervisor.repair.runner import Remediator
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.control")
 

@@ -83,6 +83,6 @@ class PauseControl(ControlCommon):
         now = self._clock.now()
         for name in self._in(scope):
             worker = self._workers[name]
-            if worker.incident_id is not None:
+            if worker.record.incident_id is not None:
                 entry = entries.pause_entry(name, now, actor, paused=paused, scope=scope, why=why)
-                await worker.record(entry)
+                await worker.append(entry)

@@ -118,7 +118,7 @@ class SilenceControl(ControlCommon):
             if await worker.move_silence_end(end):
                 moved.append(name)
                 note = entries.edited_note(silence_id, end, actor, why=why)
-                await worker.record(TimelineEntry(at=now, subject=name, record=note))
+                await worker.append(TimelineEntry(at=now, subject=name, record=note))
         text = entries.edited_text(silence_id, row.target, until, moved)
         answer = Answer(code=Code.DONE, text=text, subjects=tuple(moved))
         return await self._journal("edit", row.target, actor, why, answer, until=until)

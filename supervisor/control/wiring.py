@@ -9,7 +9,7 @@ from supervisor.control.api import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.record.store import Store
 from supervisor.repair.runner import Remediator
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 
 async def start_control(

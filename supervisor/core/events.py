@@ -1,7 +1,7 @@
 """The records that flow through the engine: frozen, keyword-only, aware UTC timestamps.
 
 Everything that happens to an endpoint is one of these events; each endpoint consumes its own
-events in order (see `supervisor.worker.endpoint`).
+events in order (see `supervisor.worker`).
 """
 
 from __future__ import annotations

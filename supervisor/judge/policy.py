@@ -14,7 +14,7 @@ tests. The rules:
   `verifying` and `unreachable` are left only by a passing real check.
 - An endpoint that is not healthy and passes a liveness check gets a real check at once, so a
   recovery is confirmed in seconds, not at the next completion interval (the worker lets a
-  liveness pass do that once per state, see `supervisor.worker.probing`).
+  liveness pass do that once per state, see `supervisor.worker.ProbeDiscipline`).
 - A unit's death that systemd reported (`supervisor.hear.streams`) plus one failed probe is down at
   once, whatever `failures_to_down` and the startup grace say: a dead process is not loading
   (`judge_unit_death`). Events are not judged in maintenance, remediating or verifying: the

@@ -30,8 +30,7 @@ from supervisor.repair.listening import Escalated
 from supervisor.repair.rulefacts import ask_text, scopes_of
 from supervisor.repair.steps import StepRun
 from supervisor.repair.tasks import RepairTasks, log
-from supervisor.worker.endpoint import EndpointWorker
-from supervisor.worker.heard import Heard
+from supervisor.worker import EndpointWorker, Heard
 
 _ACTIONABLE = frozenset({State.DOWN, State.DEGRADED, State.UNREACHABLE})
 #: states whose units can be asked about a restart under way (not a host that does not answer)
@@ -63,7 +62,7 @@ class AutomaticRepairs(RepairTasks):
         (new in this incident, looks left) and no repair task runs, diagnose again."""
         if self._stopped or self.running(worker.name) or worker.state is not State.ESCALATED:
             return
-        memory = self.listening.decisive(worker, heard)
+        memory = self.listening.decisive(worker.record, heard)
         if memory is None:
             return
         job = self._look_again(worker, heard, memory)
@@ -112,9 +111,9 @@ class AutomaticRepairs(RepairTasks):
 
     async def _acked(self, worker: EndpointWorker) -> bool:
         """A person acknowledged the incident since it was last escalated."""
-        if worker.incident_id is None:
+        if worker.record.incident_id is None:
             return False
-        rows = await self.store.timeline(worker.incident_id)
+        rows = await self.store.timeline(worker.record.incident_id)
         for row in reversed(rows):
             record = row.record
             if isinstance(record, Acked):
@@ -155,18 +154,20 @@ class AutomaticRepairs(RepairTasks):
         diagnosis = await self.diagnosis.diagnose(
             worker.endpoint,
             state=state.value,
-            trigger=worker.last_problem,
-            last_ok_at=worker.last_ok_at,
-            event=worker.last_unit_signal,
+            trigger=worker.record.last_problem,
+            last_ok_at=worker.record.last_ok_at,
+            event=worker.record.last_unit_signal,
             settle=state in _SETTLES,
-            latest=lambda: Latest(trigger=worker.last_problem, event=worker.last_unit_signal),
+            latest=lambda: Latest(
+                trigger=worker.record.last_problem, event=worker.record.last_unit_signal
+            ),
         )
         now = self.clock.now()
         for restart in diagnosis.restarts:
-            await worker.record(records.settled_entry(restart, worker.name, now))
+            await worker.append(records.settled_entry(restart, worker.name, now))
         for run in diagnosis.evidence:
-            await worker.record(records.evidence_entry(run, worker.name, now))
-        await worker.record(records.diagnosis_entry(diagnosis, worker.name, now))
+            await worker.append(records.evidence_entry(run, worker.name, now))
+        await worker.append(records.diagnosis_entry(diagnosis, worker.name, now))
         log.info("diagnosed", endpoint=worker.name, verdict=diagnosis.lines()[0])
         return diagnosis
 
@@ -226,7 +227,7 @@ class AutomaticRepairs(RepairTasks):
 
         async def record(run: StepRun) -> None:
             entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=True)
-            await worker.record(entry)
+            await worker.append(entry)
             commands = [c.command for c in run.outcome.commands if c.dry_run]
             lines.append(
                 f"{run.action} on {run.target}: " + (" && ".join(commands) or run.outcome.summary)

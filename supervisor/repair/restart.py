@@ -20,7 +20,7 @@ from supervisor.playbook.scopes import scopes_of
 from supervisor.record.store import Store
 from supervisor.repair.attempt import RESTART, Attempt
 from supervisor.repair.guards import check_budget
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 MANUAL_RESTART = "manual-restart"
 

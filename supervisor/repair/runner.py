@@ -21,7 +21,7 @@ from supervisor.repair import restart as asked
 from supervisor.repair.attempt import Acted, Attempt
 from supervisor.repair.automatic import AutomaticRepairs
 from supervisor.repair.tasks import Approver, Paused
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 __all__ = ["Approver", "Paused", "Remediator"]
 

@@ -27,8 +27,7 @@ from supervisor.repair.diagnosis import DiagnosisService, Prober
 from supervisor.repair.guards import HostLocks
 from supervisor.repair.listening import Listening
 from supervisor.repair.rulefacts import runbook_head
-from supervisor.worker.commands import WorkerStopped
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker, WorkerStopped
 
 log = structlog.get_logger("supervisor.remediation")
 
@@ -143,7 +142,7 @@ class RepairTasks:
         self, worker: EndpointWorker, record: Record, incident: int | None = None
     ) -> None:
         entry = records.entry(record, worker.name, self.clock.now())
-        await worker.record(entry, incident_id=incident)
+        await worker.append(entry, incident_id=incident)
 
     async def _escalate(self, worker: EndpointWorker, why: str, rule: Rule | None) -> None:
         head = runbook_head(self._playbook(), rule)
@@ -158,6 +157,6 @@ class RepairTasks:
             return
         data = {"why": why, "rule": rule.id if rule else "", "runbook": head}
         was = worker.state
-        self.listening.escalated(worker, rule.id if rule else None, was=was)
+        self.listening.escalated(worker.record, rule.id if rule else None, was=was)
         await worker.apply(Trigger.ESCALATE, f"a person is needed: {why}", data=data)
         log.warning("escalated", endpoint=worker.name, why=why)

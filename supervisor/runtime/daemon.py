@@ -23,7 +23,7 @@ from supervisor.judge.machine import State
 from supervisor.record.store import SubjectKind
 from supervisor.runtime.restore import close_interrupted, stored_snapshot
 from supervisor.runtime.running import Forget, Reconfigured, RunningFleet, log
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 __all__ = [
     "DRAIN_ON_RELOAD_SECONDS",
@@ -124,7 +124,7 @@ class Daemon(RunningFleet):
             snapshot = old.snapshot()  # taken, the model removed and the new one added in one step
             self.machine.remove(name)
             worker = self.start_worker(endpoint, snapshot, reopen_within=reopen_within)
-            worker.last_problem = old.last_problem
+            worker.record.last_problem = old.record.last_problem
             await self.store.save_snapshot(snapshot)
             if problem:
                 self.remediator.schedule(worker)  # the problem the old worker saw while draining
@@ -154,7 +154,7 @@ class Daemon(RunningFleet):
 
 
 def _same(worker: EndpointWorker, endpoint: Endpoint, new: FleetConfig) -> bool:
-    return worker.endpoint == endpoint and worker.reopen_within == new.defaults.reopen_within
+    return worker.endpoint == endpoint and worker.record.reopen_within == new.defaults.reopen_within
 
 
 RESTART_ONLY = ("store", "http", "playbook")

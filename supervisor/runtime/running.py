@@ -24,8 +24,7 @@ from supervisor.record.store.lease import StaleEpochError
 from supervisor.repair.runner import Remediator
 from supervisor.runtime.restore import STOPPED, close_interrupted, stored_snapshot
 from supervisor.runtime.schedule import ProbeSchedule
-from supervisor.worker.endpoint import EndpointWorker, Prober, ProgressReader
-from supervisor.worker.state import restored_from
+from supervisor.worker import EndpointWorker, Prober, ProgressReader, restored_from
 
 if TYPE_CHECKING:
     from supervisor.hear.streams import Transport
@@ -149,7 +148,10 @@ class RunningFleet:
         name = endpoint.name
         self._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{name}"))
         log.info(
-            "supervising", endpoint=name, state=worker.state.value, incident=worker.incident_id
+            "supervising",
+            endpoint=name,
+            state=worker.state.value,
+            incident=worker.record.incident_id,
         )
         return worker
 

@@ -163,7 +163,9 @@ async def _leader_hears_the_start(
     await a.leads_and_streams()
     supervisor = a.gate.supervisor
     assert supervisor is not None
-    await eventually(lambda: supervisor.workers["m"].incident_id is not None, what="an incident")
+    await eventually(
+        lambda: supervisor.workers["m"].record.incident_id is not None, what="an incident"
+    )
     host.systemctl("start", UNIT)
 
     async def started() -> bool:

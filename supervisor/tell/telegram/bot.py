@@ -44,7 +44,7 @@ from supervisor.tell.telegram.bot_looking import Looking
 from supervisor.tell.telegram.bot_questions import Questions
 from supervisor.tell.telegram.replies import Replies
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 __all__ = ["COMMANDS", "App", "Commands"]
 

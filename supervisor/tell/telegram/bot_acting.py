@@ -26,7 +26,7 @@ from supervisor.tell.telegram.bot_common import (
 from supervisor.tell.telegram.bot_questions import Questions
 from supervisor.tell.telegram.compose import Memory
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 
 class Acting:

@@ -14,7 +14,7 @@ from telegram.ext import Application, ContextTypes
 
 from supervisor.control import Actor, Answer, ControlApi, Via
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.notify")
 

@@ -13,7 +13,7 @@ from supervisor.record.store.lease_view import leader_view, leadership_line
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.bot_common import UsageError, endpoint_arg, incident_arg, number
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 
 class Looking:
@@ -38,16 +38,16 @@ class Looking:
         now = self._clock.now()
         lines = []
         for name, w in self._workers.items():
-            line = f"<b>{h(name)}</b>: {w.state.value} for {texts.ago(now - w.since)}"
+            line = f"<b>{h(name)}</b>: {w.state.value} for {texts.ago(now - w.record.since)}"
             figures = []
-            if w.last_ttft_s is not None:
-                figures.append(f"ttft {w.last_ttft_s:.2f}s")
-            if w.last_tok_s is not None:
-                figures.append(f"{w.last_tok_s:.1f} tok/s")
+            if w.record.last_ttft_s is not None:
+                figures.append(f"ttft {w.record.last_ttft_s:.2f}s")
+            if w.record.last_tok_s is not None:
+                figures.append(f"{w.record.last_tok_s:.1f} tok/s")
             if figures:
                 line += f" ({', '.join(figures)})"
-            if w.incident_id is not None:
-                line += f" · incident #{w.incident_id}"
+            if w.record.incident_id is not None:
+                line += f" · incident #{w.record.incident_id}"
             lines.append(line)
         for name, host in self._hosts.items():
             lines.append(f"host {h(name)}: {host.state} for {texts.ago(now - host.since)}")

@@ -32,7 +32,7 @@ from supervisor.tell.telegram.bot_common import (
 )
 from supervisor.tell.telegram.replies import Replies
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 
 @dataclass(frozen=True, kw_only=True)

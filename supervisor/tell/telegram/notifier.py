@@ -35,7 +35,7 @@ from supervisor.tell.telegram.request import TenuredRequest, polling_failed
 from supervisor.tell.telegram.sender import Sender
 from supervisor.tell.telegram.texts import h
 from supervisor.tell.telegram.timing import Timing
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.notify")
 

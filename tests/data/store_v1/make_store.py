@@ -86,7 +86,7 @@ async def _run(folder: Path, port: int, mode: str, sim: VllmSim) -> None:
         if mode == "auto":
             await eventually(marker.exists, within=20, what="the step")
             await sim.start("127.0.0.1", port)
-            await eventually(lambda: worker.incident_id is None, within=20, what="healed")
+            await eventually(lambda: worker.record.incident_id is None, within=20, what="healed")
         else:
             await eventually(lambda: worker.state is State.ESCALATED, within=20, what="escalated")
         assert daemon.remediator is not None
