@@ -357,13 +357,13 @@ async def test_a_problem_seen_while_the_old_worker_drains_is_repaired_on_the_new
     remediator = daemon.remediator
     assert remediator is not None
     handled: list[EndpointWorker] = []
-    repair = remediator.handle
+    repair = remediator.automatic.handle
 
     async def recording(worker: EndpointWorker) -> None:
         handled.append(worker)
         await repair(worker)
 
-    monkeypatch.setattr(remediator, "handle", recording)
+    monkeypatch.setattr(remediator.automatic, "handle", recording)
     try:
         await eventually(lambda: _state(daemon, "a") is State.HEALTHY, what="a healthy")
         prober.hold("a")

@@ -36,7 +36,7 @@ from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.target import store_target
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.runtime.daemon import Daemon
 from supervisor.tell.telegram.start import make_notifier
 from supervisor.tell.telegram.timing import Timing

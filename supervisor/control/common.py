@@ -14,7 +14,7 @@ from supervisor.control.model import FLEET, Actor, Answer, Code, JournalRow, Pau
 from supervisor.control.tables import ControlStore
 from supervisor.core.clock import Clock
 from supervisor.record.store import Store
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.control")

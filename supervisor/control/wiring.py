@@ -8,7 +8,7 @@ from supervisor.config import FleetConfig
 from supervisor.control.api import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.record.store import Store
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.worker import EndpointWorker
 
 

@@ -21,7 +21,7 @@ from supervisor.judge.machine import FleetMachine, State
 from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.runtime.restore import STOPPED, close_interrupted, stored_snapshot
 from supervisor.runtime.schedule import ProbeSchedule
 from supervisor.worker import EndpointWorker, Prober, ProgressReader, restored_from

@@ -26,7 +26,7 @@ from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.model import Rule
 from supervisor.record.store import Store
 from supervisor.record.store.outbox import OutboxStore
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.auth import REFUSAL, allowed
 from supervisor.tell.telegram.bot_acting import Acting

@@ -12,7 +12,7 @@ from dataclasses import replace
 from supervisor.control import Actor, ControlApi
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store.outbox import OutboxStore
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.tell.telegram.bot_common import (
     Ask,
     UsageError,

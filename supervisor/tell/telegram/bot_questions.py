@@ -18,7 +18,7 @@ from supervisor.config.models import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.durations import format_duration
 from supervisor.playbook.model import Rule
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.bot_common import (
     App,

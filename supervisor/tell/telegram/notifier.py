@@ -26,7 +26,7 @@ from supervisor.record.store import Store
 from supervisor.record.store.errors import unwritable_cause
 from supervisor.record.store.outbox import Draft, OutboxStore
 from supervisor.record.store.resilient import ResilientStore
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.tell.telegram.auth import quiet_http_logs
 from supervisor.tell.telegram.bot import App, Commands
 from supervisor.tell.telegram.compose import Settings

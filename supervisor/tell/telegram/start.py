@@ -15,8 +15,8 @@ from supervisor.core.clock import Clock
 from supervisor.core.tenure import Tenure
 from supervisor.hear.reachability import HostWatcher
 from supervisor.record.store import Store
+from supervisor.repair import Remediator
 from supervisor.repair.report import report
-from supervisor.repair.runner import Remediator
 from supervisor.tell.telegram.auth import NotifyError, load_token
 from supervisor.tell.telegram.timing import Timing
 from supervisor.worker import EndpointWorker
