@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from supervisor.control.api import ControlApi
+from supervisor.control._api import ControlApi
 from supervisor.control.door import content_refusal
 from supervisor.control.model import Actor, Answer, Code, Via
 from supervisor.core.durations import DurationError, parse_duration
