@@ -22,7 +22,6 @@ from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
-from supervisor.runtime import daemon as daemon_module
 from supervisor.worker import EndpointWorker
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
@@ -295,10 +294,11 @@ async def test_a_probe_that_outlasts_the_drain_is_cancelled_and_the_reload_compl
     prober: CountingProber,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(daemon_module, "DRAIN_ON_RELOAD_SECONDS", 0.3)
     a, b = await sim_factory(), await sim_factory()
     path = write_fleet(tmp_path, {"a": _openai(a.url), "b": _openai(b.url)}, http=HTTP)
     daemon = await _started(path, prober)
+    assert daemon.daemon is not None
+    daemon.daemon.reloads.drain_within = 0.3
     try:
         await eventually(lambda: _state(daemon, "a") is State.HEALTHY, what="a healthy")
         prober.hold("a")

@@ -16,7 +16,7 @@ from supervisor.tell.web.listen import ListenError
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
-    from supervisor.runtime.daemon import Daemon
+    from supervisor.runtime import Daemon
     from supervisor.tell.web.http import OpsServer
 
 log = structlog.get_logger("supervisor.ops")

@@ -44,7 +44,7 @@ from supervisor.tell.web.view import gather, status_document
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
-    from supervisor.runtime.daemon import Daemon
+    from supervisor.runtime import Daemon
 
 STORE_DEADLINE = 2.0
 """Seconds the store has to answer /healthz."""

@@ -1,4 +1,4 @@
-"""What the ops side reads the fleet from: the running daemon (`supervisor.runtime.daemon.Daemon`,
+"""What the ops side reads the fleet from: the running daemon (`supervisor.runtime.Daemon`,
 while this instance leads) or the store's last word (`supervisor.tell.web.stored.StoredFleet`, while
 it follows). The views (`ops.view`), the board and the fleet page need only this much of either."""
 

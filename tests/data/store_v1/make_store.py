@@ -33,7 +33,7 @@ from supervisor.config import load_config
 from supervisor.core.clock import utcnow
 from supervisor.judge.machine import State
 from supervisor.record.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.runtime.daemon import Daemon, close_interrupted
+from supervisor.runtime import Daemon, close_interrupted
 from tests.helpers import eventually, write_fleet
 
 RULE = """\
