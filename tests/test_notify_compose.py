@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.playbook.actions.base import ActionOutcome
 from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
 from supervisor.record.store.outbox import Draft
@@ -25,7 +25,8 @@ from supervisor.record.timeline import (
 from supervisor.repair.records import step_entry
 from supervisor.repair.steps import StepRun
 from supervisor.tell.telegram.auth import NotifyError, allowed, load_token
-from supervisor.tell.telegram.compose import Memory, Settings, compose, tick
+from supervisor.tell.telegram.compose import compose, tick
+from supervisor.tell.telegram.memory import Memory, Settings
 from supervisor.tell.telegram.texts import split
 
 T0 = datetime(2026, 11, 23, 3, 0, 0, tzinfo=UTC)

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.playbook.conditions import OPERATORS, evaluate, explain, first_failure
+from supervisor.playbook.conditions import evaluate, explain, first_failure
 from supervisor.playbook.docs import builtin_facts_markdown, rule_fields_markdown
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import All, Any, Leaf, Not
-from supervisor.playbook.operators import MISSING, check, operators_markdown, unknown_operator
+from supervisor.playbook.operators import (
+    MISSING,
+    OPERATORS,
+    check,
+    operators_markdown,
+    unknown_operator,
+)
 from supervisor.playbook.params import ParamsError, resolve_params
 from supervisor.playbook.registries import actions_or_default, collectors_or_default
 from supervisor.playbook.templating import PlaceholderError, fill, placeholders

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
-from supervisor.config.models import Duration
+from supervisor.config.fields import Duration
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.actions.base import (
     Action,

@@ -7,9 +7,10 @@ import asyncio
 from typing import Any
 
 from supervisor.cli.common import load, open_store
-from supervisor.cli.render import ago, dump, iso, num, table
+from supervisor.cli.render import ago, dump, num, table
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
+from supervisor.core.timefmt import iso
 from supervisor.record.availability import Repair, availability, repairs
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams

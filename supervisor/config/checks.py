@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from supervisor.config.errors import Loc
 from supervisor.config.launchd import check_unit_managers
-from supervisor.config.models import COMPLETION_KINDS, MODEL_KINDS, Endpoint, Host, UnitRef
+from supervisor.config.supervised import COMPLETION_KINDS, MODEL_KINDS, Endpoint, Host, UnitRef
 
 
 @dataclass(frozen=True)

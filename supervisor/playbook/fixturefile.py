@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from supervisor.config import UnitRef
 from supervisor.config.errors import ConfigError, Loc
+from supervisor.config.fields import Flag, Text
 from supervisor.config.messages import render_value
-from supervisor.config.models import EndpointKind, Flag, Text
+from supervisor.config.supervised import EndpointKind
 from supervisor.config.yamlsource import LineMap, parse_yaml
 from supervisor.core.events import Outcome
 from supervisor.judge.machine import State

@@ -37,8 +37,8 @@ from supervisor.hear.streams.journal import (
     parse_entry,
 )
 from supervisor.hear.streams.poll import UnitState, changes, parse_show, show_argv
+from supervisor.hear.streams.protocol import Follow, Ran, Transport, TransportError
 from supervisor.hear.streams.recognise import CRASH_AFTER, Recognised, Recogniser, escalate
-from supervisor.hear.streams.transport import Follow, Ran, Transport, TransportError
 
 Deliver = Callable[[UnitEvent], None]
 

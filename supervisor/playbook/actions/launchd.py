@@ -26,7 +26,7 @@ from datetime import timedelta
 from pydantic import Field
 
 from supervisor.config import Host, UnitRef
-from supervisor.config.models import Duration
+from supervisor.config.fields import Duration
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
 from supervisor.execute.shape import PID, Pattern, Shape, fixed

@@ -19,7 +19,7 @@ from datetime import timedelta
 from pydantic import Field, field_validator
 
 from supervisor.config import Host, UnitRef
-from supervisor.config.models import Flag, PositiveDuration
+from supervisor.config.fields import Flag, PositiveDuration
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
 from supervisor.execute.helpers import dropin_argv, dropin_shape

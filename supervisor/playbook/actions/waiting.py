@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from supervisor.config.models import PositiveDuration
+from supervisor.config.fields import PositiveDuration
 from supervisor.core.durations import format_duration
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
 from supervisor.playbook.actions.declare import Stop, action

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from supervisor.config.models import Flag
+from supervisor.config.fields import Flag
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import (
     CollectContext,

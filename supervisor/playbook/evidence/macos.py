@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from supervisor.config.models import Flag
+from supervisor.config.fields import Flag
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import (
     CollectContext,

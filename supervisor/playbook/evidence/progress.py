@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from supervisor.config.models import PositiveDuration
+from supervisor.config.fields import PositiveDuration
 from supervisor.judge.progress.read import read_progress
 from supervisor.playbook.evidence.base import CollectContext, CollectorParams, Evidence, FactValue
 from supervisor.playbook.evidence.declare import collector, found

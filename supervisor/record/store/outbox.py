@@ -21,7 +21,7 @@ from supervisor.record.store import queries
 from supervisor.record.store.dialect import schema_lock, upsert
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.outbox_memory import MemoryOutbox
-from supervisor.record.store.records import IncidentRow, JSONValue, OutboxRow, TimelineRow
+from supervisor.record.store.records import IncidentRow, OutboxRow, TimelineRow
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.schema import (
     NOTIFY_TABLES,
@@ -36,6 +36,7 @@ from supervisor.record.store.schema import (
 )
 from supervisor.record.store.store import Store
 from supervisor.record.store.writes import new_id
+from supervisor.record.timeline import JSONValue
 
 State = Mapping[str, JSONValue]
 """What the composer remembers about one incident (JSON)."""

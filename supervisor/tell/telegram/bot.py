@@ -19,7 +19,7 @@ from telegram import BotCommand, InlineKeyboardMarkup, Update
 from telegram.ext import ApplicationHandlerStop, CallbackQueryHandler, CommandHandler, TypeHandler
 
 from supervisor.config import FleetConfig
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.control import Actor, ControlApi, Via
 from supervisor.core.clock import Clock
 from supervisor.hear.reachability import HostWatcher
@@ -46,7 +46,7 @@ from supervisor.tell.telegram.replies import Replies
 from supervisor.tell.telegram.texts import h
 from supervisor.worker import EndpointWorker
 
-__all__ = ["COMMANDS", "App", "Commands"]
+__all__ = ["COMMANDS", "Commands"]
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("status", "every endpoint: state, since when, last TTFT and tok/s"),

@@ -24,7 +24,7 @@ from supervisor.tell.telegram.bot_common import (
     said,
 )
 from supervisor.tell.telegram.bot_questions import Questions
-from supervisor.tell.telegram.compose import Memory
+from supervisor.tell.telegram.memory import Memory
 from supervisor.tell.telegram.texts import h
 from supervisor.worker import EndpointWorker
 

@@ -14,7 +14,7 @@ from telegram.constants import ParseMode
 from telegram.error import TelegramError
 
 from supervisor.config import FleetConfig
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.durations import format_duration
 from supervisor.playbook.model import Rule

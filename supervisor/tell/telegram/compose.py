@@ -37,7 +37,7 @@ from supervisor.tell.telegram.memory import Memory, Settings
 _PROBLEMS = ("down", "degraded")
 _SEEN_MAX = 50
 
-__all__ = ["Memory", "Result", "Settings", "compose", "tick"]
+__all__ = ["Result", "compose", "tick"]
 
 Result = tuple[list[Draft], Memory]
 

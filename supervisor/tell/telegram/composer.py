@@ -14,7 +14,8 @@ from supervisor.core.aio import wait_event
 from supervisor.core.clock import Clock
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.outbox import Draft, OutboxStore, State
-from supervisor.tell.telegram.compose import Memory, Settings, compose, tick
+from supervisor.tell.telegram.compose import compose, tick
+from supervisor.tell.telegram.memory import Memory, Settings
 
 log = structlog.get_logger("supervisor.notify")
 

@@ -16,7 +16,7 @@ from telegram.error import TelegramError
 from telegram.ext import ApplicationBuilder
 
 from supervisor.config import FleetConfig
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.core.tenure import Tenure
@@ -28,9 +28,10 @@ from supervisor.record.store.outbox import Draft, OutboxStore
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.repair import Remediator
 from supervisor.tell.telegram.auth import quiet_http_logs
-from supervisor.tell.telegram.bot import App, Commands
-from supervisor.tell.telegram.compose import Settings
+from supervisor.tell.telegram.bot import Commands
+from supervisor.tell.telegram.bot_common import App
 from supervisor.tell.telegram.composer import Composer
+from supervisor.tell.telegram.memory import Settings
 from supervisor.tell.telegram.request import TenuredRequest, polling_failed
 from supervisor.tell.telegram.sender import Sender
 from supervisor.tell.telegram.texts import h

@@ -27,7 +27,6 @@ from supervisor.record.store.lease_view import leader_view, leadership_document
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.tell.web import metrics
 from supervisor.tell.web.leadership import LeadershipCollector
-from supervisor.tell.web.listen import ListenError, parse_listen
 from supervisor.tell.web.page.app import mount_page
 from supervisor.tell.web.page.peers import is_loopback
 from supervisor.tell.web.site import (
@@ -49,7 +48,7 @@ if TYPE_CHECKING:
 STORE_DEADLINE = 2.0
 """Seconds the store has to answer /healthz."""
 
-__all__ = ["ListenError", "OpsServer", "health_problem", "parse_listen", "worker_task"]
+__all__ = ["OpsServer", "health_problem", "worker_task"]
 
 
 class OpsServer(HttpSite):
