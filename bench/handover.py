@@ -25,7 +25,7 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, instance_config, median, until, write_section
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.record.store import Store
@@ -38,7 +38,7 @@ TITLE = "Clean stop: the follower leads"
 class Instance:
     def __init__(self, config: Path, *, listen: bool) -> None:
         loaded = load_config(config)
-        self.gate = Gate(loaded, lambda: Supervisor(loaded), listen=listen)
+        self.gate = LeaderGate(loaded, lambda: Supervisor(loaded), listen=listen)
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
 

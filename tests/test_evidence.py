@@ -34,10 +34,10 @@ from supervisor.judge.progress.load import MetricsFormatError
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     CollectorParams,
-    Evidence,
     FactValue,
-    NoParams,
+    NoEvidenceParams,
     Scope,
 )
 from supervisor.playbook.evidence.declare import collector, found
@@ -179,7 +179,7 @@ class Collect(Protocol):
         timeout: timedelta = ...,
         last_ok_at: datetime | None = None,
         time: FakeTime | None = None,
-    ) -> Evidence: ...
+    ) -> CollectedEvidence: ...
 
 
 @pytest.fixture
@@ -196,7 +196,7 @@ def collect(http: httpx.AsyncClient) -> Collect:
         timeout: timedelta = timedelta(seconds=5),
         last_ok_at: datetime | None = None,
         time: FakeTime | None = None,
-    ) -> Evidence:
+    ) -> CollectedEvidence:
         chosen = COLLECTORS[name]
         ctx = CollectContext(
             scope=scope,
@@ -934,7 +934,7 @@ async def test_processes_finds_a_real_renamed_process(
     monkeypatch.setenv("COLUMNS", "40")  # ps must still print whole command lines
     me = pwd.getpwuid(os.geteuid()).pw_name
     params = {"pattern": r"^VLLM::Worker_TP\d+ ", "user": me}
-    evidence: list[Evidence] = []
+    evidence: list[CollectedEvidence] = []
 
     async def listed() -> bool:
         evidence.append(await collect("processes", params, scope=local_scope()))
@@ -1240,13 +1240,13 @@ def _module(name: str, **values: object) -> ModuleType:
     return module
 
 
-async def _nothing(ctx: CollectContext, params: NoParams) -> Evidence:
+async def _nothing(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     return found({"x": 1})
 
 
 def test_collectors_of_modules_and_duplicate_names() -> None:
-    first = collector("probe_one", params=NoParams, doc="one", facts={"x": "x"})(_nothing)
-    again = collector("probe_one", params=NoParams, doc="two", facts={"x": "x"})(_nothing)
+    first = collector("probe_one", params=NoEvidenceParams, doc="one", facts={"x": "x"})(_nothing)
+    again = collector("probe_one", params=NoEvidenceParams, doc="two", facts={"x": "x"})(_nothing)
     mapping = collectors_of([_module("a", first=first, alias=first, other=3)])
     assert dict(mapping) == {"probe_one": first}
     with pytest.raises(ValueError, match=r"^two collectors are called 'probe_one'$"):
@@ -1275,19 +1275,19 @@ def test_collector_declaration_mistakes(
     name: str, doc: str, facts: Mapping[str, str], message: str
 ) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        collector(name, params=NoParams, doc=doc, facts=facts)
+        collector(name, params=NoEvidenceParams, doc=doc, facts=facts)
 
 
 async def test_the_declared_collector_stamps_its_name(collect: Collect) -> None:
-    declared = collector("probe_two", params=NoParams, doc="d", facts={"x": "x"}, needs_host=False)(
-        _nothing
-    )
+    declared = collector(
+        "probe_two", params=NoEvidenceParams, doc="d", facts={"x": "x"}, needs_host=False
+    )(_nothing)
     ctx = CollectContext(
         scope=NO_HOST_SCOPE, executor=ScriptedExecutor(answers={}), timeout=timedelta(seconds=1),
         http=httpx.AsyncClient(),
     )  # fmt: skip
     async with ctx.http:
-        evidence = await declared.run(ctx, NoParams())
+        evidence = await declared.run(ctx, NoEvidenceParams())
     assert (evidence.collector, dict(evidence.facts)) == ("probe_two", {"x": 1})
 
 

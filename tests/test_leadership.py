@@ -18,7 +18,7 @@ import yaml
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.app.leader.elector import Elector, Me
-from supervisor.app.leader.gate import Gate, interrupted_why
+from supervisor.app.leader.gate import LeaderGate, interrupted_why
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
@@ -46,7 +46,7 @@ def _config(tmp_path: Path, instance: str, port: int) -> Path:
 class Running:
     def __init__(self, path: Path) -> None:
         config = load_config(path)
-        self.gate = Gate(config, lambda: Supervisor(config))
+        self.gate = LeaderGate(config, lambda: Supervisor(config))
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
         self.url = f"http://{config.http.listen}"
@@ -155,7 +155,7 @@ async def test_a_failed_start_is_tried_again_not_fatal(tmp_path: Path) -> None:
         made.append(FailsFirst(config))
         return made[-1]
 
-    gate = Gate(config.model_copy(update={"store": config.store.model_copy(
+    gate = LeaderGate(config.model_copy(update={"store": config.store.model_copy(
         update={"lease": timedelta(seconds=0.6)})}), make)  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(gate.run(stop))

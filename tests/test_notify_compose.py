@@ -11,7 +11,7 @@ import pytest
 from supervisor.config.sections import TelegramConfig
 from supervisor.playbook.actions.base import ActionOutcome
 from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
-from supervisor.record.store.outbox import Draft
+from supervisor.record.store.outbox import OutboxDraft
 from supervisor.record.timeline import (
     Decision,
     Diagnosis,
@@ -337,7 +337,7 @@ def test_an_endpoint_escalated_inside_its_hosts_incident_calls_a_person() -> Non
         _escalated("emb", "no rule matched: a person must look", ""),
     ]
     memory = Memory()
-    drafts: list[Draft] = []
+    drafts: list[OutboxDraft] = []
     for row in timeline:
         made, memory = compose(row, SPARK1, memory, SETTINGS)
         drafts += made

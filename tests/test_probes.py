@@ -24,7 +24,7 @@ from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
 from supervisor.core.events import Outcome, ProbeResult, Tier
 from supervisor.probe import CHECKS, make_client, run_probe
-from supervisor.probe.completion import CompletionStats, judge, slow_reason
+from supervisor.probe.completion import CompletionStats, judge_completion, slow_reason
 from supervisor.probe.context import ProbeError
 from supervisor.probe.http import connect_reason, http_error_reason
 from supervisor.probe.liveness import ollama_name
@@ -586,7 +586,7 @@ def test_judge(
     verdict: tuple[Outcome, str],
 ) -> None:
     ep = endpoint("http://127.0.0.1:9", expect_reasoning=expect_reasoning, baseline=baseline)
-    assert judge(given, ep) == verdict
+    assert judge_completion(given, ep) == verdict
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import pytest
 from supervisor.cli import main
 from supervisor.config import Endpoint, FleetConfig, Host
 from supervisor.core.events import Outcome, ProbeResult, Tier
-from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, Scope
+from supervisor.playbook.evidence.base import CollectedEvidence, Collector, CollectorParams, Scope
 from supervisor.playbook.fixturefile import load_fixture
 from supervisor.playbook.fixtures import FixtureReport, run_fixtures
 from supervisor.playbook.loader import Playbook, load_playbook
@@ -105,8 +105,10 @@ async def test_silent_degradation_of_a_pair_names_the_head(shipped: Playbook, nu
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
-        return Evidence(collector=collector.name, facts=facts[scope.index].get(item.id, {}))
+    ) -> CollectedEvidence:
+        return CollectedEvidence(
+            collector=collector.name, facts=facts[scope.index].get(item.id, {})
+        )
 
     matched, _ = await match_rules(
         shipped.rules, scopes_of(endpoint, config), state="degraded", trigger=trigger,
@@ -135,8 +137,10 @@ async def test_silent_degradation_without_a_unit_fills_its_whole_message(
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
-        return Evidence(collector=collector.name, facts={})  # no host, no unit: nothing found
+    ) -> CollectedEvidence:
+        return CollectedEvidence(
+            collector=collector.name, facts={}
+        )  # no host, no unit: nothing found
 
     matched, _ = await match_rules(
         shipped.rules, scopes_of(endpoint, config), state="degraded", trigger=trigger,

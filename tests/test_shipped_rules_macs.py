@@ -11,7 +11,7 @@ import pytest
 
 from supervisor.config import Endpoint, FleetConfig, Host
 from supervisor.core.events import Outcome, ProbeResult, Tier
-from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, Scope
+from supervisor.playbook.evidence.base import CollectedEvidence, Collector, CollectorParams, Scope
 from supervisor.playbook.fixturefile import load_fixture
 from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.matching import match_rules
@@ -42,8 +42,10 @@ async def message_of(rule_id: str) -> str:
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
-        return Evidence(collector=collector.name, facts=facts[scope.index].get(item.id, {}))
+    ) -> CollectedEvidence:
+        return CollectedEvidence(
+            collector=collector.name, facts=facts[scope.index].get(item.id, {})
+        )
 
     matched, _ = await match_rules(
         load_playbook(PLAYBOOK).rules, scopes_of(endpoint, config), state=str(case.endpoint.state),

@@ -23,7 +23,7 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.cli.status import collect
 from supervisor.config import load_config
@@ -85,7 +85,7 @@ class Daemon:
             supervisor.notify_timing = FAST
             return supervisor
 
-        self.gate = Gate(config, make)
+        self.gate = LeaderGate(config, make)
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
         self.url = f"http://{config.http.listen}"

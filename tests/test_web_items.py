@@ -23,7 +23,7 @@ from supervisor.record.timeline import (
     Verification,
 )
 from supervisor.tell.web.page.app import ago
-from supervisor.tell.web.page.items import Command, item
+from supervisor.tell.web.page.items import StepCommand, item
 from supervisor.tell.web.page.spark import sparkline
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -92,7 +92,7 @@ def _row(record: Record) -> TimelineRow:
             "step 1 restart_units on spark1: ok",
             [("result", "restarted vllm")],
             [
-                Command(
+                StepCommand(
                     host="spark1",
                     command="systemctl restart vllm",
                     exit_status="0",
@@ -120,7 +120,7 @@ def _row(record: Record) -> TimelineRow:
             "step 2 shell on spark1: failed",
             [],
             [
-                Command(
+                StepCommand(
                     host="spark1",
                     command="x",
                     exit_status="timed out",
@@ -182,7 +182,7 @@ def test_each_record_is_read_by_its_fields(
     record: Record,
     headline: str,
     facts: list[tuple[str, str]] | None,
-    commands: list[Command],
+    commands: list[StepCommand],
 ) -> None:
     shown = item(_row(record))
     assert shown.headline == headline

@@ -62,7 +62,7 @@ class UnitRef(Frozen):
     )
 
 
-class Listener(Frozen):
+class AsrListener(Frozen):
     """An ASR server that must hear what a `tts` endpoint says (a round trip)."""
 
     url: Text = Field(description="the ASR server's base URL (`/v1/audio/transcriptions`)")
@@ -105,7 +105,7 @@ class Endpoint(Frozen):
     voice: Text = Field(
         default="alloy", description="tts: the voice the probe asks for (`/v1/audio/speech`)"
     )
-    heard_by: Listener | None = Field(
+    heard_by: AsrListener | None = Field(
         default=None,
         description="tts: an ASR server (`{url, model}`, e.g. the fleet's `asr` endpoint) that "
         "must hear the words of the phrase this one speaks: a round trip proving both",

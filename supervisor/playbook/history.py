@@ -15,7 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from supervisor.core.events import Outcome, ProbeResult, Tier, UnitSignal
-from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, FactValue, Scope
+from supervisor.playbook.evidence.base import (
+    CollectedEvidence,
+    Collector,
+    CollectorParams,
+    FactValue,
+    Scope,
+)
 from supervisor.playbook.matching import Gather
 from supervisor.playbook.model import EvidenceItem
 from supervisor.record.store import JSONValue, TimelineRow
@@ -159,18 +165,18 @@ def stored_gather(round_: Round, missing: set[str]) -> Gather:
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
+    ) -> CollectedEvidence:
         why = collector.applies(scope, params)
         if why:  # never run where it does not apply: not missing, as the live diagnosis says
-            return Evidence(collector=collector.name, error=why)
+            return CollectedEvidence(collector=collector.name, error=why)
         found = find_record(round_.evidence, item.id, collector, scope.label, params)
         if found is None:
             missing.add(item.id)
-            return Evidence(collector=collector.name, error=NOT_GATHERED)
+            return CollectedEvidence(collector=collector.name, error=NOT_GATHERED)
         if found.error:
-            return Evidence(collector=collector.name, error=found.error)
+            return CollectedEvidence(collector=collector.name, error=found.error)
         facts = {name: fact_value(value) for name, value in found.facts.items()}
-        return Evidence(collector=collector.name, facts=facts)
+        return CollectedEvidence(collector=collector.name, facts=facts)
 
     return gather
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from supervisor.core.events import Outcome
-from supervisor.probe.context import Finding, ProbeContext, ProbeError
+from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import http_error_reason, one_line
 from supervisor.probe.transcript import Transcript, read_sse, read_whole
 
@@ -58,7 +58,7 @@ NO_REASONING = "no reasoning text"
 """The degraded reason that is not slowness (load never explains it)."""
 
 
-def judge(stats: CompletionStats, endpoint: Endpoint) -> tuple[Outcome, str]:
+def judge_completion(stats: CompletionStats, endpoint: Endpoint) -> tuple[Outcome, str]:
     reasoning, content = stats.reasoning.strip(), stats.content.strip()
     if not reasoning and not content:
         return Outcome.FAIL, "empty completion"
@@ -96,7 +96,7 @@ async def _lines(text: str) -> AsyncIterator[str]:
         yield line
 
 
-async def completion_check(ctx: ProbeContext) -> Finding:
+async def completion_check(ctx: ProbeContext) -> CheckFinding:
     """POST /v1/chat/completions (streamed) and judge the answer."""
     ctx.check = "completion"
     body = request_body(ctx.endpoint, ctx.require_model())
@@ -119,8 +119,8 @@ async def completion_check(ctx: ProbeContext) -> Finding:
             else:
                 read_whole(text, transcript, ctx.clock.monotonic())
     stats = stats_of(transcript, sent_at)
-    outcome, reason = judge(stats, ctx.endpoint)
-    return Finding(
+    outcome, reason = judge_completion(stats, ctx.endpoint)
+    return CheckFinding(
         check="completion",
         outcome=outcome,
         reason=reason,

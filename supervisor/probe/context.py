@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Finding:
+class CheckFinding:
     """The verdict of one check, before `run_probe` stamps it with endpoint, tier and time."""
 
     check: str

@@ -21,7 +21,7 @@ from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.matching import Latest
 from supervisor.playbook.model import Mode, Rule
-from supervisor.playbook.results import Diagnosis, RuleMatch
+from supervisor.playbook.results import DiagnosisResult, RuleMatch
 from supervisor.record.store import Store
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.timeline import Acked, Decision, Outcome
@@ -195,7 +195,9 @@ class AutomaticRepairs:
             pass
         return True
 
-    async def _diagnose(self, worker: EndpointWorker, as_state: State | None = None) -> Diagnosis:
+    async def _diagnose(
+        self, worker: EndpointWorker, as_state: State | None = None
+    ) -> DiagnosisResult:
         """Evidence and the rule that matches (for `worker` in its state, or `as_state`); a
         restart systemd or launchd is about to make is waited for first, and the latest failure
         and death are read after it."""
@@ -221,7 +223,7 @@ class AutomaticRepairs:
         return diagnosis
 
     async def _attempt(
-        self, worker: EndpointWorker, match: RuleMatch, diagnosis: Diagnosis
+        self, worker: EndpointWorker, match: RuleMatch, diagnosis: DiagnosisResult
     ) -> bool:
         """One repair by `match`; True when the runner should diagnose again."""
         rule = match.rule

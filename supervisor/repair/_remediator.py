@@ -155,10 +155,10 @@ class Remediator:
         """A person asked for a restart: the answer in one line (see `restart`)."""
         return (await self.restart(worker, who=who)).text
 
-    async def restart(self, worker: EndpointWorker, *, who: str) -> asked.Answer:
+    async def restart(self, worker: EndpointWorker, *, who: str) -> asked.RestartAnswer:
         """A person asked for a restart: answered once the units restarted (or why not). The
         verification goes on in the endpoint's repair task, like any repair's."""
-        why = await asked.refusal(
+        why = await asked.restart_refusal(
             worker,
             config=self.config,
             store=self.store,
@@ -169,7 +169,7 @@ class Remediator:
             await self.notes.note(
                 worker, Decision(outcome=Outcome.RESTART_REFUSED, actor=who, why=why)
             )
-            return asked.Answer(ok=False, text=f"not restarting {worker.name}: {why}")
+            return asked.RestartAnswer(ok=False, text=f"not restarting {worker.name}: {why}")
         attempt = asked.attempt(worker, self.config, who=who)
         if self.dry_run:
             plan = await self.automatic.plan(worker, attempt.rule, attempt.matched, attempt.scopes)
@@ -177,15 +177,17 @@ class Remediator:
                 worker, Decision(outcome=Outcome.RESTART_PLAN, actor=who, plan=tuple(plan))
             )
             text = f"dry run: would restart {worker.name}: " + "; ".join(plan)
-            return asked.Answer(ok=True, text=text)
+            return asked.RestartAnswer(ok=True, text=text)
         if self.tasks.stopped:
-            return asked.Answer(ok=False, text=f"not restarting {worker.name}: it is stopping")
-        answered: asyncio.Future[asked.Answer] = asyncio.get_running_loop().create_future()
+            return asked.RestartAnswer(
+                ok=False, text=f"not restarting {worker.name}: it is stopping"
+            )
+        answered: asyncio.Future[asked.RestartAnswer] = asyncio.get_running_loop().create_future()
         task = self.tasks.start(worker, self._restart(worker, attempt, who, answered))
 
         def ended(_: asyncio.Task[None]) -> None:
             if not answered.done():
-                answered.set_result(asked.Answer(ok=False, text=_gone(worker)))
+                answered.set_result(asked.RestartAnswer(ok=False, text=_gone(worker)))
 
         task.add_done_callback(ended)
         return await asyncio.shield(answered)
@@ -195,7 +197,7 @@ class Remediator:
         worker: EndpointWorker,
         attempt: Attempt,
         who: str,
-        answered: asyncio.Future[asked.Answer],
+        answered: asyncio.Future[asked.RestartAnswer],
     ) -> None:
         acted = await self.attempts.act(worker, attempt)
         if not isinstance(acted, Acted):
@@ -204,10 +206,10 @@ class Remediator:
                 worker, Decision(outcome=Outcome.RESTART_FAILED, actor=who, why=why)
             )
             answered.set_result(
-                asked.Answer(ok=False, text=f"restart of {worker.name} failed: {why}")
+                asked.RestartAnswer(ok=False, text=f"restart of {worker.name} failed: {why}")
             )
             return
-        answered.set_result(asked.Answer(ok=True, text=asked.answer(worker)))
+        answered.set_result(asked.RestartAnswer(ok=True, text=asked.answer(worker)))
         every = self.config.remediation.verify_every
         await self.attempts.prove(worker, attempt, acted, every=every)
         await self.automatic.handle(worker)  # a problem seen meanwhile is this task's to take on

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from supervisor.config import Endpoint
 from supervisor.core.events import Outcome, ProbeResult
-from supervisor.playbook.results import Diagnosis
+from supervisor.playbook.results import DiagnosisResult
 from supervisor.repair.diagnosis import DiagnosisService
 from supervisor.repair.rulefacts import scopes_of
 from supervisor.repair.steps import StepRun
@@ -58,7 +58,7 @@ async def report(
     return lines, diagnosis.matched is not None
 
 
-def _evidence_lines(diagnosis: Diagnosis) -> list[str]:
+def _evidence_lines(diagnosis: DiagnosisResult) -> list[str]:
     lines = ["evidence:"]
     for run in diagnosis.evidence:
         found = run.evidence
@@ -73,7 +73,7 @@ def _short(value: object, limit: int = 60) -> str:
 
 
 async def _plan(
-    service: DiagnosisService, endpoint: Endpoint, diagnosis: Diagnosis, *, dry_run: bool
+    service: DiagnosisService, endpoint: Endpoint, diagnosis: DiagnosisResult, *, dry_run: bool
 ) -> list[str]:
     match = diagnosis.matched
     assert match is not None

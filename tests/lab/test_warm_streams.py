@@ -19,7 +19,7 @@ import yaml
 
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.config import FleetConfig, load_config
 from supervisor.hear.streams.warm import WarmTransports
@@ -112,7 +112,7 @@ class Instance:
 
     def __init__(self, path: Path) -> None:
         config = load_config(path)
-        self.gate = Gate(config, lambda: Supervisor(config))
+        self.gate = LeaderGate(config, lambda: Supervisor(config))
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
 

@@ -38,7 +38,7 @@ from supervisor.playbook.actions.base import (
     Privileged,
     Target,
 )
-from supervisor.playbook.actions.declare import Stop, action
+from supervisor.playbook.actions.declare import StopSteps, action
 from supervisor.playbook.actions.managers import UnitManager, Units, UnitState
 from supervisor.playbook.actions.steps import Steps, timed_out, units_of, why
 from supervisor.playbook.evidence.launchctl import (
@@ -59,7 +59,7 @@ def target(unit: UnitRef) -> str:
     try:
         return job_target(unit)
     except NotLaunchdError as exc:
-        raise Stop(str(exc)) from None
+        raise StopSteps(str(exc)) from None
 
 
 def needs_root(unit: UnitRef) -> bool:
@@ -110,7 +110,7 @@ async def plist_path(steps: Steps, host: Host, unit: UnitRef) -> str:
     """The unit's plist on the Mac; `~/` is the SSH user's home there (`printenv HOME`)."""
     plist = unit.plist or ""
     if not plist.startswith(("/", "~/")):
-        raise Stop(f"{unit.unit} has no plist to bootstrap: set units[].plist")
+        raise StopSteps(f"{unit.unit} has no plist to bootstrap: set units[].plist")
     if plist.startswith("/"):
         return plist
     home = await steps.must(host, ["printenv", "HOME"])

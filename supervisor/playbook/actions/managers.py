@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
-from supervisor.playbook.actions.declare import Stop
+from supervisor.playbook.actions.declare import StopSteps
 from supervisor.playbook.actions.steps import Steps
 
 Units = tuple[tuple[Host, UnitRef], ...]
@@ -57,11 +57,11 @@ def manager_of(managers: Mapping[str, UnitManager], units: Units) -> UnitManager
     kinds = sorted({host.service_manager for host, _ in units})
     if len(kinds) != 1:
         listing = ", ".join(f"{unit.unit} on {host.name}" for host, unit in units)
-        raise Stop(
+        raise StopSteps(
             f"the units ({listing}) are managed by {' and '.join(kinds)}: "
             "act on them one at a time (on: unit)"
         )
     try:
         return managers[kinds[0]]
     except KeyError:
-        raise Stop(f"no unit actions for service manager {kinds[0]!r}") from None
+        raise StopSteps(f"no unit actions for service manager {kinds[0]!r}") from None

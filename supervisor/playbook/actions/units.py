@@ -32,7 +32,7 @@ from supervisor.playbook.actions.base import (
     Privileged,
     Target,
 )
-from supervisor.playbook.actions.declare import Stop, action
+from supervisor.playbook.actions.declare import StopSteps, action
 from supervisor.playbook.actions.launchd import LAUNCHD, launchd_privileged
 from supervisor.playbook.actions.managers import UnitManager, Units, UnitState, manager_of
 from supervisor.playbook.actions.processes import runs_as_root
@@ -233,7 +233,7 @@ def split_command(command: str) -> list[str]:
     try:
         return shlex.split(command)
     except ValueError:
-        raise Stop(f"the known-good command is not well quoted: {command!r}") from None
+        raise StopSteps(f"the known-good command is not well quoted: {command!r}") from None
 
 
 def _dropin_privileged(scope: ActionScope, params: DropInParams) -> tuple[Privileged, ...]:
@@ -251,7 +251,7 @@ def unit_name(unit: UnitRef, *, file: bool = False) -> str:
     """The unit's name, refused when it could be read as an option (or, for a `file` name, as
     a path)."""
     if unit.unit.startswith("-") or (file and ("/" in unit.unit or unit.unit.startswith("."))):
-        raise Stop(f"not a unit name: {unit.unit!r}")
+        raise StopSteps(f"not a unit name: {unit.unit!r}")
     return unit.unit
 
 

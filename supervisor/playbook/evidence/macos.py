@@ -34,10 +34,10 @@ from supervisor.config.fields import Flag
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     CollectorParams,
-    Evidence,
     FactValue,
-    NoParams,
+    NoEvidenceParams,
 )
 from supervisor.playbook.evidence.declare import collector, failed, failure, found, run_read
 from supervisor.playbook.evidence.launchctl import NotLaunchdError, parse_print, print_argv
@@ -136,7 +136,7 @@ async def _job_pid(ctx: CollectContext) -> tuple[CommandResult | None, int | Non
     },
     service_manager="launchd",
 )
-async def mac_listeners(ctx: CollectContext, params: MacListenersParams) -> Evidence:
+async def mac_listeners(ctx: CollectContext, params: MacListenersParams) -> CollectedEvidence:
     port = params.port or endpoint_port(ctx.scope.endpoint.url)
     if port is None:
         return failed(f"no port in {ctx.scope.endpoint.url}: give `port`")
@@ -197,7 +197,7 @@ def parse_vm_stat(text: str) -> dict[str, FactValue]:
 
 @collector(
     "mac_memory",
-    params=NoParams,
+    params=NoEvidenceParams,
     doc="a Mac's memory (launchd hosts only): `memory_pressure -Q`, "
     "`sysctl -n kern.memorystatus_vm_pressure_level`, "
     "`vm_stat` (no root)",
@@ -215,7 +215,7 @@ def parse_vm_stat(text: str) -> dict[str, FactValue]:
     },
     service_manager="launchd",
 )
-async def mac_memory(ctx: CollectContext, params: NoParams) -> Evidence:
+async def mac_memory(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     pressure = await run_read(ctx, ["memory_pressure", "-Q"])
     if not pressure.ok:
         return failed(failure("memory_pressure", pressure), pressure)

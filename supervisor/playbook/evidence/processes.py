@@ -14,7 +14,12 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from supervisor.playbook.evidence.base import CollectContext, CollectorParams, Evidence, FactValue
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectedEvidence,
+    CollectorParams,
+    FactValue,
+)
 from supervisor.playbook.evidence.declare import collector, failed, failure, found, run_read
 
 PS_ARGV = ("ps", "-ww", "-eo", "pid=,user=,args=")
@@ -92,7 +97,7 @@ def process_facts(processes: list[Process]) -> dict[str, FactValue]:
         "commands": "their command lines, in the order of `pids`",
     },
 )
-async def processes(ctx: CollectContext, params: ProcessesParams) -> Evidence:
+async def processes(ctx: CollectContext, params: ProcessesParams) -> CollectedEvidence:
     result = await run_read(ctx, list(PS_ARGV))
     if not result.ok:
         return failed(failure("ps", result), result)

@@ -79,7 +79,7 @@ _UNITS = {
 SPAWN_SCHEDULED = "spawn scheduled"
 
 
-class Outcome(StrEnum):
+class RestartOutcome(StrEnum):
     """How the restart a diagnosis waited for turned out."""
 
     RUNNING = "running"  #: the new attempt lived SETTLE
@@ -97,7 +97,7 @@ class Restart:
     host: str
     unit: str
     before: str  #: `signal 9, auto-restart, 0 restarts`
-    outcome: Outcome
+    outcome: RestartOutcome
     after: str  #: `status=127, auto-restart, 1 restart`
     waited_s: float
     bound_s: float
@@ -203,22 +203,22 @@ class _Watch:
         self.first = first  #: the sample that found the unit about to be restarted
         self._alive: tuple[object, float] | None = None  #: the attempt seen alive, since when
 
-    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> RestartOutcome | None:
         raise NotImplementedError
 
-    def _lived(self, attempt: object, at: float) -> Outcome | None:
+    def _lived(self, attempt: object, at: float) -> RestartOutcome | None:
         """`running` once the same attempt has been seen alive for SETTLE."""
         if self._alive is None or self._alive[0] != attempt:
             self._alive = (attempt, at)
             return None
-        return Outcome.RUNNING if at - self._alive[1] >= SETTLE else None
+        return RestartOutcome.RUNNING if at - self._alive[1] >= SETTLE else None
 
 
 class _SystemdWatch(_Watch):
-    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> RestartOutcome | None:
         active = facts.get("active_state")
         if active in ("inactive", "failed"):
-            return Outcome.STOPPED
+            return RestartOutcome.STOPPED
         base = self.first.get("n_restarts")
         now = facts.get("n_restarts")
         restarted = isinstance(now, int) and isinstance(base, int) and now > base
@@ -226,23 +226,23 @@ class _SystemdWatch(_Watch):
         first = self.first
         fresh = first.get("sub_state") not in RESTING and first.get("active_state") == "activating"
         if facts.get("sub_state") in RESTING:
-            return Outcome.FAILED if restarted or fresh else None
+            return RestartOutcome.FAILED if restarted or fresh else None
         if active in MOVING and active != "deactivating" and (restarted or fresh):
             return self._lived(attempt_of(facts), at)
         return None
 
 
 class _LaunchdWatch(_Watch):
-    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> RestartOutcome | None:
         if not facts.get("loaded"):
-            return Outcome.STOPPED
+            return RestartOutcome.STOPPED
         base, now = self.first.get("runs"), facts.get("runs")
         restarted = isinstance(now, int) and isinstance(base, int) and now > base
         if not restarted:
             return None
         if facts.get("running"):
             return self._lived(facts.get("pid"), at)
-        return Outcome.FAILED
+        return RestartOutcome.FAILED
 
 
 class _SystemdReading:
@@ -336,15 +336,15 @@ async def _settle_one(ctx: CollectContext) -> Restart | None:
     bound = reading.bound(first)
     watch = reading.watch(first)
     last: Mapping[str, FactValue] = first
-    outcome: Outcome | None = None
+    outcome: RestartOutcome | None = None
     while outcome is None:
         if ctx.clock.monotonic() + PAUSE > began + bound:
-            outcome = Outcome.NO_OUTCOME
+            outcome = RestartOutcome.NO_OUTCOME
             break
         await ctx.pause(PAUSE)
         facts = await sample()
         if facts is None:
-            outcome = Outcome.UNREADABLE
+            outcome = RestartOutcome.UNREADABLE
             break
         last = facts
         outcome = watch.outcome(facts, ctx.clock.monotonic())

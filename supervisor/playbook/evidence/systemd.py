@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from supervisor.execute import CommandResult
-from supervisor.playbook.evidence.base import CollectContext, Evidence, FactValue, NoParams
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectedEvidence,
+    FactValue,
+    NoEvidenceParams,
+)
 from supervisor.playbook.evidence.declare import (
     collector,
     failed,
@@ -129,7 +134,7 @@ def parse_unit_status(text: str) -> dict[str, FactValue]:
 
 @collector(
     "unit_status",
-    params=NoParams,
+    params=NoEvidenceParams,
     doc="the unit's state, last exit and ExecStart: `systemctl show UNIT -p ...` (no root), "
     "sampled again (every 0.5 s, up to the evidence timeout) while a unit systemd restarted "
     "may be caught mid-attempt in a crash loop",
@@ -137,7 +142,7 @@ def parse_unit_status(text: str) -> dict[str, FactValue]:
     needs_unit=True,
     service_manager="systemd",
 )
-async def unit_status(ctx: CollectContext, params: NoParams) -> Evidence:
+async def unit_status(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     unit = scope_unit(ctx)
     argv = ["systemctl", "show", unit.unit, "-p", ",".join(PROPERTIES), "--no-pager"]
     settling = Settling()
@@ -170,7 +175,7 @@ def parse_args(text: str) -> Mapping[str, FactValue]:
 
 @collector(
     "command_line",
-    params=NoParams,
+    params=NoEvidenceParams,
     doc="the running main process's command line: `systemctl show -p MainPID`, `ps` (no root)",
     facts={
         "args": "the main process's command line ('' when it is not running)",
@@ -179,7 +184,7 @@ def parse_args(text: str) -> Mapping[str, FactValue]:
     needs_unit=True,
     service_manager="systemd",
 )
-async def command_line(ctx: CollectContext, params: NoParams) -> Evidence:
+async def command_line(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     unit = scope_unit(ctx)
     show = await run_read(ctx, ["systemctl", "show", unit.unit, "-p", "MainPID", "--value"])
     if not show.ok:

@@ -94,7 +94,7 @@ class Lease:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JournalEntry:
+class LeaseJournalEntry:
     id: int
     at_ms: int
     epoch: int
@@ -295,6 +295,6 @@ async def write_journal(
     )
 
 
-async def journal(conn: AsyncConnection) -> list[JournalEntry]:
+async def journal(conn: AsyncConnection) -> list[LeaseJournalEntry]:
     found = await conn.execute(select(leader_journal).order_by(leader_journal.c.id))
-    return [JournalEntry(**m) for m in found.mappings().all()]
+    return [LeaseJournalEntry(**m) for m in found.mappings().all()]

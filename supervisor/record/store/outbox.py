@@ -45,7 +45,7 @@ _CURSOR = "composer"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Draft:
+class OutboxDraft:
     """A message to queue for every chat."""
 
     kind: str  #: opened, diagnosis, plan, repair, escalated, resolved, flapping, reminder, test
@@ -54,7 +54,7 @@ class Draft:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Refusal:
+class OutboxRefusal:
     id: int
     at: datetime
     user_id: int | None
@@ -192,7 +192,7 @@ class OutboxStore:
     async def commit(
         self,
         *,
-        drafts: Sequence[Draft],
+        drafts: Sequence[OutboxDraft],
         chat_ids: Sequence[int],
         states: Mapping[int, tuple[State, bool]],
         at: datetime,
@@ -215,7 +215,7 @@ class OutboxStore:
     def _commit_in_memory(
         self,
         store: ResilientStore,
-        drafts: Sequence[Draft],
+        drafts: Sequence[OutboxDraft],
         chat_ids: Sequence[int],
         states: Mapping[int, tuple[State, bool]],
         at: datetime,
@@ -277,7 +277,7 @@ class OutboxStore:
 
     async def _commit(
         self,
-        drafts: Sequence[Draft],
+        drafts: Sequence[OutboxDraft],
         chat_ids: Sequence[int],
         states: Mapping[int, tuple[State, bool]],
         at: datetime,
@@ -450,10 +450,10 @@ class OutboxStore:
                 )
             )
 
-    async def refusals(self) -> list[Refusal]:
+    async def refusals(self) -> list[OutboxRefusal]:
         async with self.store.tx(write=False) as conn:
             found = await conn.execute(select(notify_refusals).order_by(notify_refusals.c.id))
-            return [Refusal(**m) for m in found.mappings().all()]
+            return [OutboxRefusal(**m) for m in found.mappings().all()]
 
 
 def _real(store: ResilientStore, incident_id: int | None) -> int | None:

@@ -24,7 +24,7 @@ from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.model import Rule
 from supervisor.record.store import Store
 from supervisor.record.store.errors import unwritable_cause
-from supervisor.record.store.outbox import Draft, OutboxStore
+from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.repair import Remediator
 from supervisor.tell.telegram.auth import quiet_http_logs
@@ -168,10 +168,12 @@ class Notifier:
         else:
             saved = store.saved if isinstance(store, ResilientStore) else 0
             text = f"✅ <b>the store takes writes again</b>: {saved} records kept in memory written"
-        task = asyncio.create_task(self._say(Draft(kind="store", text=text)), name="notify:store")
+        task = asyncio.create_task(
+            self._say(OutboxDraft(kind="store", text=text)), name="notify:store"
+        )
         self._tasks.append(task)
 
-    async def _say(self, draft: Draft) -> None:
+    async def _say(self, draft: OutboxDraft) -> None:
         await self.outbox.commit(
             drafts=[draft], chat_ids=self._telegram.chat_ids, states={}, at=self._clock.now()
         )

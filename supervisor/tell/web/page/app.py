@@ -38,7 +38,7 @@ from supervisor.core.timefmt import stamp
 from supervisor.record.availability import Repair, availability, days, repairs
 from supervisor.record.store import SubjectKind
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
-from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
+from supervisor.tell.web.page.auth import COOKIE, ActionGate, RefusedError, Session, same_origin
 from supervisor.tell.web.page.board import History, board
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.icon import ico, png
@@ -124,7 +124,7 @@ class Page:
     daemon: FleetSource
     api: ControlApi | None
     started_at: datetime
-    gate: Gate
+    gate: ActionGate
     feed: Feed
     env: Environment
     follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
@@ -410,7 +410,7 @@ def mount_page(
     """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
     follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
     http = daemon.config.http
-    gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
+    gate = ActionGate(token_file=http.token_file, loopback_actions=http.loopback_actions)
     page = Page(
         daemon,
         control,
