@@ -29,7 +29,7 @@ from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.record.store import Store
-from supervisor.record.store.lease import journal
+from supervisor.record.store.lease import lease_journal
 from tests.pgserver import PgServer, unavailable
 
 TITLE = "Clean stop: the follower leads"
@@ -84,7 +84,7 @@ async def handovers(
                 if not one.task.done():
                     await one.end()
     async with await Store.open(target, create=False) as store, store.tx(write=False) as conn:
-        entries = await journal(conn)
+        entries = await lease_journal(conn)
     released = {e.epoch: e.at_ms for e in entries if e.event == "released"}
     taken = [
         (e.at_ms - released[e.epoch - 1]) / 1000

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.execute import CommandResult, Executor, command_line
 from supervisor.execute.containers import ContainerNameError, in_container
 from supervisor.execute.local import LocalExecutor
@@ -41,12 +41,12 @@ from supervisor.playbook.evidence.base import (
     Scope,
 )
 from supervisor.playbook.evidence.declare import collector, found
-from supervisor.playbook.evidence.execstart import docker_exec, parse_exec_start, split_argv
+from supervisor.playbook.evidence.execstart import parse_exec_start, split_argv, split_docker_exec
 from supervisor.playbook.evidence.journal import journal_since, parse_journal, since_text
 from supervisor.playbook.evidence.memory import parse_meminfo
 from supervisor.playbook.evidence.metrics import parse_metrics
 from supervisor.playbook.evidence.network import parse_pid_args, parse_ss
-from supervisor.playbook.evidence.processes import parse_ps, select
+from supervisor.playbook.evidence.processes import parse_ps, select_processes
 from supervisor.playbook.evidence.registry import COLLECTORS, collectors_of
 from supervisor.playbook.evidence.settling import may_be_mid_attempt
 from supervisor.playbook.evidence.systemd import parse_main_pid, parse_unit_status
@@ -349,7 +349,7 @@ def test_exec_start_container_and_script(argv: str, container: str, script: str)
     value = f"{{ path=/usr/bin/docker ; argv[]={argv} ; ignore_errors=no ; pid=0 ; status=0/0 }}"
     parsed = parse_exec_start(value)
     assert (parsed.container, parsed.script, parsed.argv_text) == (container, script, argv)
-    assert docker_exec(split_argv(argv))[0] == container
+    assert split_docker_exec(split_argv(argv))[0] == container
 
 
 def test_exec_start_that_is_not_systemds_rendering_is_read_as_a_command_line() -> None:
@@ -657,7 +657,7 @@ async def test_an_error_logged_before_the_last_passing_check_is_not_diagnosed_ag
     config = FleetConfig(source=Path("fleet.yaml"), hosts={"spark1": SPARK1},
                          endpoints={"ds4": endpoint})  # fmt: skip
     trigger = ProbeResult(
-        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=Outcome.FAIL,
+        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=ProbeOutcome.FAIL,
         reason="connection refused", at=at("2026-06-02T09:15:30"), latency_s=0.01,
     )  # fmt: skip
     diagnosis = await diagnose(
@@ -910,7 +910,7 @@ async def test_listeners_on_a_free_port(collect: Collect) -> None:
     ],
 )
 def test_processes_select(pattern: str, user: str | None, pids: tuple[int, ...]) -> None:
-    chosen = select(parse_ps(data("ps-vllm-host.txt")), pattern, user)
+    chosen = select_processes(parse_ps(data("ps-vllm-host.txt")), pattern, user)
     assert tuple(process.pid for process in chosen) == pids
 
 

@@ -24,7 +24,7 @@ from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.core.tenure import Tenure
 from supervisor.record.store import Store, StoreRefusedError
-from supervisor.record.store.lease import Lease, journal
+from supervisor.record.store.lease import Lease, lease_journal
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 
@@ -92,7 +92,7 @@ async def test_the_leader_says_so_and_a_clean_stop_hands_over_at_once(
     await a.end()
     await eventually(lambda: b.gate.supervisor is not None, within=5, what="b leading at once")
     async with await Store.open(tmp_path / "shared.db") as store, store.tx(write=False) as conn:
-        events = [(e.epoch, e.holder, e.event, e.detail) for e in await journal(conn)]
+        events = [(e.epoch, e.holder, e.event, e.detail) for e in await lease_journal(conn)]
     assert events[0] == (1, "a", "took_over", "first lease")
     assert events[1] == (1, "a", "released", "stopped")
     assert events[2][:3] == (2, "b", "took_over")

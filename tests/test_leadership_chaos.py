@@ -24,7 +24,7 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from supervisor.record.store import AttemptRow, Store, StoreError
-from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, journal
+from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, lease_journal
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.target import PgTarget
 from tests.conftest import free_port
@@ -95,7 +95,7 @@ class Fleet:
             return [], []
         async with store:
             async with store.tx(write=False) as conn:
-                entries = await journal(conn)
+                entries = await lease_journal(conn)
             return entries, await store.attempts("m")
 
     async def now_ms(self) -> int:

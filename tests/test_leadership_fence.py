@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from supervisor.record.store import Store
-from supervisor.record.store.lease import LeaseJournalEntry, journal
+from supervisor.record.store.lease import LeaseJournalEntry, lease_journal
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.records import OutboxRow
 from tests import test_leadership_chaos as chaos
@@ -51,7 +51,7 @@ async def _journal(fleet: Fleet) -> list[LeaseJournalEntry]:
         await Store.open(fleet.target, create=False) as store,
         store.tx(write=False) as conn,
     ):
-        return await journal(conn)
+        return await lease_journal(conn)
 
 
 async def _owed(fleet: Fleet) -> list[OutboxRow]:

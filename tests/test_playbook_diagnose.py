@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from supervisor.config import UnitRef
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.evidence.base import (
@@ -32,7 +32,7 @@ TRIGGER = ProbeResult(
     endpoint="ds4",
     tier=Tier.DEEP,
     check="completion",
-    outcome=Outcome.FAIL,
+    outcome=ProbeOutcome.FAIL,
     reason="connection refused",
     at=datetime(2026, 5, 1, tzinfo=UTC),
     latency_s=0.01,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.judge.machine import State, Trigger
 from supervisor.judge.policy import Judgement, Limits, Streaks, judge, wants_progress
 from supervisor.judge.progress import Progress
@@ -16,11 +16,11 @@ from supervisor.judge.progress import ProgressVerdict as Seen
 NOW = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 LIMITS = Limits(failures_to_down=3, degraded_after=2)
 L, D = Tier.LIVENESS, Tier.DEEP
-OK, DEG, FAIL = Outcome.OK, Outcome.DEGRADED, Outcome.FAIL
+OK, DEG, FAIL = ProbeOutcome.OK, ProbeOutcome.DEGRADED, ProbeOutcome.FAIL
 S, T = State, Trigger
 
 
-def result(tier: Tier, outcome: Outcome, reason: str = "") -> ProbeResult:
+def result(tier: Tier, outcome: ProbeOutcome, reason: str = "") -> ProbeResult:
     return ProbeResult(
         endpoint="ds4",
         tier=tier,
@@ -38,7 +38,7 @@ class Case:
     state: State
     streaks: Streaks
     tier: Tier
-    outcome: Outcome
+    outcome: ProbeOutcome
     expect_trigger: Trigger | None
     expect_streaks: Streaks
     expect_reprobe: Tier | None
@@ -451,7 +451,7 @@ class ProgressCase:
     id: str
     state: State
     tier: Tier
-    outcome: Outcome
+    outcome: ProbeOutcome
     progress: Progress
     expect: Judgement
     grace_until: datetime | None = None
@@ -625,7 +625,9 @@ def test_progress_decides_before_a_failure_counts(case: ProgressCase) -> None:
         (S.REMEDIATING, D, FAIL, False),
     ],
 )
-def test_when_progress_is_read(state: State, tier: Tier, outcome: Outcome, wanted: bool) -> None:
+def test_when_progress_is_read(
+    state: State, tier: Tier, outcome: ProbeOutcome, wanted: bool
+) -> None:
     assert wants_progress(state, result(tier, outcome, "2.0 tok/s")) is wanted
 
 

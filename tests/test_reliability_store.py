@@ -14,7 +14,7 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import Endpoint, load_config
 from supervisor.core.clock import SystemClock
-from supervisor.core.events import Outcome as ProbeOutcome
+from supervisor.core.events import ProbeOutcome as ProbeOutcome
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe

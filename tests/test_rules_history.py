@@ -24,7 +24,7 @@ import yaml
 from supervisor.cli import main
 from supervisor.config import load_config
 from supervisor.core.clock import utcnow
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.core.timefmt import iso
 from supervisor.playbook.draft import telling_line
 from supervisor.playbook.evidence.base import (
@@ -171,7 +171,7 @@ class History:
             endpoint=endpoint,
             tier=Tier.LIVENESS,
             check="models",
-            outcome=Outcome.FAIL,
+            outcome=ProbeOutcome.FAIL,
             reason="connection refused",
             at=at,
             latency_s=0.002,

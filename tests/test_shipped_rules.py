@@ -16,7 +16,7 @@ import pytest
 
 from supervisor.cli import main
 from supervisor.config import Endpoint, FleetConfig, Host
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.playbook.evidence.base import CollectedEvidence, Collector, CollectorParams, Scope
 from supervisor.playbook.fixturefile import load_fixture
 from supervisor.playbook.fixtures import FixtureReport, run_fixtures
@@ -99,7 +99,7 @@ async def test_silent_degradation_of_a_pair_names_the_head(shipped: Playbook, nu
     config = FleetConfig(source=Path("fleet.yaml"), hosts=hosts, endpoints={"ds4": endpoint})
     assert case.probe is not None
     trigger = ProbeResult(
-        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=Outcome.DEGRADED,
+        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=ProbeOutcome.DEGRADED,
         reason=case.probe.reason, at=datetime(2026, 6, 2, tzinfo=UTC), latency_s=0.0,
     )  # fmt: skip
 
@@ -131,7 +131,7 @@ async def test_silent_degradation_without_a_unit_fills_its_whole_message(
     endpoint = Endpoint(name="kimi", kind="openai", url="http://192.168.1.10:8013")
     config = FleetConfig(source=Path("fleet.yaml"), hosts={}, endpoints={"kimi": endpoint})
     trigger = ProbeResult(
-        endpoint="kimi", tier=Tier.DEEP, check="completion", outcome=Outcome.DEGRADED,
+        endpoint="kimi", tier=Tier.DEEP, check="completion", outcome=ProbeOutcome.DEGRADED,
         reason="no reasoning text", at=datetime(2026, 6, 2, tzinfo=UTC), latency_s=0.0,
     )  # fmt: skip
 

@@ -22,7 +22,7 @@ from supervisor.record.timeline import (
     UnitsLeft,
     Verification,
 )
-from supervisor.tell.web.page.app import ago
+from supervisor.tell.web.page.app import ago_span
 from supervisor.tell.web.page.items import StepCommand, item
 from supervisor.tell.web.page.spark import sparkline
 
@@ -204,5 +204,5 @@ def test_a_sparkline_needs_two_points_and_scales_to_its_range() -> None:
     [(0, "0s"), (59, "59s"), (61, "1m 1s"), (3600, "1h 0m"), (90061, "1d 1h"), (-5, "0s")],
 )
 def test_how_long_ago(seconds: int, text: str) -> None:
-    assert ago(T0 - timedelta(seconds=seconds), T0) == text
-    assert ago(None, T0) == "–"
+    assert ago_span(T0 - timedelta(seconds=seconds), T0) == text
+    assert ago_span(None, T0) == "–"

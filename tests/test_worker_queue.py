@@ -14,7 +14,7 @@ import structlog
 
 from supervisor.config import Endpoint
 from supervisor.core.clock import SystemClock
-from supervisor.core.events import Outcome, ProbeResult, ProbeTick, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, ProbeTick, Tier
 from supervisor.judge.machine import FleetMachine, Trigger
 from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError, claim
@@ -42,7 +42,7 @@ class GatedProber:
             endpoint=endpoint.name,
             tier=tier,
             check="health",
-            outcome=Outcome.FAIL,
+            outcome=ProbeOutcome.FAIL,
             reason="timed out after 30s",
             at=datetime.now(UTC),
             latency_s=30.0,

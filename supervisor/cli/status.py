@@ -23,7 +23,7 @@ from supervisor.record.store.target import store_target
 def main(args: argparse.Namespace) -> int:
     config = load(args)
     document = asyncio.run(collect(config))
-    print(dump(document) if args.json else render(document))
+    print(dump(document) if args.json else render_status(document))
     return 0
 
 
@@ -90,7 +90,7 @@ def _fields(snap: Snapshot | None) -> dict[str, Any]:
     }
 
 
-def render(document: dict[str, Any]) -> str:
+def render_status(document: dict[str, Any]) -> str:
     from datetime import datetime
 
     now = utcnow()

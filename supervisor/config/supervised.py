@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from supervisor.config.fields import Duration, FilePath, Flag, Frozen, Port, Rate, Text, fail
+from supervisor.config.fields import Duration, FilePath, Flag, Frozen, Port, Rate, Text, field_error
 from supervisor.config.messages import render_value
 from supervisor.config.sections import ProbeSettings
 
@@ -85,7 +85,7 @@ def checked_url(value: str) -> str:
         valid = False
     if not valid or any(char.isspace() for char in value):
         message = f"expected an http:// or https:// URL, got {render_value(value)}"
-        raise fail("url", message)
+        raise field_error("url", message)
     return stripped
 
 

@@ -40,7 +40,7 @@ class _CommandError(Exception):
     """The command could not run to completion; the message is the result's error."""
 
 
-def where(host: Host) -> str:
+def host_where(host: Host) -> str:
     """`spark1 (127.0.0.11:22)`: the host as errors name it."""
     address = host.address or host.name
     shown = f"[{address}]" if ":" in address else address
@@ -116,7 +116,9 @@ class SshExecutor:
                 status = await self._execute(host, line, stdin, progress)
         except TimeoutError:
             after = f"timed out after {format_duration(timeout)}"
-            error = after if progress.connected else f"cannot connect to {where(host)}: {after}"
+            error = (
+                after if progress.connected else f"cannot connect to {host_where(host)}: {after}"
+            )
             if progress.process is not None:
                 _stop(progress.process)
         except _CommandError as exc:
@@ -154,7 +156,7 @@ class SshExecutor:
                     )
                 except asyncssh.ChannelOpenError as exc:
                     if not link.conn.is_closed():
-                        message = f"cannot start a command on {where(host)}: {_plain(exc)}"
+                        message = f"cannot start a command on {host_where(host)}: {_plain(exc)}"
                         raise _CommandError(message) from None
                     self._drop(host.name, link)
                     if fresh:
@@ -170,7 +172,7 @@ class SshExecutor:
                 except _CommandError:
                     self._drop(host.name, link)
                     raise
-        raise _CommandError(f"cannot connect to {where(host)}: the connection closed at once")
+        raise _CommandError(f"cannot connect to {host_where(host)}: the connection closed at once")
 
     async def _link(self, host: Host) -> tuple[_Link, bool]:
         """The host's connection (opened if need be) and whether it was opened just now."""
@@ -188,7 +190,7 @@ class SshExecutor:
                 log.warning("ssh host key checks are off", host=host.name)
             link = _Link(host=host, conn=await self.open_connection(host))
             self._links[host.name] = link
-            log.info("ssh connected", host=host.name, address=where(host), key=str(host.key))
+            log.info("ssh connected", host=host.name, address=host_where(host), key=str(host.key))
             return link, True
 
     async def open_connection(self, host: Host) -> asyncssh.SSHClientConnection:
@@ -216,12 +218,12 @@ class SshExecutor:
             raise
         except asyncssh.HostKeyNotVerifiable as exc:
             raise _CommandError(
-                f"host key of {where(host)} is not trusted: {_plain(exc)}"
+                f"host key of {host_where(host)} is not trusted: {_plain(exc)}"
             ) from None
         except asyncssh.PermissionDenied:
-            raise _CommandError(f"authentication failed for {user}@{where(host)}") from None
+            raise _CommandError(f"authentication failed for {user}@{host_where(host)}") from None
         except (asyncssh.Error, OSError) as exc:
-            raise _CommandError(f"cannot connect to {where(host)}: {_plain(exc)}") from None
+            raise _CommandError(f"cannot connect to {host_where(host)}: {_plain(exc)}") from None
 
     def _known_hosts(self, host: Host) -> asyncssh.SSHKnownHosts | None:
         if not host.check_host_key:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from supervisor.core.durations import format_duration
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.judge.machine import State, Trigger
 from supervisor.judge.progress import Progress
 from supervisor.judge.progress.judge import ProgressVerdict as Seen
@@ -56,8 +56,8 @@ def wants_progress(state: State, result: ProbeResult) -> bool:
     in a state where load may explain it."""
     if result.tier is not Tier.DEEP or state not in _ASKS_PROGRESS:
         return False
-    slow = result.outcome is Outcome.DEGRADED and result.reason != NO_REASONING
-    return result.outcome is Outcome.FAIL or slow
+    slow = result.outcome is ProbeOutcome.DEGRADED and result.reason != NO_REASONING
+    return result.outcome is ProbeOutcome.FAIL or slow
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,9 +97,9 @@ def judge(
         seen = _on_progress(state, streaks, result, progress)
         if seen is not None:
             return seen
-    if result.outcome is Outcome.OK:
+    if result.outcome is ProbeOutcome.OK:
         return _on_pass(state, streaks, result)
-    if result.outcome is Outcome.DEGRADED:
+    if result.outcome is ProbeOutcome.DEGRADED:
         return _on_degraded(state, streaks, result, is_reprobe, limits)
     return _on_fail(state, streaks, result, is_reprobe, limits, grace_until, now)
 

@@ -17,7 +17,7 @@ from supervisor.playbook.operators import (
     OPERATORS,
     Actual,
     Missing,
-    check,
+    apply_operator,
     show,
 )
 
@@ -71,7 +71,7 @@ def evaluate(condition: Condition, facts: Facts) -> Trace:
 def _leaf(leaf: Leaf, facts: Facts) -> LeafTrace:
     actual = facts.get(leaf.fact)
     expected = leaf.pattern if leaf.pattern is not None else leaf.value
-    passed, reason = check(OPERATORS[leaf.op], actual, expected)
+    passed, reason = apply_operator(OPERATORS[leaf.op], actual, expected)
     if isinstance(actual, Missing):
         reason = facts.why_missing(leaf.fact)
     return LeafTrace(leaf.fact, leaf.op, leaf.value, actual, passed, reason)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from supervisor.core.events import Outcome, ProbeResult, Tier, UnitSignal
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier, UnitSignal
 from supervisor.playbook.evidence.base import (
     CollectedEvidence,
     Collector,
@@ -55,7 +55,7 @@ class Round:
             endpoint=self.endpoint,
             tier=Tier(sample.tier),
             check=sample.check,
-            outcome=Outcome(sample.outcome),
+            outcome=ProbeOutcome(sample.outcome),
             reason=sample.reason,
             at=sample.at,
             latency_s=sample.latency_s,
@@ -142,7 +142,7 @@ def _failed_probe(record: object) -> ProbeSample | None:
         sample = record.probe
     else:
         return None
-    if sample is None or sample.outcome == Outcome.OK:
+    if sample is None or sample.outcome == ProbeOutcome.OK:
         return None
     return sample
 

@@ -15,7 +15,7 @@ import certifi
 import httpx
 
 from supervisor import __version__
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.probe.completion import judge_completion, slow_reason
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import one_line, timed_out_reason, transport_reason
@@ -106,7 +106,7 @@ async def _checked(ctx: ProbeContext, tier: Tier) -> CheckFinding:
 def _failed(
     ctx: ProbeContext,
     reason: str,
-    outcome: Outcome = Outcome.FAIL,
+    outcome: ProbeOutcome = ProbeOutcome.FAIL,
     http_status: int | None = None,
 ) -> CheckFinding:
     status = http_status if http_status is not None else ctx.http_status

@@ -22,7 +22,7 @@ import struct
 import wave
 from functools import cache
 
-from supervisor.core.events import Outcome
+from supervisor.core.events import ProbeOutcome
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import excerpt, get_ok, http_error_reason, parse_json
 
@@ -37,7 +37,7 @@ async def health_liveness(ctx: ProbeContext) -> CheckFinding:
     """`GET /health` 2xx (speech servers have no model listing in common)."""
     ctx.check = "health"
     response = await get_ok(ctx, ctx.url("/health"))
-    return CheckFinding(check="health", outcome=Outcome.OK, http_status=response.status_code)
+    return CheckFinding(check="health", outcome=ProbeOutcome.OK, http_status=response.status_code)
 
 
 async def tts_check(ctx: ProbeContext) -> CheckFinding:
@@ -83,7 +83,7 @@ async def tts_check(ctx: ProbeContext) -> CheckFinding:
                 http_status=ctx.http_status,
             )
         detail = f"{detail}; heard back: {excerpt(text)!r}"
-    return CheckFinding(check=ctx.check, outcome=Outcome.OK, http_status=status, detail=detail)
+    return CheckFinding(check=ctx.check, outcome=ProbeOutcome.OK, http_status=status, detail=detail)
 
 
 def words(text: str) -> list[str]:
@@ -101,7 +101,7 @@ async def asr_check(ctx: ProbeContext) -> CheckFinding:
     text = await transcribe(ctx, ctx.endpoint.url, ctx.require_model(), clip())
     heard = f"heard {excerpt(text)!r}" if text.strip() else "heard nothing (a tone)"
     return CheckFinding(
-        check="transcription", outcome=Outcome.OK, http_status=ctx.http_status, detail=heard
+        check="transcription", outcome=ProbeOutcome.OK, http_status=ctx.http_status, detail=heard
     )
 
 

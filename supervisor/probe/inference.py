@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.core.events import Outcome
+from supervisor.core.events import ProbeOutcome
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import post_json
 
@@ -31,7 +31,7 @@ async def embedding_check(ctx: ProbeContext) -> CheckFinding:
         )
     return CheckFinding(
         check="embedding",
-        outcome=Outcome.OK,
+        outcome=ProbeOutcome.OK,
         http_status=ctx.http_status,
         detail=f"{len(vector)} dimensions",
     )
@@ -60,5 +60,8 @@ async def rerank_check(ctx: ProbeContext) -> CheckFinding:
         )
     shown = ", ".join(f"{scores[i]:.3f}" for i in sorted(scores))
     return CheckFinding(
-        check="rerank", outcome=Outcome.OK, http_status=ctx.http_status, detail=f"scores {shown}"
+        check="rerank",
+        outcome=ProbeOutcome.OK,
+        http_status=ctx.http_status,
+        detail=f"scores {shown}",
     )

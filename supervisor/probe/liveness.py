@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.core.events import Outcome
+from supervisor.core.events import ProbeOutcome
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import excerpt, get_json, get_ok
 
@@ -34,7 +34,7 @@ async def models_check(ctx: ProbeContext) -> CheckFinding:
     served = _names(await get_json(ctx, ctx.url("/v1/models")), "data", "id", "/v1/models")
     if model not in served:
         raise not_served(model, served)
-    return CheckFinding(check="models", outcome=Outcome.OK, http_status=ctx.http_status)
+    return CheckFinding(check="models", outcome=ProbeOutcome.OK, http_status=ctx.http_status)
 
 
 async def openai_liveness(ctx: ProbeContext) -> CheckFinding:
@@ -61,7 +61,7 @@ async def ollama_liveness(ctx: ProbeContext) -> CheckFinding:
     served = _names(await get_json(ctx, ctx.url("/api/tags")), "models", "name", "/api/tags")
     if ollama_name(model) not in {ollama_name(name) for name in served}:
         raise not_served(model, served)
-    return CheckFinding(check="tags", outcome=Outcome.OK, http_status=ctx.http_status)
+    return CheckFinding(check="tags", outcome=ProbeOutcome.OK, http_status=ctx.http_status)
 
 
 async def http_check(ctx: ProbeContext) -> CheckFinding:
@@ -70,7 +70,7 @@ async def http_check(ctx: ProbeContext) -> CheckFinding:
     response = await get_ok(ctx, ctx.endpoint.url)
     return CheckFinding(
         check="http",
-        outcome=Outcome.OK,
+        outcome=ProbeOutcome.OK,
         http_status=response.status_code,
         detail=excerpt(response.text, 120),
     )

@@ -32,7 +32,7 @@ from supervisor.repair.attempt import AUTOMATIC, Acted, Attempt, AttemptRunner
 from supervisor.repair.diagnosis import DiagnosisService
 from supervisor.repair.guards import Spend, check_budget
 from supervisor.repair.listening import Escalated, Listening
-from supervisor.repair.rulefacts import ask_text, scopes_of
+from supervisor.repair.rulefacts import ask_text, matched_scopes
 from supervisor.repair.steps import StepRun
 from supervisor.worker import EndpointWorker, Heard
 
@@ -227,7 +227,7 @@ class AutomaticRepairs:
     ) -> bool:
         """One repair by `match`; True when the runner should diagnose again."""
         rule = match.rule
-        scopes = scopes_of(diagnosis, rule.id)
+        scopes = matched_scopes(diagnosis, rule.id)
         matched = [(r.scope, r.facts) for r in match.scopes]
         if rule.mode is Mode.MANUAL:
             await self.notes.escalate(worker, ask_text(rule, matched) or rule.title, rule)

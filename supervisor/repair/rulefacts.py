@@ -13,7 +13,7 @@ from supervisor.playbook.results import DiagnosisResult
 from supervisor.playbook.templating import PlaceholderError, fill_params
 
 
-def scopes_of(diagnosis: DiagnosisResult, rule_id: str) -> list[tuple[Any, Facts]]:
+def matched_scopes(diagnosis: DiagnosisResult, rule_id: str) -> list[tuple[Any, Facts]]:
     for evaluation in diagnosis.evaluations:
         if evaluation.rule_id == rule_id:
             return [(r.scope, r.facts) for r in evaluation.scopes]

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from supervisor.core.aio import wait_event
 from supervisor.core.clock import Clock
-from supervisor.core.events import Outcome, ProbeTick, Tier
+from supervisor.core.events import ProbeOutcome, ProbeTick, Tier
 from supervisor.judge.machine import State
 from supervisor.worker import EndpointWorker
 
@@ -43,6 +43,6 @@ def answers_degraded(worker: EndpointWorker, since: datetime) -> str:
     problem = worker.record.last_problem
     if problem is None or problem.at < since:
         return ""
-    if problem.tier is not Tier.DEEP or problem.outcome is not Outcome.DEGRADED:
+    if problem.tier is not Tier.DEEP or problem.outcome is not ProbeOutcome.DEGRADED:
         return ""
     return problem.reason

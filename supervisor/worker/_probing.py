@@ -21,7 +21,7 @@ from typing import Protocol
 
 from supervisor.config import Endpoint
 from supervisor.core.clock import Clock
-from supervisor.core.events import Outcome, ProbeResult, Tier, UnitSignal
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier, UnitSignal
 from supervisor.judge.machine import FleetMachine, State, Trigger
 from supervisor.judge.policy import (
     EVENT_IGNORED,
@@ -167,7 +167,7 @@ class ProbeDiscipline:
                 verdict = replace(
                     verdict, trigger=None, note=f"not confirmed: {host_problem}; host check decides"
                 )
-        if result.outcome is Outcome.OK:
+        if result.outcome is ProbeOutcome.OK:
             self._record.streak_results.clear()
         else:
             self._record.streak_results.append(result)

@@ -94,7 +94,7 @@ async def launchctl(steps: Steps, host: Host, unit: UnitRef, *argv: str) -> Comm
     return await steps.must(host, command, sudo=needs_root(unit), mutating=True)
 
 
-async def read_job(steps: Steps, host: Host, unit: UnitRef) -> tuple[CommandResult, bool]:
+async def print_job(steps: Steps, host: Host, unit: UnitRef) -> tuple[CommandResult, bool]:
     """`launchctl print` (kept in the outcome): (the result, whether launchd holds the job)."""
     target(unit)  # a unit that is not a launchd job stops here
     argv = print_argv(unit)
@@ -195,7 +195,7 @@ async def _read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
 
 async def _start(steps: Steps, units: Units, reset_failed: bool) -> None:
     for host, unit in units:
-        _, loaded = await read_job(steps, host, unit)
+        _, loaded = await print_job(steps, host, unit)
         if loaded:
             await launchctl(steps, host, unit, "kickstart", target(unit))
         else:
@@ -237,7 +237,7 @@ async def _stop_one(steps: Steps, host: Host, unit: UnitRef, grace: timedelta) -
     """TERM, wait up to `grace`, KILL if needed: what was done, in words. `kill -s SIG PID`
     without `--` (the pid is a number we wrote, never an option), the form BSD kill, zsh's and
     bash's builtins all take."""
-    printed, loaded = await read_job(steps, host, unit)
+    printed, loaded = await print_job(steps, host, unit)
     pid = parse_print(printed.stdout).pid if loaded else 0
     name = f"{unit.unit} on {host.name}"
     if pid <= 0:

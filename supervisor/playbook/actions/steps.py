@@ -12,16 +12,13 @@ from supervisor.execute import CommandResult
 from supervisor.execute.containers import ContainerNameError, in_container
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionScope
 from supervisor.playbook.actions.declare import StopSteps
+from supervisor.playbook.evidence.declare import first_line
 
 #: What the helpers below read: a running call's context, or a planned call's scope.
 Where = ActionContext | ActionScope
 
 #: A params default meaning "the unit's container" (what the engine's templating would give).
 UNIT_CONTAINER = "{unit.container}"
-
-
-def first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def last_line(text: str) -> str:

@@ -78,7 +78,7 @@ def parse_lsof(text: str) -> list[tuple[int, str, str]]:
     return sockets
 
 
-def listener_facts(
+def macos_listener_facts(
     sockets: list[tuple[int, str, str]], args: Mapping[int, str], job_pid: int | None
 ) -> dict[str, FactValue]:
     owners: dict[int, tuple[str, str]] = {}
@@ -158,7 +158,7 @@ async def mac_listeners(ctx: CollectContext, params: MacListenersParams) -> Coll
         if ps.error or ps.exit_status not in (0, 1):  # 1: none of them is alive any more
             return failed(failure("ps", ps), *results)
         args = parse_pid_args(ps.stdout)
-    return found(listener_facts(sockets, args, job_pid), *results)
+    return found(macos_listener_facts(sockets, args, job_pid), *results)
 
 
 def parse_memory_pressure(text: str) -> dict[str, FactValue]:

@@ -67,7 +67,7 @@ def same_user(listed: str, wanted: str) -> bool:
     return listed.endswith("+") and len(wanted) > len(listed) and wanted.startswith(listed[:-1])
 
 
-def select(processes: list[Process], pattern: str, user: str | None) -> list[Process]:
+def select_processes(processes: list[Process], pattern: str, user: str | None) -> list[Process]:
     """The processes whose command line matches `pattern` (`re.search`), of `user` if given."""
     regex = re.compile(pattern)
     return [
@@ -101,5 +101,5 @@ async def processes(ctx: CollectContext, params: ProcessesParams) -> CollectedEv
     result = await run_read(ctx, list(PS_ARGV))
     if not result.ok:
         return failed(failure("ps", result), result)
-    chosen = select(parse_ps(result.stdout), params.pattern, params.user)
+    chosen = select_processes(parse_ps(result.stdout), params.pattern, params.user)
     return found(process_facts(chosen), result)

@@ -167,7 +167,7 @@ def parse_main_pid(text: str) -> int | None:
     return number if number is not None and number >= 0 else None
 
 
-def parse_args(text: str) -> Mapping[str, FactValue]:
+def parse_ps_args(text: str) -> Mapping[str, FactValue]:
     """`ps -ww -o args= -p PID`: the command line, or not running for an empty answer."""
     args = text.strip()
     return {"args": args, "running": bool(args)}
@@ -184,7 +184,7 @@ def parse_args(text: str) -> Mapping[str, FactValue]:
     needs_unit=True,
     service_manager="systemd",
 )
-async def command_line(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
+async def collect_command_line(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     unit = scope_unit(ctx)
     show = await run_read(ctx, ["systemctl", "show", unit.unit, "-p", "MainPID", "--value"])
     if not show.ok:
@@ -193,8 +193,8 @@ async def command_line(ctx: CollectContext, params: NoEvidenceParams) -> Collect
     if pid is None:
         return failed(f"systemctl show gave no MainPID: {show.stdout.strip()!r}", show)
     if pid == 0:
-        return found(parse_args(""), show)
+        return found(parse_ps_args(""), show)
     ps = await run_read(ctx, ["ps", "-ww", "-o", "args=", "-p", str(pid)])
     if ps.error or ps.exit_status not in (0, 1):  # 1: the process is already gone
         return failed(failure("ps", ps), show, ps)
-    return found(parse_args(ps.stdout if ps.exit_status == 0 else ""), show, ps)
+    return found(parse_ps_args(ps.stdout if ps.exit_status == 0 else ""), show, ps)

@@ -37,7 +37,7 @@ def head() -> str:
     return found
 
 
-def current(conn: Connection) -> str | None:
+def current_revision(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
 
@@ -45,7 +45,7 @@ def upgrade(conn: Connection, *, stamp: str | None = None) -> None:
     """Upgrade to head (stamping `stamp` first: a store made before Alembic)."""
     if stamp is not None:
         command.stamp(_config(conn), stamp)
-    if stamp is not None or current(conn) != head():
+    if stamp is not None or current_revision(conn) != head():
         command.upgrade(_config(conn), "head")
 
 

@@ -37,7 +37,7 @@ from supervisor.tell.telegram.bot_common import (
     UsageError,
     keyboard,
     log,
-    quietly,
+    send_quietly,
     who_asked,
 )
 from supervisor.tell.telegram.bot_looking import Looking
@@ -176,9 +176,9 @@ class Commands:
             actor = Actor(who=username or f"Telegram user {user_id}", via=Via.TELEGRAM)
             await self.control.refuse(command, text[:200], actor=actor, why=REFUSAL)
         if update.callback_query is not None:
-            await quietly(update.callback_query.answer(REFUSAL))
+            await send_quietly(update.callback_query.answer(REFUSAL))
         elif message is not None:
-            await quietly(message.reply_text(REFUSAL))
+            await send_quietly(message.reply_text(REFUSAL))
         raise ApplicationHandlerStop
 
     def _wrap(self, command: Command) -> Callable[[Update, Ctx], Coroutine[Any, Any, None]]:

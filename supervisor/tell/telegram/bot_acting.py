@@ -16,7 +16,7 @@ from supervisor.repair import Remediator
 from supervisor.tell.telegram.bot_common import (
     Ask,
     UsageError,
-    actor_of,
+    chat_actor,
     control_of,
     endpoint_arg,
     incident_arg,
@@ -60,7 +60,7 @@ class Acting:
 
     async def ack(self, args: list[str], who: str) -> str:
         incident_id = incident_arg(args, "/ack ID")
-        return said(await control_of(self._control).ack(incident_id, actor=actor_of(who)))
+        return said(await control_of(self._control).ack(incident_id, actor=chat_actor(who)))
 
     async def remember_ack(self, incident_id: int, actor: Actor) -> None:
         """The control API's ack hook: the composer sends no more reminders."""
@@ -77,19 +77,21 @@ class Acting:
         except DurationError as exc:
             raise UsageError(str(exc)) from None
         answer = await control_of(self._control).silence(
-            args[0], actor=actor_of(who), length=length, why=" ".join(args[2:])
+            args[0], actor=chat_actor(who), length=length, why=" ".join(args[2:])
         )
         return said(answer)
 
     async def unsilence(self, args: list[str], who: str) -> str:
         if len(args) != 1:
             raise UsageError("usage: /unsilence NAME")
-        return said(await control_of(self._control).unsilence(args[0], actor=actor_of(who)))
+        return said(await control_of(self._control).unsilence(args[0], actor=chat_actor(who)))
 
     async def pause(self, args: list[str], who: str) -> str:
         endpoint = optional_endpoint(args, "/pause [NAME]")
-        return said(await control_of(self._control).pause(actor=actor_of(who), endpoint=endpoint))
+        return said(await control_of(self._control).pause(actor=chat_actor(who), endpoint=endpoint))
 
     async def resume(self, args: list[str], who: str) -> str:
         endpoint = optional_endpoint(args, "/resume [NAME]")
-        return said(await control_of(self._control).resume(actor=actor_of(who), endpoint=endpoint))
+        return said(
+            await control_of(self._control).resume(actor=chat_actor(who), endpoint=endpoint)
+        )

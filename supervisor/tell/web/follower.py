@@ -91,7 +91,9 @@ class FollowerServer(HttpSite):
 
     async def _metrics(self, request: web.Request) -> web.Response:
         view = await gather(self.fleet, self._started_at)
-        response = web.Response(body=metrics.render(view, LeadershipCollector(self._leader())))
+        response = web.Response(
+            body=metrics.render_metrics(view, LeadershipCollector(self._leader()))
+        )
         response.headers["Content-Type"] = metrics.CONTENT_TYPE
         return response
 

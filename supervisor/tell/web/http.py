@@ -120,7 +120,7 @@ class OpsServer(HttpSite):
     async def _metrics(self, request: web.Request) -> web.Response:
         view = await gather(self._daemon, self._started_at)
         leader = LeadershipCollector(await leader_view(self._daemon.store))  # [leadership]
-        response = web.Response(body=metrics.render(view, leader))
+        response = web.Response(body=metrics.render_metrics(view, leader))
         response.headers["Content-Type"] = metrics.CONTENT_TYPE
         return response
 

@@ -59,7 +59,7 @@ EXPIRED_SHOWN = 50  #: ended silences listed on /silences
 SILENCE_PRESETS = ("30m", "1h", "2h", "4h", "8h", "1d", "3d", "1w")
 
 
-def ago(value: datetime | None, now: datetime) -> str:
+def ago_span(value: datetime | None, now: datetime) -> str:
     """How long before `now`, in the two largest units: `3m 12s`, `2h 5m`, `4d 1h`."""
     if value is None:
         return "–"
@@ -89,7 +89,7 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["ago"] = ago
+    env.filters["ago"] = ago_span
     env.filters["span"] = span
     env.filters["num"] = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)
     env.filters["iso"] = stamp
