@@ -28,8 +28,7 @@ from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.repair import Remediator
 from supervisor.tell.telegram.auth import quiet_http_logs
-from supervisor.tell.telegram.bot import Commands
-from supervisor.tell.telegram.bot_common import App
+from supervisor.tell.telegram.bot import App, Commands
 from supervisor.tell.telegram.composer import Composer
 from supervisor.tell.telegram.memory import Settings
 from supervisor.tell.telegram.request import TenuredRequest, polling_failed

@@ -5,9 +5,9 @@ pauses, acks and restarts are calls of the control API (`supervisor.control`), a
 and HTTP.
 
 This module is the gate, the table of commands and how an answer goes back to the chat (through
-the sender's paced, retrying path: `replies`); the
-commands themselves are `bot_looking` (they change nothing) and `bot_acting` (control actions),
-the questions with buttons `bot_questions`, and what they share `bot_common`."""
+the sender's paced, retrying path: `replies`); the commands themselves are `_looking` (they
+change nothing) and `_acting` (control actions), the questions with buttons `_questions`, and
+what they share `_common`."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from supervisor.record.store.outbox import OutboxStore
 from supervisor.repair import Remediator
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.auth import REFUSAL, allowed
-from supervisor.tell.telegram.bot_acting import Acting
-from supervisor.tell.telegram.bot_common import (
+from supervisor.tell.telegram.bot._acting import Acting
+from supervisor.tell.telegram.bot._common import (
     App,
     Ask,
     Ctx,
@@ -40,8 +40,8 @@ from supervisor.tell.telegram.bot_common import (
     send_quietly,
     who_asked,
 )
-from supervisor.tell.telegram.bot_looking import Looking
-from supervisor.tell.telegram.bot_questions import Questions
+from supervisor.tell.telegram.bot._looking import Looking
+from supervisor.tell.telegram.bot._questions import Questions
 from supervisor.tell.telegram.replies import Replies
 from supervisor.tell.telegram.texts import h
 from supervisor.worker import EndpointWorker

@@ -13,7 +13,7 @@ from supervisor.control import Actor, ControlApi
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.repair import Remediator
-from supervisor.tell.telegram.bot_common import (
+from supervisor.tell.telegram.bot._common import (
     Ask,
     UsageError,
     chat_actor,
@@ -23,7 +23,7 @@ from supervisor.tell.telegram.bot_common import (
     optional_endpoint,
     said,
 )
-from supervisor.tell.telegram.bot_questions import Questions
+from supervisor.tell.telegram.bot._questions import Questions
 from supervisor.tell.telegram.memory import Memory
 from supervisor.tell.telegram.texts import h
 from supervisor.worker import EndpointWorker

@@ -11,7 +11,12 @@ from supervisor.hear.reachability import HostWatcher
 from supervisor.record.store import Store
 from supervisor.record.store.lease_view import leader_view, leadership_line
 from supervisor.tell.telegram import texts
-from supervisor.tell.telegram.bot_common import UsageError, endpoint_arg, incident_arg, parse_number
+from supervisor.tell.telegram.bot._common import (
+    UsageError,
+    endpoint_arg,
+    incident_arg,
+    parse_number,
+)
 from supervisor.tell.telegram.texts import h
 from supervisor.worker import EndpointWorker
 

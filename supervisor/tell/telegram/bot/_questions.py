@@ -20,7 +20,7 @@ from supervisor.core.durations import format_duration
 from supervisor.playbook.model import Rule
 from supervisor.repair import Remediator
 from supervisor.tell.telegram import texts
-from supervisor.tell.telegram.bot_common import (
+from supervisor.tell.telegram.bot._common import (
     App,
     Ctx,
     chat_actor,
