@@ -22,9 +22,9 @@ from supervisor.playbook.evidence.restarts import (
     Restart,
     RestartOutcome,
     policy_fires,
-    timespan_s,
     wait_for_restarts,
 )
+from supervisor.playbook.evidence.unitstate import timespan_s
 from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.results import DiagnosisResult
 from tests.test_evidence import (

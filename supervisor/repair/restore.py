@@ -16,9 +16,9 @@ from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
 from supervisor.playbook.actions.declare import StopSteps
-from supervisor.playbook.actions.managers import UnitState
 from supervisor.playbook.actions.steps import Steps
 from supervisor.playbook.actions.units import MANAGERS
+from supervisor.playbook.evidence.unitstate import UnitState
 from supervisor.record.timeline import UnitLeft, UnitsLeft
 from supervisor.repair.steps import StepEnv, action_context
 

@@ -39,16 +39,16 @@ from supervisor.playbook.actions.base import (
     Target,
 )
 from supervisor.playbook.actions.declare import StopSteps, action
-from supervisor.playbook.actions.managers import UnitManager, Units, UnitState
+from supervisor.playbook.actions.managers import UnitManager, Units
 from supervisor.playbook.actions.steps import Steps, timed_out, units_of, why
 from supervisor.playbook.evidence.launchctl import (
     NotLaunchdError,
     is_not_found,
-    job_facts,
     job_target,
     parse_print,
     print_argv,
 )
+from supervisor.playbook.evidence.unitstate import UnitState, launchd_state
 
 POLL_S = 0.5  #: how often a stopping process is looked for
 #: `bootout` of a job that is not loaded: 3 "No such process", 113 "Could not find service"
@@ -178,19 +178,7 @@ async def _read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
     except NotLaunchdError as exc:
         return UnitState(host=host.name, unit=name, state="", alive=False, error=str(exc))
     result = await steps.run(host, argv, keep=False)
-    if not result.error and is_not_found(result.exit_status, result.stderr):
-        return UnitState(host=host.name, unit=name, state="not loaded", alive=False)
-    if not result.ok:
-        return UnitState(host=host.name, unit=name, state="", alive=False, error=why(result))
-    facts = job_facts(parse_print(result.stdout))
-    pid = facts["pid"]
-    return UnitState(
-        host=host.name,
-        unit=name,
-        state=str(facts["state"]),
-        alive=facts["running"] is True,
-        pid=pid if isinstance(pid, int) else 0,
-    )
+    return launchd_state(host.name, name, result, unreadable=why(result))
 
 
 async def _start(steps: Steps, units: Units, reset_failed: bool) -> None:

@@ -23,7 +23,6 @@ A unit whose host cannot be asked (an error) is not waited for: the diagnosis go
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -32,20 +31,17 @@ from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
 from supervisor.playbook.evidence.launchctl import (
     NotLaunchdError,
-    is_not_found,
-    job_facts,
-    parse_print,
     print_argv,
 )
 from supervisor.playbook.evidence.settling import MOVING, PAUSE, RESTING, SETTLE, attempt_of
-from supervisor.playbook.evidence.systemd import show_properties
+from supervisor.playbook.evidence.unitstate import (
+    LAUNCHD_THROTTLE,
+    START_CAP,
+    launchd_facts,
+    systemd_facts,
+)
 
-#: the start timeout counted into the bound at most (`TimeoutStartSec=infinity`, or 90 s of a
-#: unit whose start never ends: a live process is `running` after SETTLE anyway)
-START_CAP = 30.0
 SLACK = 1.0
-#: launchd's throttle interval when `launchctl print` does not say (`minimum runtime`)
-LAUNCHD_THROTTLE = 10.0
 
 SHOW = (
     "ActiveState",
@@ -63,19 +59,6 @@ SHOW = (
 #: signals after which `Restart=on-failure` does not restart (systemd.service(5): "clean")
 _CLEAN_SIGNALS = frozenset({1, 2, 13, 15})
 _EXITED, _KILLED, _DUMPED = 1, 2, 3  # ExecMainCode: CLD_EXITED, CLD_KILLED, CLD_DUMPED
-_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|w|y|month)?")
-_UNITS = {
-    None: 1.0,
-    "us": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "min": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 604800.0,
-    "month": 2629800.0,
-    "y": 31557600.0,
-}
 SPAWN_SCHEDULED = "spawn scheduled"
 
 
@@ -107,44 +90,6 @@ class Restart:
             f"waited {self.waited_s:.1f}s (of up to {self.bound_s:.1f}s) for the restart of "
             f"{self.scope}: {self.outcome}: {self.after} (before: {self.before})"
         )
-
-
-def timespan_s(text: str) -> float | None:
-    """systemd's `1min 30s`, `3s`, `100ms` in seconds; None for `infinity` or nonsense."""
-    text = text.strip()
-    if not text or text == "infinity":
-        return None
-    total, end = 0.0, 0
-    for match in _SPAN.finditer(text):
-        if text[end : match.start()].strip():
-            return None
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        end = match.end()
-    return total if text[end:].strip() == "" and end else None
-
-
-def _int(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        return 0
-
-
-def _systemd_facts(text: str) -> dict[str, FactValue]:
-    found = {key: values[0] for key, values in show_properties(text).items()}
-    return {
-        "active_state": found.get("ActiveState", ""),
-        "sub_state": found.get("SubState", ""),
-        "result": found.get("Result", ""),
-        "exec_main_code": _int(found.get("ExecMainCode", "")),
-        "exec_main_status": _int(found.get("ExecMainStatus", "")),
-        "main_pid": _int(found.get("MainPID", "")),
-        "n_restarts": _int(found.get("NRestarts", "")),
-        "active_enter_monotonic_us": _int(found.get("ActiveEnterTimestampMonotonic", "")),
-        "restart": found.get("Restart", "no"),
-        "restart_s": timespan_s(found.get("RestartUSec", "")) or 0.0,
-        "start_timeout_s": timespan_s(found.get("TimeoutStartUSec", "")) or START_CAP,
-    }
 
 
 def policy_fires(facts: Mapping[str, FactValue]) -> bool:
@@ -248,7 +193,7 @@ class _LaunchdWatch(_Watch):
 class _SystemdReading:
     @staticmethod
     def read(result: CommandResult) -> dict[str, FactValue] | None:
-        return _systemd_facts(result.stdout) if result.ok else None
+        return systemd_facts(result.stdout) if result.ok else None
 
     @staticmethod
     def pending(facts: Mapping[str, FactValue]) -> bool:
@@ -274,15 +219,7 @@ class _SystemdReading:
 class _LaunchdReading:
     @staticmethod
     def read(result: CommandResult) -> dict[str, FactValue] | None:
-        if result.ok:
-            job = parse_print(result.stdout)
-            facts = job_facts(job)
-            throttle = timespan_s(job.keys.get("minimum runtime", ""))
-            facts["throttle_s"] = throttle if throttle is not None else LAUNCHD_THROTTLE
-            return facts
-        if not result.error and is_not_found(result.exit_status, result.stderr):
-            return {"loaded": False, "state": "", "runs": 0, "last_exit": "not loaded"}
-        return None
+        return launchd_facts(result)
 
     @staticmethod
     def pending(facts: Mapping[str, FactValue]) -> bool:
