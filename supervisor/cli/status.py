@@ -15,9 +15,9 @@ from supervisor.record.availability import Repair, availability, repairs
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
 from supervisor.record.store.doctor import last_doctor_run
-from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
 from supervisor.record.store.room import unwritable
 from supervisor.record.store.target import store_target
+from supervisor.record.store.who_leads import leader_view, leadership_document, leadership_line
 
 
 def main(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ composer remembers about each incident, and refused chat users.
 A thin layer over `Store.tx`: every call is one transaction, so the cursor and the messages it
 produced are written together (a restart neither loses nor repeats one). While a
 `ResilientStore` cannot take writes, what would be written is kept in memory and queued behind
-its other writes (`supervisor.record.store.outbox_memory`).
+its other writes (`supervisor.record.store.held_outbox`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from supervisor.record.store import queries
 from supervisor.record.store.dialect import schema_lock, upsert
 from supervisor.record.store.errors import StoreRefusedError
-from supervisor.record.store.outbox_memory import MemoryOutbox
+from supervisor.record.store.held_outbox import MemoryOutbox
 from supervisor.record.store.records import IncidentRow, OutboxRow, TimelineRow
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.schema import (

@@ -156,7 +156,7 @@ class Notifier:
 
     def _store_outage(self, error: str) -> None:
         """The store stopped (or started again) taking writes: say so in the chats, from
-        memory (`supervisor.record.store.outbox_memory`)."""
+        memory (`supervisor.record.store.held_outbox`)."""
         store = self._store
         if error:
             text = (

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from supervisor.control.model import Code
 from supervisor.control.routes import PREFIX
-from supervisor.record.store.lease_view import LeaderView, leadership_document
+from supervisor.record.store.who_leads import LeaderView, leadership_document
 from supervisor.tell.web import metrics
 from supervisor.tell.web.leadership import LeadershipCollector
 from supervisor.tell.web.page.app import mount_page

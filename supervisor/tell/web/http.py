@@ -23,8 +23,8 @@ from supervisor.control import routes as control_routes
 from supervisor.core.tenure import Tenure
 from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.errors import StoreError
-from supervisor.record.store.lease_view import leader_view, leadership_document
 from supervisor.record.store.resilient import ResilientStore
+from supervisor.record.store.who_leads import leader_view, leadership_document
 from supervisor.tell.web import metrics
 from supervisor.tell.web.leadership import LeadershipCollector
 from supervisor.tell.web.page.app import mount_page

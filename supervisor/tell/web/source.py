@@ -71,7 +71,7 @@ class FleetSource(Protocol):
 
 class ControlReads(Protocol):
     """What the page reads of the control API: the leader's `ControlApi`, or a follower's
-    `supervisor.tell.web.stored_control.StoredControl`."""
+    `supervisor.tell.web.follower_control.StoredControl`."""
 
     async def journal(
         self, subject: str | None = None, *, latest: int | None = None
