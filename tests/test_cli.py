@@ -12,7 +12,7 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.core.streamstatus import StreamPhase, StreamStatus
 from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
@@ -88,7 +88,7 @@ async def _populate(db: Path) -> int:
                 endpoint="ds4",
                 tier=Tier.DEEP,
                 check="completion",
-                outcome=Outcome.OK,
+                outcome=ProbeOutcome.OK,
                 reason="",
                 at=back,
                 latency_s=1.2,

@@ -266,7 +266,7 @@ async def test_a_silence_of_a_healthy_endpoint_is_in_the_journal_with_who_why_un
     assert [(s.target, s.who, s.via, s.why, s.until) for s in silences] == [
         ("host:spark1", "alice", "cli", "disk swap", rows[0].until)
     ]
-    assert worker.grace_until == rows[0].until
+    assert worker.record.grace_until == rows[0].until
 
 
 async def test_a_pause_is_what_the_repair_runner_reads(tmp_path: Path) -> None:
@@ -390,7 +390,7 @@ async def test_a_stored_glob_silence_covers_an_endpoint_added_before_a_restart(
     try:
         states = {name: w.state for name, w in daemon.workers.items()}
         rows = await _api(daemon).silences()
-        qwen2 = daemon.workers["qwen2"].grace_until
+        qwen2 = daemon.workers["qwen2"].record.grace_until
     finally:
         await daemon.stop()
     assert states["qwen"] is State.MAINTENANCE

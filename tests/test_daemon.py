@@ -16,12 +16,12 @@ from supervisor.config import load_config
 from supervisor.judge.machine import State
 from supervisor.record.store import EntryKind, Store, TimelineRow
 from supervisor.record.timeline import Transition
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
 
 def _incident(worker: EndpointWorker) -> int | None:
-    return worker.incident_id  # read through a call: it changes while the test awaits
+    return worker.record.incident_id  # read through a call: it changes while the test awaits
 
 
 def _state(worker: EndpointWorker) -> State:
@@ -132,7 +132,7 @@ async def test_inside_the_startup_grace_failures_are_not_acted_on(tmp_path: Path
     worker = daemon.workers["ds4"]
     try:
         await eventually(lambda: _state(worker) is State.STARTING, what="starting")
-        await eventually(lambda: "connection refused" in worker.last_reason, what="probed")
+        await eventually(lambda: "connection refused" in worker.record.last_reason, what="probed")
         # several liveness rounds later it is still starting and nothing was opened
         rounds = 5
         for _ in range(rounds):
@@ -279,8 +279,8 @@ async def test_a_silence_survives_a_restart_and_ends_on_time(tmp_path: Path, vll
     worker = daemon.workers["ds4"]
     try:
         assert _state(worker) is State.MAINTENANCE
-        assert worker.grace_until == until
+        assert worker.record.grace_until == until
         await eventually(lambda: _state(worker) is State.HEALTHY, what="the silence ended")
-        assert worker.grace_until is None
+        assert worker.record.grace_until is None
     finally:
         await daemon.stop()

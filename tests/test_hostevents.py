@@ -25,7 +25,7 @@ from supervisor.hear.streams import (
 from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
 from supervisor.hear.streams.journal import follow_argv, head_cursor, parse_entry
-from supervisor.hear.streams.poll import UnitState, changes, parse_show
+from supervisor.hear.streams.poll import PolledUnit, changes, parse_show
 from supervisor.hear.streams.recognise import Recognised, Recogniser
 from tests.conftest import free_port
 
@@ -328,7 +328,7 @@ def test_show_output_of_two_units_and_a_killed_process() -> None:
         + "Id=b.service\nActiveState=active\n"
     )
     states = parse_show(text)
-    assert states["a.service"] == UnitState(
+    assert states["a.service"] == PolledUnit(
         unit="a.service",
         active_state="failed",
         sub_state="failed",

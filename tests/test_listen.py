@@ -25,7 +25,7 @@ from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.leader.elector import Elector, Me
 from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.store.lease import claim, journal, release
+from supervisor.record.store.lease import claim, lease_journal, release
 from supervisor.record.store.listen import CHANNELS, LEASE, TIMELINE, Listener, notify
 from supervisor.record.store.target import PgTarget
 from supervisor.record.timeline import Note, Transition
@@ -216,7 +216,7 @@ async def test_a_clean_stop_hands_over_at_once_on_postgresql(
             if run is not None and not run.task.done():
                 await run.end()
     async with await Store.open(target) as store, store.tx(write=False) as conn:
-        entries = await journal(conn)
+        entries = await lease_journal(conn)
     events = [(e.epoch, e.holder, e.event) for e in entries]
     # a stopped its supervisor before it released the lease: none of its writes was refused
     assert events == [

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.core.actor import Actor
 from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.playbook.actions.base import ActionOutcome
 from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
-from supervisor.record.store.outbox import Draft
+from supervisor.record.store.outbox import OutboxDraft
 from supervisor.record.timeline import (
     Decision,
     Diagnosis,
@@ -27,7 +27,8 @@ from supervisor.record.timeline import (
 from supervisor.repair.records import step_entry
 from supervisor.repair.steps import StepRun
 from supervisor.tell.telegram.auth import NotifyError, allowed, load_token
-from supervisor.tell.telegram.compose import Memory, Settings, compose, tick
+from supervisor.tell.telegram.compose import compose, tick
+from supervisor.tell.telegram.memory import Memory, Settings
 from supervisor.tell.telegram.texts import split
 
 T0 = datetime(2026, 11, 23, 3, 0, 0, tzinfo=UTC)
@@ -341,7 +342,7 @@ def test_an_endpoint_escalated_inside_its_hosts_incident_calls_a_person() -> Non
         _escalated("emb", "no rule matched: a person must look", ""),
     ]
     memory = Memory()
-    drafts: list[Draft] = []
+    drafts: list[OutboxDraft] = []
     for row in timeline:
         made, memory = compose(row, SPARK1, memory, SETTINGS)
         drafts += made

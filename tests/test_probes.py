@@ -23,9 +23,9 @@ from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
 from supervisor.config import Endpoint, EndpointKind, ProbeSettings
 from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.probe import CHECKS, completion, make_client, run_probe
-from supervisor.probe.completion import CompletionStats, judge, slow_reason
+from supervisor.probe.completion import CompletionStats, judge_completion, slow_reason
 from supervisor.probe.context import ProbeError
 from supervisor.probe.http import connect_reason, http_error_reason
 from supervisor.probe.liveness import ollama_name
@@ -35,7 +35,7 @@ from tests.helpers import eventually
 
 ENGINE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 LIVE, DEEP = Tier.LIVENESS, Tier.DEEP
-OK, DEGRADED, FAIL = Outcome.OK, Outcome.DEGRADED, Outcome.FAIL
+OK, DEGRADED, FAIL = ProbeOutcome.OK, ProbeOutcome.DEGRADED, ProbeOutcome.FAIL
 
 
 def endpoint(
@@ -80,7 +80,7 @@ async def probe(ep: Endpoint, tier: Tier, client: httpx.AsyncClient) -> ProbeRes
 class Case:
     id: str
     tier: Tier
-    outcome: Outcome
+    outcome: ProbeOutcome
     check: str
     reason: str  #: exact text; a regular expression when it starts with `re:`
     status: int | None = None
@@ -408,7 +408,7 @@ def _wav(seconds: float, rate: int = 16000) -> bytes:
 
 WAV_TENTH = _wav(0.1)
 R, C = {"reasoning": "Thinking."}, {"content": "42"}
-CANNED: list[tuple[str, Tier, Mapping[str, bytes], Outcome, str]] = [
+CANNED: list[tuple[str, Tier, Mapping[str, bytes], ProbeOutcome, str]] = [
     ("closed-mid-stream", DEEP, {CHAT: sse_response(chunk(R), chunk(R), complete=False)},
      FAIL, "connection closed before the response finished"),
     ("stream-ends-without-done", DEEP, {CHAT: sse_response(chunk(R))},
@@ -477,7 +477,7 @@ CANNED: list[tuple[str, Tier, Mapping[str, bytes], Outcome, str]] = [
 async def test_probe_against_canned_answers(
     tier: Tier,
     answers: Mapping[str, bytes],
-    outcome: Outcome,
+    outcome: ProbeOutcome,
     reason: str,
     canned: Serve,
     client: httpx.AsyncClient,
@@ -633,10 +633,10 @@ def test_judge(
     given: CompletionStats,
     expect_reasoning: bool,
     baseline: float | None,
-    verdict: tuple[Outcome, str],
+    verdict: tuple[ProbeOutcome, str],
 ) -> None:
     ep = endpoint("http://127.0.0.1:9", expect_reasoning=expect_reasoning, baseline=baseline)
-    assert judge(given, ep) == verdict
+    assert judge_completion(given, ep) == verdict
 
 
 @pytest.mark.parametrize(

@@ -108,8 +108,8 @@ async def _diagnose_while_hung(config: Path) -> tuple[list[TimelineRow], list[fl
     try:
         assert daemon.store is not None
         store, bad = daemon.store, daemon.workers["bad"]
-        await eventually(lambda: bad.incident_id is not None, within=10, what="an incident")
-        incident = bad.incident_id
+        await eventually(lambda: bad.record.incident_id is not None, within=10, what="an incident")
+        incident = bad.record.incident_id
         assert incident is not None
 
         async def diagnosed() -> bool:

@@ -14,7 +14,7 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import Endpoint, load_config
 from supervisor.core.clock import SystemClock
-from supervisor.core.events import Outcome as ProbeOutcome
+from supervisor.core.events import ProbeOutcome as ProbeOutcome
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
@@ -85,7 +85,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
             assert store.outage == f"cannot write to store {db}: database is locked"
             await sim.stop()  # the endpoint fails while nothing can be written
             await eventually(lambda: worker.state is State.DOWN, what="down (in memory)")
-            placeholder = worker.incident_id
+            placeholder = worker.record.incident_id
             assert placeholder is not None
             assert placeholder < 0  # the store will give it its id when the file clears
             await sim.start("127.0.0.1", port)

@@ -22,7 +22,7 @@ from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import EntryKind
 from supervisor.record.timeline import Decision, Outcome, StepRan
 from supervisor.repair.guards import HostLocks
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, write_fleet
 from tests.sshd import Sshd
@@ -35,7 +35,7 @@ def _state(worker: EndpointWorker) -> State:
 
 
 def _incident(worker: EndpointWorker) -> int | None:
-    return worker.incident_id
+    return worker.record.incident_id
 
 
 def _rule(folder: Path, name: str, text: str) -> None:

@@ -24,14 +24,14 @@ import yaml
 from supervisor.cli import main
 from supervisor.config import load_config
 from supervisor.core.clock import utcnow
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.core.timefmt import iso
 from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.draft import telling_line
 from supervisor.playbook.evidence.base import (
+    CollectedEvidence,
     Collector,
     CollectorParams,
-    Evidence,
     FactValue,
     Scope,
 )
@@ -42,7 +42,7 @@ from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.matching import match_rules
 from supervisor.playbook.model import EvidenceItem
 from supervisor.playbook.registries import collectors_or_default
-from supervisor.playbook.results import Diagnosis, EvidenceRun
+from supervisor.playbook.results import DiagnosisResult, EvidenceRun
 from supervisor.playbook.scopes import scopes_of
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry, TimelineRow
 from supervisor.record.timeline import (
@@ -172,7 +172,7 @@ class History:
             endpoint=endpoint,
             tier=Tier.LIVENESS,
             check="models",
-            outcome=Outcome.FAIL,
+            outcome=ProbeOutcome.FAIL,
             reason="connection refused",
             at=at,
             latency_s=0.002,
@@ -223,24 +223,24 @@ class History:
         name: str,
         trigger: ProbeResult,
         facts: Facts,
-    ) -> Diagnosis:
+    ) -> DiagnosisResult:
         """The real matcher over the shipped playbook; each collector run once per (collector,
         unit, params) and recorded, as the daemon's diagnosis does."""
         endpoint = self.config.endpoints[name]
         runs: list[EvidenceRun] = []
-        cache: dict[tuple[str, str | None, str], Evidence] = {}
+        cache: dict[tuple[str, str | None, str], CollectedEvidence] = {}
 
         async def gather(
             item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-        ) -> Evidence:
+        ) -> CollectedEvidence:
             where = scope.label if collector.needs_host else None
             key = (collector.name, where, params.model_dump_json())
             if key not in cache:
                 given = facts.get(scope.label, {}).get(item.id)
                 cache[key] = (
-                    Evidence(collector=collector.name, facts=given)
+                    CollectedEvidence(collector=collector.name, facts=given)
                     if given is not None
-                    else Evidence(collector=collector.name, error="no such file")
+                    else CollectedEvidence(collector=collector.name, error="no such file")
                 )
                 runs.append(
                     EvidenceRun(
@@ -262,7 +262,7 @@ class History:
             collectors=collectors_or_default(None),
             gather=gather,
         )
-        return Diagnosis(
+        return DiagnosisResult(
             endpoint=name,
             state="down",
             matched=matched,

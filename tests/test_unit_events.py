@@ -30,7 +30,7 @@ from supervisor.playbook.scopes import builtin_facts, scopes_of
 from supervisor.record.store import Store
 from supervisor.record.store.cursors import Streams, read_streams, save_streams
 from supervisor.record.timeline import Transition, UnitHeard
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
 DATA = Path(__file__).parent / "data" / "hostevents"
@@ -246,7 +246,7 @@ async def _started(tmp_path: Path, url: str) -> Supervisor:
 
 
 def _incident(worker: EndpointWorker) -> int | None:
-    return worker.incident_id
+    return worker.record.incident_id
 
 
 async def test_a_death_and_one_failed_probe_is_down_at_once(tmp_path: Path, vllm: VllmSim) -> None:
@@ -265,11 +265,11 @@ async def test_a_death_and_one_failed_probe_is_down_at_once(tmp_path: Path, vllm
         assert store is not None
 
         async def recorded() -> bool:
-            rows = await store.timeline(worker.incident_id or 0)
+            rows = await store.timeline(worker.record.incident_id or 0)
             return any(isinstance(r.record, UnitHeard) for r in rows)
 
         await eventually(recorded, what="the event in the timeline")
-        rows = await store.timeline(worker.incident_id or 0)
+        rows = await store.timeline(worker.record.incident_id or 0)
     finally:
         await daemon.stop()
     assert took < 1.0
@@ -298,7 +298,7 @@ async def test_a_death_the_probe_does_not_confirm_or_a_start_changes_nothing(
         for signal in (_signal("ds4"), _signal("ds4", kind="started")):
             daemon.daemon.submit(signal)
         await eventually(lambda: worker.idle.is_set(), what="both judged")
-        assert (worker.state, worker.incident_id) == (State.HEALTHY, None)
+        assert (worker.state, worker.record.incident_id) == (State.HEALTHY, None)
     finally:
         await daemon.stop()
 
@@ -353,7 +353,7 @@ async def test_a_crash_loop_is_counted_not_listed(tmp_path: Path, vllm: VllmSim)
         await vllm.stop()
         daemon.daemon.submit(_signal("ds4"))
         await eventually(lambda: _incident(worker) is not None, what="an incident")
-        incident = worker.incident_id or 0
+        incident = worker.record.incident_id or 0
         for n in range(1, 101):
             daemon.daemon.submit(_looping(n, "started"))
             daemon.daemon.submit(_looping(n, "crash_loop"))

@@ -7,10 +7,11 @@ import asyncio
 from typing import Any
 
 from supervisor.cli.common import CliError, load, open_store
-from supervisor.cli.render import dump, iso, table, when
+from supervisor.cli.render import dump, table, when
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.durations import format_duration
+from supervisor.core.timefmt import iso
 from supervisor.record.store import IncidentRow, TimelineRow
 from supervisor.record.timeline import Transition
 

@@ -7,23 +7,24 @@ import asyncio
 from typing import Any
 
 from supervisor.cli.common import load, open_store
-from supervisor.cli.render import ago, dump, iso, num, table
+from supervisor.cli.render import ago, dump, num, table
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.streamstatus import StreamPhase, events_fields
+from supervisor.core.timefmt import iso
 from supervisor.record.availability import Repair, availability, repairs
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
 from supervisor.record.store.doctor import last_doctor_run
-from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
 from supervisor.record.store.room import unwritable
 from supervisor.record.store.target import store_target
+from supervisor.record.store.who_leads import leader_view, leadership_document, leadership_line
 
 
 def main(args: argparse.Namespace) -> int:
     config = load(args)
     document = asyncio.run(collect(config))
-    print(dump(document) if args.json else render(document))
+    print(dump(document) if args.json else render_status(document))
     return 0
 
 
@@ -90,7 +91,7 @@ def _fields(snap: Snapshot | None) -> dict[str, Any]:
     }
 
 
-def render(document: dict[str, Any]) -> str:
+def render_status(document: dict[str, Any]) -> str:
     from datetime import datetime
 
     now = utcnow()

@@ -18,7 +18,7 @@ MAX_OUTPUT = 256 * 1024  #: bytes kept of stdout and of stderr each (the end is 
 READ_CHUNK = 65536
 
 
-def decode(data: bytes) -> str:
+def decode_output(data: bytes) -> str:
     return data[-MAX_OUTPUT:].decode("utf-8", errors="replace")
 
 
@@ -35,7 +35,7 @@ class OutputTail:
             del self._data[:-MAX_OUTPUT]
 
     def text(self) -> str:
-        return decode(bytes(self._data))
+        return decode_output(bytes(self._data))
 
 
 async def _pump(stream: asyncio.StreamReader | None, sink: OutputTail) -> None:

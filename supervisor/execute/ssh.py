@@ -45,7 +45,7 @@ class _CommandError(Exception):
         self.cause = cause
 
 
-def where(host: Host) -> str:
+def host_where(host: Host) -> str:
     """`spark1 (127.0.0.11:22)`: the host as errors name it."""
     address = host.address or host.name
     shown = f"[{address}]" if ":" in address else address
@@ -122,7 +122,7 @@ class SshExecutor:
                 status = await self._execute(host, line, stdin, progress)
         except TimeoutError:
             after = f"timed out after {format_duration(timeout)}"
-            error = after if progress.connected else f"cannot connect to {where(host)}: {after}"
+            error = after if progress.connected else f"cannot connect to {host_where(host)}: {after}"
             failure = Failure.TIMED_OUT if progress.connected else Failure.CONNECT
             if progress.process is not None:
                 _stop(progress.process)
@@ -162,7 +162,7 @@ class SshExecutor:
                     )
                 except asyncssh.ChannelOpenError as exc:
                     if not link.conn.is_closed():
-                        message = f"cannot start a command on {where(host)}: {_plain(exc)}"
+                        message = f"cannot start a command on {host_where(host)}: {_plain(exc)}"
                         raise _CommandError(message, Failure.START) from None
                     self._drop(host.name, link)
                     if fresh:
@@ -179,7 +179,7 @@ class SshExecutor:
                     self._drop(host.name, link)
                     raise
         raise _CommandError(
-            f"cannot connect to {where(host)}: the connection closed at once", Failure.CONNECT
+            f"cannot connect to {host_where(host)}: the connection closed at once", Failure.CONNECT
         )
 
     async def _link(self, host: Host) -> tuple[_Link, bool]:
@@ -198,7 +198,7 @@ class SshExecutor:
                 log.warning("ssh host key checks are off", host=host.name)
             link = _Link(host=host, conn=await self.open_connection(host))
             self._links[host.name] = link
-            log.info("ssh connected", host=host.name, address=where(host), key=str(host.key))
+            log.info("ssh connected", host=host.name, address=host_where(host), key=str(host.key))
             return link, True
 
     async def open_connection(self, host: Host) -> asyncssh.SSHClientConnection:
@@ -226,15 +226,15 @@ class SshExecutor:
             raise
         except asyncssh.HostKeyNotVerifiable as exc:
             raise _CommandError(
-                f"host key of {where(host)} is not trusted: {_plain(exc)}", Failure.HOST_KEY
+                f"host key of {host_where(host)} is not trusted: {_plain(exc)}", Failure.HOST_KEY
             ) from None
         except asyncssh.PermissionDenied:
             raise _CommandError(
-                f"authentication failed for {user}@{where(host)}", Failure.LOGIN
+                f"authentication failed for {user}@{host_where(host)}", Failure.LOGIN
             ) from None
         except (asyncssh.Error, OSError) as exc:
             raise _CommandError(
-                f"cannot connect to {where(host)}: {_plain(exc)}", Failure.CONNECT
+                f"cannot connect to {host_where(host)}: {_plain(exc)}", Failure.CONNECT
             ) from None
 
     def _known_hosts(self, host: Host) -> asyncssh.SSHKnownHosts | None:

@@ -223,7 +223,7 @@ def unknown_operator(name: object) -> str:
     return f"unknown operator {show(name)} (operators: {operator_names()})"
 
 
-def check(op: Operator, actual: Actual, expected: object) -> tuple[bool, str]:
+def apply_operator(op: Operator, actual: Actual, expected: object) -> tuple[bool, str]:
     """(holds, why not when the fact's type does not fit); never raises."""
     if isinstance(actual, Missing):
         return (op.name == "exists" and expected is False), ""

@@ -21,7 +21,7 @@ from supervisor.config import Endpoint, FleetConfig, Host
 from supervisor.execute.shape import Pattern, Shape, Word, ere_literal
 from supervisor.hear.streams.journal import FIELDS
 from supervisor.playbook.actions.base import Action, ActionScope, Target
-from supervisor.playbook.actions.declare import Stop
+from supervisor.playbook.actions.declare import StopSteps
 from supervisor.playbook.evidence.base import Collector, Scope
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import Mode, Rule
@@ -48,7 +48,7 @@ class Need:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Unknown:
+class UngrantedStep:
     """A step whose commands depend on evidence: not granted; `doctor` warns about it."""
 
     rule: str
@@ -60,7 +60,7 @@ class Unknown:
 @dataclass(frozen=True, kw_only=True)
 class Needs:
     needs: tuple[Need, ...]
-    unknown: tuple[Unknown, ...]
+    unknown: tuple[UngrantedStep, ...]
 
     def on(self, host: str) -> tuple[Need, ...]:
         return tuple(need for need in self.needs if need.host.name == host)
@@ -93,7 +93,7 @@ def rule_needs(
     *,
     actions: Mapping[str, Action[Any]],
     collectors: Mapping[str, Collector[Any]],
-) -> tuple[list[Need], list[Unknown]]:
+) -> tuple[list[Need], list[UngrantedStep]]:
     """What `rule` would run as root for `endpoint` (its evidence, then its steps)."""
     who = f"rule {rule.id}"
     scopes = [
@@ -101,7 +101,7 @@ def rule_needs(
         for s in scopes_of(endpoint, config)
     ]
     found: list[Need] = []
-    unknown: list[Unknown] = []
+    unknown: list[UngrantedStep] = []
     for item in rule.evidence:
         collector = collectors[item.collect]
         for scope, facts in scopes:
@@ -109,7 +109,9 @@ def rule_needs(
                 params = _resolve(collector.params, item.params, facts, rule)
             except ParamsError as exc:
                 unknown.append(
-                    Unknown(rule=rule.id, endpoint=endpoint.name, what=item.collect, why=str(exc))
+                    UngrantedStep(
+                        rule=rule.id, endpoint=endpoint.name, what=item.collect, why=str(exc)
+                    )
                 )
                 continue
             if scope.host is None:
@@ -122,7 +124,9 @@ def rule_needs(
                         "set units[].known_good (its folder is where it may read)"
                     )
                     unknown.append(
-                        Unknown(rule=rule.id, endpoint=endpoint.name, what=item.collect, why=why)
+                        UngrantedStep(
+                            rule=rule.id, endpoint=endpoint.name, what=item.collect, why=why
+                        )
                     )
                     continue
                 need = Need(
@@ -144,15 +148,19 @@ def rule_needs(
                 params = _resolve(action.params, step.params, facts, rule)
             except ParamsError as exc:
                 unknown.append(
-                    Unknown(rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc))
+                    UngrantedStep(
+                        rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc)
+                    )
                 )
                 continue
             plan = ActionScope(endpoint=endpoint, host=scope.host, unit=scope.unit, units=units)
             try:
                 privileged = action.privileged(plan, params)
-            except Stop as exc:  # no unit, no container: it says why
+            except StopSteps as exc:  # no unit, no container: it says why
                 unknown.append(
-                    Unknown(rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc))
+                    UngrantedStep(
+                        rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc)
+                    )
                 )
                 continue
             found.extend(
@@ -324,7 +332,7 @@ def fleet_needs(
 ) -> Needs:
     """Everything the supervisor would run as root on the fleet's hosts."""
     found: list[Need] = []
-    unknown: list[Unknown] = []
+    unknown: list[UngrantedStep] = []
     for rule in rules:
         for endpoint in config.endpoints.values():
             if not applies(rule, endpoint):

@@ -19,7 +19,7 @@ import yaml
 
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.config import FleetConfig, load_config
 from supervisor.core.streamstatus import STREAMING, StreamStatus
@@ -113,7 +113,7 @@ class Instance:
 
     def __init__(self, path: Path) -> None:
         config = load_config(path)
-        self.gate = Gate(config, lambda: Supervisor(config))
+        self.gate = LeaderGate(config, lambda: Supervisor(config))
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
 
@@ -164,7 +164,9 @@ async def _leader_hears_the_start(
     await a.leads_and_streams()
     supervisor = a.gate.supervisor
     assert supervisor is not None
-    await eventually(lambda: supervisor.workers["m"].incident_id is not None, what="an incident")
+    await eventually(
+        lambda: supervisor.workers["m"].record.incident_id is not None, what="an incident"
+    )
     host.systemctl("start", UNIT)
 
     async def started() -> bool:

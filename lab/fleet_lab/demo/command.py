@@ -31,7 +31,7 @@ from supervisor.core import logs
 from supervisor.core.aio import poll
 from supervisor.judge.machine import State
 from supervisor.record.store import AttemptRow
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 MODELS: dict[str, tuple[str, Flavour]] = {
     "ds4": ("deepseek-v4-flash", "vllm"),
@@ -145,7 +145,7 @@ async def _reach(
     """Poll until the endpoint is in `state` with (or without) an open incident."""
 
     def reached() -> bool:
-        return worker.state is state and (worker.incident_id is not None) is incident_open
+        return worker.state is state and (worker.record.incident_id is not None) is incident_open
 
     if await poll(reached, within, every=0.05):
         return True
@@ -170,9 +170,10 @@ async def run_demo(folder: Path) -> int:
             if await _reach(
                 worker, State.HEALTHY, incident_open=False, narrator=narrator, within=20
             ):
+                ttft, tok_s = worker.record.last_ttft_s or 0, worker.record.last_tok_s or 0
                 narrator.say(
                     f"{name} is healthy: reasoning text came back, "
-                    f"ttft {worker.last_ttft_s or 0:.2f}s, {worker.last_tok_s or 0:.0f} tok/s"
+                    f"ttft {ttft:.2f}s, {tok_s:.0f} tok/s"
                 )
         for number, scene in enumerate(SCENES, 1):
             print()
@@ -198,7 +199,7 @@ async def _play(
     narrator.say(f"the demo injects fault {number}: {scene.title}. {scene.explain}")
     await scene.inject(sims)
     detected = await _reach(worker, scene.expect, incident_open=True, narrator=narrator, within=30)
-    incident = worker.incident_id if detected else None
+    incident = worker.record.incident_id if detected else None
     if detected:
         await _say_opened(daemon, scene.endpoint, incident, narrator)
     narrator.say(f"the demo undoes fault {number} itself")

@@ -110,7 +110,7 @@ async def _looked_again(daemon: Supervisor, name: str, since: datetime, within: 
     assert store is not None
 
     async def looked() -> bool:
-        rows = await store.timeline(worker.incident_id or 0)
+        rows = await store.timeline(worker.record.incident_id or 0)
         return any(
             isinstance(r.record, Decision)
             and r.record.outcome is Outcome.STILL_ESCALATED
@@ -126,9 +126,9 @@ async def _looked_again(daemon: Supervisor, name: str, since: datetime, within: 
 async def _healed(daemon: Supervisor, name: str, within: float) -> str:
     worker = daemon.workers[name]
     assert daemon.remediator is not None
-    problem = await _until(lambda: worker.incident_id is not None, within, "an incident")
+    problem = await _until(lambda: worker.record.incident_id is not None, within, "an incident")
     if not problem:
-        healed = lambda: worker.incident_id is None and worker.state is State.HEALTHY  # noqa: E731
+        healed = lambda: worker.record.incident_id is None and worker.state is State.HEALTHY  # noqa: E731
         problem = await _until(healed, within, f"{name} to heal")
     if not problem:
         await daemon.remediator.wait()

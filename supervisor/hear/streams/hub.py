@@ -14,8 +14,9 @@ from pathlib import Path
 
 from supervisor.config import FleetConfig
 from supervisor.core.streamstatus import StreamStatus
+from supervisor.hear.streams.protocol import Transport
 from supervisor.hear.streams.stream import Deliver, HostStream, StreamSettings
-from supervisor.hear.streams.transport import Transport, transport_for
+from supervisor.hear.streams.transport import transport_for
 
 
 def units_by_host(config: FleetConfig) -> dict[str, tuple[str, ...]]:

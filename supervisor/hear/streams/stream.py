@@ -38,9 +38,9 @@ from supervisor.hear.streams.journal import (
     head_cursor,
     parse_entry,
 )
-from supervisor.hear.streams.poll import UnitState, changes, parse_show, show_argv
+from supervisor.hear.streams.poll import PolledUnit, changes, parse_show, show_argv
+from supervisor.hear.streams.protocol import Follow, Ran, Transport, TransportError
 from supervisor.hear.streams.recognise import CRASH_AFTER, Recognised, Recogniser, escalate
-from supervisor.hear.streams.transport import Follow, Ran, Transport, TransportError
 
 Deliver = Callable[[UnitEvent], None]
 
@@ -188,11 +188,11 @@ class HostStream:
             confirmed=True,
         )
 
-    async def _show(self, unit: str) -> UnitState | None:
+    async def _show(self, unit: str) -> PolledUnit | None:
         shown = await self._states((unit,))
         return shown.get(unit) if shown else None
 
-    async def _states(self, units: tuple[str, ...]) -> dict[str, UnitState] | None:
+    async def _states(self, units: tuple[str, ...]) -> dict[str, PolledUnit] | None:
         try:
             ran: Ran = await self._transport.run(
                 show_argv(units), timeout=self._settings.command_timeout_s
@@ -206,7 +206,7 @@ class HostStream:
         self.status = StreamStatus(phase=StreamPhase.POLLING, reason=reason)
         self._log.warning("host event stream unavailable; polling", reason=reason)
         until = time.monotonic() + self._settings.retry_stream_every_s
-        before: dict[str, UnitState] | None = None
+        before: dict[str, PolledUnit] | None = None
         while time.monotonic() < until:
             after = await self._states(self.units)
             if after is not None and before is not None:
@@ -219,7 +219,7 @@ class HostStream:
                 min(self._settings.poll_every_s, max(0.0, until - time.monotonic()))
             )
 
-    def _polled(self, unit: str, kind: EventKind, message: str, state: UnitState) -> UnitEvent:
+    def _polled(self, unit: str, kind: EventKind, message: str, state: PolledUnit) -> UnitEvent:
         return UnitEvent(
             host=self.host,
             unit=unit,

@@ -130,7 +130,7 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
     try:
         async with transaction(engine, write=create) as conn:
             older = await _check_or_create(conn, path, create=create)
-            behind = older is None and await conn.run_sync(revise.current) != revise.HEAD
+            behind = older is None and await conn.run_sync(revise.current_revision) != revise.HEAD
         if older is not None or behind:
             async with transaction(engine, write=True) as conn:
                 await _bring_up(conn, older)

@@ -94,7 +94,7 @@ class Lease:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JournalEntry:
+class LeaseJournalEntry:
     id: int
     at_ms: int
     epoch: int
@@ -263,7 +263,7 @@ async def release(conn: AsyncConnection, *, holder: str, epoch: int) -> bool:
     return True
 
 
-async def check(conn: AsyncConnection, *, epoch: int, what: str) -> None:
+async def check_epoch(conn: AsyncConnection, *, epoch: int, what: str) -> None:
     """The fence: raise `StaleEpochError` unless `epoch` is the lease's (row locked shared,
     so a takeover waits for this transaction, or this transaction sees the takeover)."""
     row = await _locked_row(conn, share=True)
@@ -276,7 +276,7 @@ async def check(conn: AsyncConnection, *, epoch: int, what: str) -> None:
         )
 
 
-async def current(conn: AsyncConnection) -> Lease | None:
+async def current_lease(conn: AsyncConnection) -> Lease | None:
     now = await db_now_ms(conn)
     row = (
         await conn.execute(select(leader_lease).where(leader_lease.c.id == LEASE_ID))
@@ -302,6 +302,6 @@ async def write_journal(
     )
 
 
-async def journal(conn: AsyncConnection) -> list[JournalEntry]:
+async def lease_journal(conn: AsyncConnection) -> list[LeaseJournalEntry]:
     found = await conn.execute(select(leader_journal).order_by(leader_journal.c.id))
-    return [JournalEntry(**m) for m in found.mappings().all()]
+    return [LeaseJournalEntry(**m) for m in found.mappings().all()]

@@ -50,7 +50,7 @@ def head() -> str:
     return found
 
 
-def current(conn: Connection) -> str | None:
+def current_revision(conn: Connection) -> str | None:
     """The store's revision (None: no Alembic table); Alembic's reading when it has several."""
     if not inspect(conn).has_table(_VERSION_TABLE):
         return None
@@ -64,13 +64,13 @@ def current(conn: Connection) -> str | None:
 
 def upgrade(conn: Connection, *, stamp: str | None = None) -> None:
     """Upgrade to head (stamping `stamp` first: a store made before Alembic)."""
-    if stamp is None and current(conn) == HEAD:
+    if stamp is None and current_revision(conn) == HEAD:
         return
     from alembic import command
 
     if stamp is not None:
         command.stamp(_config(conn), stamp)
-    if stamp is not None or current(conn) != head():
+    if stamp is not None or current_revision(conn) != head():
         command.upgrade(_config(conn), "head")
 
 

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
-from supervisor.record.store.outbox import Draft
+from supervisor.record.store.outbox import OutboxDraft
 from supervisor.record.timeline import (
     Decision,
     Diagnosis,
@@ -38,9 +38,9 @@ from supervisor.tell.telegram.memory import Memory, Settings
 _PROBLEMS = (State.DOWN, State.DEGRADED)
 _SEEN_MAX = 50
 
-__all__ = ["Memory", "Result", "Settings", "compose", "tick"]
+__all__ = ["Result", "compose", "tick"]
 
-Result = tuple[list[Draft], Memory]
+Result = tuple[list[OutboxDraft], Memory]
 
 
 def compose(row: TimelineRow, incident: IncidentRow, memory: Memory, settings: Settings) -> Result:
@@ -143,7 +143,7 @@ def _busy(
     if not memory.busy_told:
         return [], after
     text = texts.busy_over(incident.subject, lasted)
-    return [Draft(kind="busy_over", text=text, incident_id=incident.id)], after
+    return [OutboxDraft(kind="busy_over", text=text, incident_id=incident.id)], after
 
 
 def _attempt(record: Transition, memory: Memory) -> Memory:
@@ -203,7 +203,7 @@ def _problem(
 ) -> Result:
     if memory.downs == 0:
         memory = replace(memory, downs=1, first_down=row.at, closed=False)
-        return [Draft(kind="opened", text=text, incident_id=incident.id)], memory
+        return [OutboxDraft(kind="opened", text=text, incident_id=incident.id)], memory
     if not memory.closed:
         return [], memory  # e.g. degraded, then down: the thread already says it is a problem
     downs = memory.downs + 1
@@ -213,7 +213,7 @@ def _problem(
         return [], memory
     first = memory.first_down or incident.opened_at
     text = texts.flapping(incident.subject, downs, row.at - first)
-    draft = Draft(kind="flapping", text=text, incident_id=incident.id)
+    draft = OutboxDraft(kind="flapping", text=text, incident_id=incident.id)
     return [draft], replace(memory, flap_sent_at=row.at)
 
 
@@ -222,29 +222,29 @@ def _resolve(row: TimelineRow, memory: Memory, text: str) -> Result:
     memory = replace(memory, closed=True, escalated_at=None, reminded_at=None)
     if memory.downs > 1:
         return [], replace(memory, held=text, held_at=row.at)
-    return [Draft(kind="resolved", text=text, incident_id=incident_id)], memory
+    return [OutboxDraft(kind="resolved", text=text, incident_id=incident_id)], memory
 
 
 def tick(incident: IncidentRow, memory: Memory, now: datetime, settings: Settings) -> Result:
     """What time releases: a held "resolved" once it stayed up, reminders while escalated."""
-    drafts: list[Draft] = []
+    drafts: list[OutboxDraft] = []
     since = memory.busy_since
     lasted = now - since if since is not None else None
     if lasted is not None and lasted >= settings.busy_after and not memory.busy_told:
         if incident.closed_at is None:
             text = texts.busy(incident.subject, incident.symptom, lasted, incident.id)
-            drafts.append(Draft(kind="busy", text=text, incident_id=incident.id))
+            drafts.append(OutboxDraft(kind="busy", text=text, incident_id=incident.id))
         memory = replace(memory, busy_told=True)
     if memory.held and memory.held_at is not None and now - memory.held_at >= settings.settle:
         if incident.closed_at is not None:
-            drafts.append(Draft(kind="resolved", text=memory.held, incident_id=incident.id))
+            drafts.append(OutboxDraft(kind="resolved", text=memory.held, incident_id=incident.id))
         memory = replace(memory, held="", held_at=None)
     if memory.escalated_at is not None and not memory.acked_by and not memory.closed:
         last = memory.reminded_at or memory.escalated_at
         if incident.closed_at is None and now - last >= settings.remind_every:
             waiting = now - memory.escalated_at
             text = texts.reminder(incident.subject, memory.why, incident.id, waiting)
-            drafts.append(Draft(kind="reminder", text=text, incident_id=incident.id))
+            drafts.append(OutboxDraft(kind="reminder", text=text, incident_id=incident.id))
             memory = replace(memory, reminded_at=now)
     return drafts, memory
 
@@ -255,7 +255,7 @@ def _once(memory: Memory, kind: str, key: str, text: str, incident: IncidentRow)
     if seen_key in memory.seen:
         return [], memory
     memory = replace(memory, seen=(*memory.seen, seen_key)[-_SEEN_MAX:])
-    return [Draft(kind=kind, text=text, incident_id=incident.id)], memory
+    return [OutboxDraft(kind=kind, text=text, incident_id=incident.id)], memory
 
 
 def _symptom(record: Transition, incident: IncidentRow) -> str:

@@ -1,4 +1,4 @@
-"""What the ops side reads the fleet from: the running daemon (`supervisor.runtime.daemon.Daemon`,
+"""What the ops side reads the fleet from: the running daemon (`supervisor.runtime.Daemon`,
 while this instance leads) or the store's last word (`supervisor.tell.web.stored.StoredFleet`, while
 it follows). The views (`ops.view`), the board and the fleet page need only this much of either."""
 
@@ -72,7 +72,7 @@ class FleetSource(Protocol):
 
 class ControlReads(Protocol):
     """What the page reads of the control API: the leader's `ControlApi`, or a follower's
-    `supervisor.tell.web.stored_control.StoredControl`."""
+    `supervisor.tell.web.follower_control.StoredControl`."""
 
     async def journal(
         self, subject: str | None = None, *, latest: int | None = None

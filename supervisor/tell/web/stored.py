@@ -26,8 +26,8 @@ from supervisor.core.streamstatus import StreamStatus
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.cursors import read_streams
-from supervisor.record.store.lease_view import LeaderView, leader_view
-from supervisor.tell.web.stored_control import StoredControl
+from supervisor.record.store.who_leads import LeaderView, leader_view
+from supervisor.tell.web.follower_control import StoredControl
 
 STORE_DEADLINE = 2.0
 """Seconds the store has to answer a request's read (as the leader's /healthz)."""

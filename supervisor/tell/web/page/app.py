@@ -38,7 +38,7 @@ from supervisor.core.timefmt import stamp
 from supervisor.record.availability import Repair, availability, days, repairs
 from supervisor.record.store import SubjectKind
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
-from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
+from supervisor.tell.web.page.auth import COOKIE, ActionGate, RefusedError, Session, same_origin
 from supervisor.tell.web.page.board import History, board
 from supervisor.tell.web.page.doctor import doctor_panel
 from supervisor.tell.web.page.feed import Feed
@@ -67,7 +67,7 @@ EXPIRED_SHOWN = 50  #: ended silences listed on /silences
 SILENCE_PRESETS = ("30m", "1h", "2h", "4h", "8h", "1d", "3d", "1w")
 
 
-def ago(value: datetime | None, now: datetime) -> str:
+def ago_span(value: datetime | None, now: datetime) -> str:
     """How long before `now`, in the two largest units: `3m 12s`, `2h 5m`, `4d 1h`."""
     if value is None:
         return "–"
@@ -97,7 +97,7 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["ago"] = ago
+    env.filters["ago"] = ago_span
     env.filters["span"] = span
     env.filters["num"] = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)
     env.filters["iso"] = stamp
@@ -133,7 +133,7 @@ class Page:
     daemon: FleetSource
     api: ControlApi | None
     started_at: datetime
-    gate: Gate
+    gate: ActionGate
     feed: Feed
     env: Environment
     follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
@@ -427,7 +427,7 @@ def mount_page(
     """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
     follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
     http = daemon.config.http
-    gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
+    gate = ActionGate(token_file=http.token_file, loopback_actions=http.loopback_actions)
     page = Page(
         daemon,
         control,

@@ -35,7 +35,7 @@ class Session:
         return Actor(who=self.who, via=Via.WEB)
 
 
-class Gate:
+class ActionGate:
     def __init__(self, *, token_file: Path | None, loopback_actions: bool) -> None:
         self.token_file = token_file
         self.loopback_actions = loopback_actions

@@ -26,7 +26,7 @@ from supervisor.record.timeline import (
 
 
 @dataclass(frozen=True, kw_only=True)
-class Command:
+class StepCommand:
     host: str
     command: str
     exit_status: str  #: the exit code, or what stopped it
@@ -42,7 +42,7 @@ class Item:
     headline: str
     tone: str = ""
     facts: tuple[tuple[str, str], ...] = ()
-    commands: tuple[Command, ...] = ()
+    commands: tuple[StepCommand, ...] = ()
     lines: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -50,9 +50,9 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
-def _commands(runs: tuple[CommandRun, ...]) -> tuple[Command, ...]:
+def _commands(runs: tuple[CommandRun, ...]) -> tuple[StepCommand, ...]:
     return tuple(
-        Command(
+        StepCommand(
             host=run.host,
             command=run.command,
             exit_status=(

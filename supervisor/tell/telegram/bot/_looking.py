@@ -9,11 +9,16 @@ from supervisor.control import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.hear.reachability import HostWatcher
 from supervisor.record.store import Store
-from supervisor.record.store.lease_view import leader_view, leadership_line
+from supervisor.record.store.who_leads import leader_view, leadership_line
 from supervisor.tell.telegram import texts
-from supervisor.tell.telegram.bot_common import UsageError, endpoint_arg, incident_arg, number
+from supervisor.tell.telegram.bot._common import (
+    UsageError,
+    endpoint_arg,
+    incident_arg,
+    parse_number,
+)
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 
 class Looking:
@@ -38,19 +43,19 @@ class Looking:
         now = self._clock.now()
         lines = []
         for name, w in self._workers.items():
-            line = f"<b>{h(name)}</b>: {w.state.value} for {texts.ago(now - w.since)}"
+            line = f"<b>{h(name)}</b>: {w.state.value} for {texts.rounded(now - w.record.since)}"
             figures = []
-            if w.last_ttft_s is not None:
-                figures.append(f"ttft {w.last_ttft_s:.2f}s")
-            if w.last_tok_s is not None:
-                figures.append(f"{w.last_tok_s:.1f} tok/s")
+            if w.record.last_ttft_s is not None:
+                figures.append(f"ttft {w.record.last_ttft_s:.2f}s")
+            if w.record.last_tok_s is not None:
+                figures.append(f"{w.record.last_tok_s:.1f} tok/s")
             if figures:
                 line += f" ({', '.join(figures)})"
-            if w.incident_id is not None:
-                line += f" · incident #{w.incident_id}"
+            if w.record.incident_id is not None:
+                line += f" · incident #{w.record.incident_id}"
             lines.append(line)
         for name, host in self._hosts.items():
-            lines.append(f"host {h(name)}: {host.state} for {texts.ago(now - host.since)}")
+            lines.append(f"host {h(name)}: {host.state} for {texts.rounded(now - host.since)}")
         paused = self._control is not None and self._control.fleet_paused
         lines.append("automatic action: " + ("paused (/resume)" if paused else "on"))
         if self._store.fence_epoch is not None:  # [leadership] several instances: who leads
@@ -58,7 +63,7 @@ class Looking:
         return "\n".join(lines)
 
     async def incidents(self, args: list[str], _who: str) -> str:
-        limit = number(args[0], "N", low=1, high=50) if args else 5
+        limit = parse_number(args[0], "N", low=1, high=50) if args else 5
         rows = await self._store.incidents(limit=limit)
         if not rows:
             return "no incidents"
@@ -66,7 +71,7 @@ class Looking:
         for row in rows:
             when = row.opened_at.strftime("%Y-%m-%d %H:%M:%SZ")
             took = row.duration
-            status = "open" if took is None else f"closed after {texts.ago(took)}"
+            status = "open" if took is None else f"closed after {texts.rounded(took)}"
             lines.append(f"#{row.id} {h(row.subject)} {h(row.last_state)} · {when} · {status}")
             lines.append(f"  {h(row.cause)}")
         return "\n".join(lines)

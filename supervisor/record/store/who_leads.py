@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from supervisor.core.timefmt import iso
-from supervisor.record.store.lease import current
+from supervisor.record.store.lease import current_lease
 from supervisor.record.store.store import Store
 
 
@@ -36,7 +36,7 @@ class LeaderView:
 
 async def leader_view(store: Store) -> LeaderView:
     async with store.tx(write=False) as conn:
-        lease = await current(conn)
+        lease = await current_lease(conn)
     if lease is None:
         return LeaderView(
             leader=None, host="", epoch=0, since_ms=0, renewed_ms=0, expires_ms=0, now_ms=0,

@@ -13,21 +13,21 @@ from supervisor.control import ControlApi
 from supervisor.core.actor import Actor
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store.outbox import OutboxStore
-from supervisor.repair.runner import Remediator
-from supervisor.tell.telegram.bot_common import (
+from supervisor.repair import Remediator
+from supervisor.tell.telegram.bot._common import (
     Ask,
     UsageError,
-    actor_of,
+    chat_actor,
     control_of,
     endpoint_arg,
     incident_arg,
     optional_endpoint,
     said,
 )
-from supervisor.tell.telegram.bot_questions import Questions
-from supervisor.tell.telegram.compose import Memory
+from supervisor.tell.telegram.bot._questions import Questions
+from supervisor.tell.telegram.memory import Memory
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 
 class Acting:
@@ -61,7 +61,7 @@ class Acting:
 
     async def ack(self, args: list[str], who: str) -> str:
         incident_id = incident_arg(args, "/ack ID")
-        return said(await control_of(self._control).ack(incident_id, actor=actor_of(who)))
+        return said(await control_of(self._control).ack(incident_id, actor=chat_actor(who)))
 
     async def remember_ack(self, incident_id: int, actor: Actor) -> None:
         """The control API's ack hook: the composer sends no more reminders."""
@@ -78,19 +78,21 @@ class Acting:
         except DurationError as exc:
             raise UsageError(str(exc)) from None
         answer = await control_of(self._control).silence(
-            args[0], actor=actor_of(who), length=length, why=" ".join(args[2:])
+            args[0], actor=chat_actor(who), length=length, why=" ".join(args[2:])
         )
         return said(answer)
 
     async def unsilence(self, args: list[str], who: str) -> str:
         if len(args) != 1:
             raise UsageError("usage: /unsilence NAME")
-        return said(await control_of(self._control).unsilence(args[0], actor=actor_of(who)))
+        return said(await control_of(self._control).unsilence(args[0], actor=chat_actor(who)))
 
     async def pause(self, args: list[str], who: str) -> str:
         endpoint = optional_endpoint(args, "/pause [NAME]")
-        return said(await control_of(self._control).pause(actor=actor_of(who), endpoint=endpoint))
+        return said(await control_of(self._control).pause(actor=chat_actor(who), endpoint=endpoint))
 
     async def resume(self, args: list[str], who: str) -> str:
         endpoint = optional_endpoint(args, "/resume [NAME]")
-        return said(await control_of(self._control).resume(actor=actor_of(who), endpoint=endpoint))
+        return said(
+            await control_of(self._control).resume(actor=chat_actor(who), endpoint=endpoint)
+        )

@@ -11,49 +11,97 @@ spent budget, a pause or a person's ack: it stays escalated, and the timeline sa
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
+from supervisor.config import FleetConfig
+from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.matching import Latest
 from supervisor.playbook.model import Mode, Rule
-from supervisor.playbook.results import Diagnosis, RuleMatch
+from supervisor.playbook.results import DiagnosisResult, RuleMatch
+from supervisor.record.store import Store
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.timeline import Acked, Decision, Outcome
 from supervisor.repair import records
-from supervisor.repair.attempt import AUTOMATIC, Acted, Attempt
+from supervisor.repair._notes import RepairNotes
+from supervisor.repair._tasks import RepairTasks, log
+from supervisor.repair.attempt import AUTOMATIC, Acted, Attempt, AttemptRunner
+from supervisor.repair.diagnosis import DiagnosisService
 from supervisor.repair.guards import Spend, check_budget
-from supervisor.repair.listening import Escalated
-from supervisor.repair.rulefacts import ask_text, scopes_of
+from supervisor.repair.listening import Escalated, Listening
+from supervisor.repair.rulefacts import ask_text, matched_scopes
 from supervisor.repair.steps import StepRun
-from supervisor.repair.tasks import RepairTasks, log
-from supervisor.worker.endpoint import EndpointWorker
-from supervisor.worker.heard import Heard
+from supervisor.worker import EndpointWorker, Heard
 
 _ACTIONABLE = frozenset({State.DOWN, State.DEGRADED, State.UNREACHABLE})
 #: states whose units can be asked about a restart under way (not a host that does not answer)
 _SETTLES = frozenset({State.DOWN, State.DEGRADED})
 
 
-class AutomaticRepairs(RepairTasks):
+class Approver(Protocol):
+    async def __call__(self, endpoint: str, rule: Rule, plan: list[str]) -> bool | None:
+        """True to go ahead, False to skip, None when nobody answered in time."""
+
+
+Paused = Callable[[str], str]
+"""Why automatic action on an endpoint is paused ('' when it is not)."""
+
+
+def _never_paused(_endpoint: str) -> str:
+    return ""
+
+
+class AutomaticRepairs:
+    """Automatic repairs of the endpoints, run as `tasks`; diagnosed by `diagnosis`, acted and
+    verified by `attempts`, written and escalated by `notes`."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        clock: Clock,
+        tasks: RepairTasks,
+        diagnosis: DiagnosisService,
+        attempts: AttemptRunner,
+        notes: RepairNotes,
+        listening: Listening,
+        dry_run: bool,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.tasks = tasks
+        self.diagnosis = diagnosis
+        self.attempts = attempts
+        self.notes = notes
+        self.listening = listening
+        self.dry_run = dry_run
+        #: asked before a confirm-mode rule acts (the chat); None: nobody to ask
+        self.approver: Approver | None = None
+        #: whether automatic action is paused (the control API's pauses, persisted)
+        self.paused: Paused = _never_paused
+
+    @property
+    def config(self) -> FleetConfig:
+        return self.diagnosis.config
+
     async def handle(self, worker: EndpointWorker) -> None:
         while worker.state in _ACTIONABLE:
             if await self._wait_for_the_store(worker):
                 continue
             paused = self.paused(worker.name)
             if paused:
-                await self.note(worker, Decision(outcome=Outcome.PAUSED, why=paused))
+                await self.notes.note(worker, Decision(outcome=Outcome.PAUSED, why=paused))
                 return
             diagnosis = await self._diagnose(worker)
             if worker.state not in _ACTIONABLE:
                 moved_on = Decision(outcome=Outcome.MOVED_ON, state=worker.state.value)
-                await self.note(worker, moved_on)
+                await self.notes.note(worker, moved_on)
                 return
             if diagnosis.matched is None:
-                await self._escalate(worker, "no rule matched: a person must look", None)
+                await self.notes.escalate(worker, "no rule matched: a person must look", None)
                 return
             if not await self._attempt(worker, diagnosis.matched, diagnosis):
                 return
@@ -61,23 +109,23 @@ class AutomaticRepairs(RepairTasks):
     def reconsider(self, worker: EndpointWorker, heard: Heard) -> None:
         """The worker's `on_evidence` hook: escalated, it heard `heard`; when that is decisive
         (new in this incident, looks left) and no repair task runs, diagnose again."""
-        if self._stopped or self.running(worker.name) or worker.state is not State.ESCALATED:
+        tasks = self.tasks
+        if tasks.stopped or tasks.running(worker.name) or worker.state is not State.ESCALATED:
             return
-        memory = self.listening.decisive(worker, heard)
+        memory = self.listening.decisive(worker.record, heard)
         if memory is None:
             return
-        job = self._look_again(worker, heard, memory)
-        self._tasks[worker.name] = asyncio.create_task(self._guarded(worker, job))
+        tasks.start(worker, self._look_again(worker, heard, memory))
 
     async def _look_again(self, worker: EndpointWorker, heard: Heard, memory: Escalated) -> None:
         old = memory.rule or "no rule"
         if await self._acked(worker):
             why = f"new evidence: {heard.words}; a person acknowledged it: not looking again"
-            await self.note(worker, Decision(outcome=Outcome.STILL_ESCALATED, why=why))
+            await self.notes.note(worker, Decision(outcome=Outcome.STILL_ESCALATED, why=why))
             return
         paused = self.paused(worker.name)
         if paused:
-            await self.note(worker, Decision(outcome=Outcome.PAUSED, why=paused))
+            await self.notes.note(worker, Decision(outcome=Outcome.PAUSED, why=paused))
             return
         diagnosis = await self._diagnose(worker, as_state=memory.state)
         if worker.state is not State.ESCALATED:
@@ -101,7 +149,7 @@ class AutomaticRepairs(RepairTasks):
                 rule=match.rule.id if match else None,
                 why=f"new evidence: {heard.words}; {why}",
             )
-            await self.note(worker, still)
+            await self.notes.note(worker, still)
             return
         rule = match.rule
         note = f"new evidence: {heard.words}; {rule.id} now matches (was escalated: {old})"
@@ -112,9 +160,9 @@ class AutomaticRepairs(RepairTasks):
 
     async def _acked(self, worker: EndpointWorker) -> bool:
         """A person acknowledged the incident since it was last escalated."""
-        if worker.incident_id is None:
+        if worker.record.incident_id is None:
             return False
-        rows = await self.store.timeline(worker.incident_id)
+        rows = await self.store.timeline(worker.record.incident_id)
         for row in reversed(rows):
             record = row.record
             if isinstance(record, Acked):
@@ -147,7 +195,9 @@ class AutomaticRepairs(RepairTasks):
             pass
         return True
 
-    async def _diagnose(self, worker: EndpointWorker, as_state: State | None = None) -> Diagnosis:
+    async def _diagnose(
+        self, worker: EndpointWorker, as_state: State | None = None
+    ) -> DiagnosisResult:
         """Evidence and the rule that matches (for `worker` in its state, or `as_state`); a
         restart systemd or launchd is about to make is waited for first, and the latest failure
         and death are read after it."""
@@ -155,49 +205,51 @@ class AutomaticRepairs(RepairTasks):
         diagnosis = await self.diagnosis.diagnose(
             worker.endpoint,
             state=state.value,
-            trigger=worker.last_problem,
-            last_ok_at=worker.last_ok_at,
-            event=worker.last_unit_signal,
+            trigger=worker.record.last_problem,
+            last_ok_at=worker.record.last_ok_at,
+            event=worker.record.last_unit_signal,
             settle=state in _SETTLES,
-            latest=lambda: Latest(trigger=worker.last_problem, event=worker.last_unit_signal),
+            latest=lambda: Latest(
+                trigger=worker.record.last_problem, event=worker.record.last_unit_signal
+            ),
         )
         now = self.clock.now()
         for restart in diagnosis.restarts:
-            await worker.record(records.settled_entry(restart, worker.name, now))
+            await worker.append(records.settled_entry(restart, worker.name, now))
         for run in diagnosis.evidence:
-            await worker.record(records.evidence_entry(run, worker.name, now))
-        await worker.record(records.diagnosis_entry(diagnosis, worker.name, now))
+            await worker.append(records.evidence_entry(run, worker.name, now))
+        await worker.append(records.diagnosis_entry(diagnosis, worker.name, now))
         log.info("diagnosed", endpoint=worker.name, verdict=diagnosis.lines()[0])
         return diagnosis
 
     async def _attempt(
-        self, worker: EndpointWorker, match: RuleMatch, diagnosis: Diagnosis
+        self, worker: EndpointWorker, match: RuleMatch, diagnosis: DiagnosisResult
     ) -> bool:
         """One repair by `match`; True when the runner should diagnose again."""
         rule = match.rule
-        scopes = scopes_of(diagnosis, rule.id)
+        scopes = matched_scopes(diagnosis, rule.id)
         matched = [(r.scope, r.facts) for r in match.scopes]
         if rule.mode is Mode.MANUAL:
-            await self._escalate(worker, ask_text(rule, matched) or rule.title, rule)
+            await self.notes.escalate(worker, ask_text(rule, matched) or rule.title, rule)
             return False
         if rule.mode is Mode.CONFIRM:
             plan = await self.plan(worker, rule, matched, scopes)
             answer = await self.approver(worker.name, rule, plan) if self.approver else None
             if answer is not True:
                 why = "skipped by a person" if answer is False else "nobody confirmed it"
-                await self._escalate(worker, f"{rule.id} needs confirmation: {why}", rule)
+                await self.notes.escalate(worker, f"{rule.id} needs confirmation: {why}", rule)
                 return False
         settings = self.config.remediation
         spend = await self._budget(worker, rule)
         if not spend.allowed:
-            await self._escalate(worker, spend.note, rule)
+            await self.notes.escalate(worker, spend.note, rule)
             return False
         if self.dry_run:
             plan = await self.plan(worker, rule, matched, scopes)
             decision = Decision(
                 outcome=Outcome.DRY_RUN_PLAN, rule=rule.id, budget=spend.note, plan=tuple(plan)
             )
-            await self.note(worker, decision)
+            await self.notes.note(worker, decision)
             return False
         within = rule.verify.within or worker.endpoint.startup_grace
         attempt = Attempt(
@@ -226,7 +278,7 @@ class AutomaticRepairs(RepairTasks):
 
         async def record(run: StepRun) -> None:
             entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=True)
-            await worker.record(entry)
+            await worker.append(entry)
             commands = [c.command for c in run.outcome.commands if c.dry_run]
             lines.append(
                 f"{run.action} on {run.target}: " + (" && ".join(commands) or run.outcome.summary)

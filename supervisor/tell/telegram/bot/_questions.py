@@ -14,25 +14,25 @@ from telegram.constants import ParseMode
 from telegram.error import TelegramError
 
 from supervisor.config import FleetConfig
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.durations import format_duration
 from supervisor.playbook.model import Rule
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.tell.telegram import texts
-from supervisor.tell.telegram.bot_common import (
+from supervisor.tell.telegram.bot._common import (
     App,
     Ctx,
-    actor_of,
+    chat_actor,
     control_of,
     keyboard,
     log,
-    quietly,
+    send_quietly,
     who_asked,
 )
 from supervisor.tell.telegram.replies import Replies
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +102,7 @@ class Questions:
         except TimeoutError:
             for message in sent:
                 note = f"no answer within {format_duration(timeout)}: {rule.id} skipped"
-                await quietly(message.edit_text(h(note)))
+                await send_quietly(message.edit_text(h(note)))
             return None
         finally:
             self._questions.pop(nonce, None)
@@ -114,22 +114,28 @@ class Questions:
         nonce, _, choice = query.data.partition(":")
         question = self._questions.pop(nonce, None)
         if question is None:
-            await quietly(query.answer("this question has expired"))
+            await send_quietly(query.answer("this question has expired"))
             return
         yes = choice == "yes"
         who = who_asked(update)
-        await quietly(query.answer())
+        await send_quietly(query.answer())
         if question.kind == "approve" and question.answer is not None:
             if not question.answer.done():
                 question.answer.set_result(yes)
             verdict = "applying" if yes else "skipped"
-            await quietly(query.edit_message_text(h(f"{question.endpoint}: {verdict} ({who})")))
+            await send_quietly(
+                query.edit_message_text(h(f"{question.endpoint}: {verdict} ({who})"))
+            )
             return
         worker = self._workers.get(question.endpoint)
         if not yes or worker is None or self._remediator is None:
-            await quietly(query.edit_message_text(h(f"restart of {question.endpoint} cancelled")))
+            await send_quietly(
+                query.edit_message_text(h(f"restart of {question.endpoint} cancelled"))
+            )
             return
-        await quietly(query.edit_message_text(h(f"restarting {worker.name} (asked by {who})…")))
-        answer = await control_of(self._control).restart(worker.name, actor=actor_of(who))
+        await send_quietly(
+            query.edit_message_text(h(f"restarting {worker.name} (asked by {who})…"))
+        )
+        answer = await control_of(self._control).restart(worker.name, actor=chat_actor(who))
         if isinstance(query.message, Message):  # on the answers' paced, retrying path
             self._replies.say(query.message.chat_id, query.message.message_id, [h(answer.text)])

@@ -15,7 +15,7 @@ from telegram.ext import Application, ContextTypes
 from supervisor.control import Answer, ControlApi
 from supervisor.core.actor import Actor, Via
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.notify")
 
@@ -47,7 +47,7 @@ def keyboard(nonce: str, labels: tuple[str, str]) -> InlineKeyboardMarkup:
     )
 
 
-def actor_of(who: str) -> Actor:
+def chat_actor(who: str) -> Actor:
     return Actor(who=who, via=Via.TELEGRAM)
 
 
@@ -62,7 +62,7 @@ def who_asked(update: Update) -> str:
     return f"@{user.username}" if user.username else f"Telegram user {user.id}"
 
 
-def number(text: str, name: str, *, low: int, high: int) -> int:
+def parse_number(text: str, name: str, *, low: int, high: int) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -100,7 +100,7 @@ def endpoint_arg(
     return worker
 
 
-async def quietly(call: Awaitable[object]) -> None:
+async def send_quietly(call: Awaitable[object]) -> None:
     try:
         await call
     except TelegramError as exc:

@@ -1,16 +1,16 @@
-"""The running system without its reloads: one watcher per remote host, one worker per endpoint,
-the probe schedule and the unit events; started from what the last run stored (`restore`, then
-`start_probing`) and stopped (`stop`). `supervisor.runtime.daemon.Daemon` adds `reconcile`."""
+"""The running system: one watcher per remote host, one worker per endpoint, the probe schedule
+and the unit events; started from what the last run stored (`restore`, then `start_probing`),
+reloaded (`reconcile`, its `Reconciler` part: `_reconcile`) and stopped (`stop`). The composition
+root (`supervisor.app.root`) builds it with an open store, the live playbook and the repair
+runner, and closes what it opened; the daemon starts and stops what runs."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from contextlib import suppress
 from datetime import timedelta
 from typing import TYPE_CHECKING
-
-import structlog
 
 from supervisor.config import Endpoint, FleetConfig
 from supervisor.core.clock import Clock
@@ -21,27 +21,19 @@ from supervisor.judge.machine import FleetMachine, HostState, State
 from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.repair.runner import Remediator
-from supervisor.runtime.restore import STOPPED, close_interrupted, stored_snapshot
-from supervisor.runtime.schedule import ProbeSchedule
-from supervisor.worker.endpoint import EndpointWorker, Prober, ProgressReader
-from supervisor.worker.state import restored_from
+from supervisor.repair import Remediator
+from supervisor.runtime._reconcile import Forget, Reconciled, Reconciler, log
+from supervisor.runtime._restore import STOPPED, close_interrupted, stored_snapshot
+from supervisor.runtime._schedule import ProbeSchedule
+from supervisor.worker import EndpointWorker, Prober, ProgressReader, restored_from
 
 if TYPE_CHECKING:
     from supervisor.hear.streams import Transport
 
-log = structlog.get_logger("supervisor.daemon")
 
-Forget = Callable[[str], Awaitable[None]]
-"""Told the name of an endpoint that left the config once its worker is gone (the root closes
-what it kept for it, e.g. its probe client)."""
-Reconfigured = Callable[[FleetConfig], None]
-"""Told the config in force once a reload applied it (the root re-points what it wired)."""
-
-
-class RunningFleet:
-    """The host watchers, endpoint workers and probe schedule. `restore`, `start_probing`,
-    then `stop`."""
+class Daemon:
+    """The host watchers, endpoint workers, probe schedule and unit events. `restore`,
+    `start_probing`, `reconcile` (its `reloads`) while it runs, then `stop`."""
 
     def __init__(
         self,
@@ -53,7 +45,7 @@ class RunningFleet:
         clock: Clock,
         prober: Prober,
         forget: Forget | None = None,
-        reconfigured: Reconfigured | None = None,
+        reconfigured: Reconciled | None = None,
         progress: ProgressReader | None = None,
         transports: Mapping[str, Transport] | None = None,
     ) -> None:
@@ -69,11 +61,10 @@ class RunningFleet:
         self.workers: dict[str, EndpointWorker] = {}
         self.hosts: dict[str, HostWatcher] = {}
         self._prober = prober
-        self._forget = forget
-        self._reconfigured = reconfigured
         self._tasks: list[asyncio.Task[None]] = []
         self._schedule: ProbeSchedule | None = None
-        self._reconciling = asyncio.Lock()
+        #: config reloads, applied one at a time
+        self.reloads = Reconciler(self, forget=forget, reconfigured=reconfigured)
         #: systemd's unit events from every host, routed to the workers (started with probing)
         self.unit_events = UnitEvents(config, self._unit_signal, store=store, transports=transports)
 
@@ -85,20 +76,25 @@ class RunningFleet:
         await self.unit_events.load()  # the journal cursors the last leader reached
         for name, host in self.config.hosts.items():
             if not host.local:
-                self.hosts[name] = await self._watcher(name, self.config)
+                self.hosts[name] = await self.watcher(name, self.config)
         for name, endpoint in self.config.endpoints.items():
             snapshot = await stored_snapshot(store, SubjectKind.ENDPOINT, name)
             self.start_worker(endpoint, snapshot, reopen_within=self.config.defaults.reopen_within)
 
+    async def reconcile(self, new: FleetConfig) -> list[str]:
+        """Apply a validated config without losing state (`Reconciler.reconcile`)."""
+        return await self.reloads.reconcile(new)
+
     def start_probing(self) -> None:
         """Start the probe schedule, and judge afresh the problems the last run left open."""
-        self._start_schedule()
+        self.start_schedule()
         self.unit_events.start()
         for worker in self.workers.values():
             if worker.state in (State.DOWN, State.DEGRADED, State.UNREACHABLE):
                 self._tasks.append(asyncio.create_task(self._resume(worker)))
 
-    async def _watcher(self, name: str, config: FleetConfig) -> HostWatcher:
+    async def watcher(self, name: str, config: FleetConfig) -> HostWatcher:
+        """A watcher of host `name` as `config` has it, from its stored snapshot."""
         return HostWatcher(
             config.hosts[name],
             store=self.store,
@@ -109,7 +105,11 @@ class RunningFleet:
             restored=await stored_snapshot(self.store, SubjectKind.HOST, name),
         )
 
-    def _start_schedule(self) -> None:
+    async def stop_schedule(self) -> None:
+        if self._schedule is not None:
+            await self._schedule.stop()
+
+    def start_schedule(self) -> None:
         self._schedule = ProbeSchedule(
             self.config, self.workers, self.hosts, self.store, self.clock, self.playbook
         )
@@ -149,9 +149,30 @@ class RunningFleet:
         name = endpoint.name
         self._tasks.append(asyncio.create_task(worker.run(), name=f"endpoint:{name}"))
         log.info(
-            "supervising", endpoint=name, state=worker.state.value, incident=worker.incident_id
+            "supervising",
+            endpoint=name,
+            state=worker.state.value,
+            incident=worker.record.incident_id,
         )
         return worker
+
+    async def drain_worker(self, name: str, *, within: float) -> tuple[EndpointWorker, bool]:
+        """Let the worker finish what it has queued (for at most `within` seconds), then end its
+        task. It stays in `workers` (and its model in the machine) for the caller to replace or
+        remove.
+
+        While it drains it must not start a repair: the repair would hold this worker, not the
+        one that replaces it. Returns the worker and whether it ran into a problem meanwhile."""
+        worker = self.workers[name]
+        problems: list[EndpointWorker] = []
+        worker.on_problem = problems.append
+        worker.on_evidence = None
+        worker.submit(Stop(endpoint=name, at=self.clock.now()))
+        for task in self.worker_tasks(name):
+            with suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=within)
+            self._tasks.remove(task)
+        return worker, bool(problems)
 
     def worker_tasks(self, name: str) -> list[asyncio.Task[None]]:
         """The tasks that ran endpoint `name`'s workers, oldest first (the last one is the
@@ -187,8 +208,7 @@ class RunningFleet:
     async def stop(self) -> None:
         """Stop the schedule, the unit events and the repairs, then let every worker drain its
         queue."""
-        if self._schedule is not None:
-            await self._schedule.stop()
+        await self.stop_schedule()
         await self.unit_events.stop()
         await self.remediator.stop()
         for worker in self.workers.values():

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from supervisor.record.store.records import JSONValue, OutboxRow
+from supervisor.record.store.records import OutboxRow
+from supervisor.record.timeline import JSONValue
 
 State = Mapping[str, JSONValue]
 

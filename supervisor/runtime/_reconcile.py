@@ -1,7 +1,4 @@
-"""The running system: one watcher per remote host, one worker per endpoint, the probe schedule,
-and `reconcile` to apply a new config without losing state. The composition root
-(`supervisor.app.root`) builds it with an open store, the live playbook and the repair runner, and
-closes what it opened; the daemon starts and stops what runs.
+"""Config reloads of the running daemon, its `Reconciler` part.
 
 `reconcile(config)` (a config reload, one at a time): endpoints added get a worker, removed ones
 are stopped, changed ones drain their queue and are replaced by a worker started from the old
@@ -15,29 +12,75 @@ effect only when the daemon restarts.
 from __future__ import annotations
 
 import asyncio
-from contextlib import suppress
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Protocol
+
+import structlog
 
 from supervisor.config import Endpoint, FleetConfig
-from supervisor.core.events import Stop
-from supervisor.judge.machine import State
-from supervisor.record.store import SubjectKind
-from supervisor.runtime.restore import close_interrupted, stored_snapshot
-from supervisor.runtime.running import Forget, Reconfigured, RunningFleet, log
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.hear.reachability import HostWatcher
+from supervisor.hear.units import UnitEvents
+from supervisor.judge.machine import FleetMachine, State
+from supervisor.record.store import Snapshot, Store, SubjectKind
+from supervisor.repair import Remediator
+from supervisor.runtime._restore import stored_snapshot
+from supervisor.worker import EndpointWorker
 
-__all__ = [
-    "DRAIN_ON_RELOAD_SECONDS",
-    "RESTART_ONLY",
-    "Daemon",
-    "Forget",
-    "Reconfigured",
-    "close_interrupted",
-]
+log = structlog.get_logger("supervisor.daemon")
+
+Forget = Callable[[str], Awaitable[None]]
+"""Told the name of an endpoint that left the config once its worker is gone (the root closes
+what it kept for it, e.g. its probe client)."""
+Reconciled = Callable[[FleetConfig], None]
+"""Told the config in force once a reload applied it (the root re-points what it wired)."""
 
 
-class Daemon(RunningFleet):
-    """The running system (`RunningFleet`: `restore`, `start_probing`, then `stop`) and
-    `reconcile`, a config reload applied while it runs."""
+DRAIN_ON_RELOAD_SECONDS = 10.0
+"""How long a reload lets a replaced worker finish what it has queued, by default."""
+
+
+class Running(Protocol):
+    """What a reload changes of the running daemon (`Daemon`)."""
+
+    config: FleetConfig
+    store: Store
+    machine: FleetMachine
+    remediator: Remediator
+    unit_events: UnitEvents
+    workers: dict[str, EndpointWorker]
+    hosts: dict[str, HostWatcher]
+
+    async def watcher(self, name: str, config: FleetConfig) -> HostWatcher: ...
+
+    def start_worker(
+        self, endpoint: Endpoint, snapshot: Snapshot | None, *, reopen_within: timedelta
+    ) -> EndpointWorker: ...
+
+    async def drain_worker(self, name: str, *, within: float) -> tuple[EndpointWorker, bool]: ...
+
+    async def stop_schedule(self) -> None: ...
+
+    def start_schedule(self) -> None: ...
+
+
+class Reconciler:
+    """Applies a new config to `running`, one reload at a time; tells `forget` of each endpoint
+    that left and `reconfigured` of the config in force."""
+
+    def __init__(
+        self,
+        running: Running,
+        *,
+        forget: Forget | None = None,
+        reconfigured: Reconciled | None = None,
+    ) -> None:
+        self._running = running
+        self._forget = forget
+        self._reconfigured = reconfigured
+        self._reconciling = asyncio.Lock()
+        #: how long a reload lets a replaced worker finish what it has queued, in seconds
+        self.drain_within = DRAIN_ON_RELOAD_SECONDS
 
     async def reconcile(self, new: FleetConfig) -> list[str]:
         """Apply a validated config without losing state; returns what changed, one line each.
@@ -48,7 +91,8 @@ class Daemon(RunningFleet):
             return await self._reconcile(new)
 
     async def _reconcile(self, new: FleetConfig) -> list[str]:
-        old = self.config
+        running = self._running
+        old = running.config
         notes = [
             f"{key} changed: it takes effect when the daemon restarts"
             for key in RESTART_ONLY
@@ -59,23 +103,22 @@ class Daemon(RunningFleet):
         try:
             notes += await self._reconcile_hosts(effective)
             notes += await self._reconcile_endpoints(effective, removed)
-            self.config = effective
-            await self.unit_events.reconfigure(effective)
+            running.config = effective
+            await running.unit_events.reconfigure(effective)
             if self._reconfigured is not None:
                 self._reconfigured(effective)
         finally:
             # the old jobs tick on (other endpoints keep being probed while one drains) until the
             # new ones replace them; only then do removed endpoints leave the daemon
-            if self._schedule is not None:
-                await self._schedule.stop()
+            await running.stop_schedule()
             for worker in removed:
                 last = worker.snapshot()
-                del self.workers[worker.name]
+                del running.workers[worker.name]
                 if self._forget is not None:
                     await self._forget(worker.name)
-                self.machine.remove(worker.name)
-                await self.store.save_snapshot(last)
-            self._start_schedule()
+                running.machine.remove(worker.name)
+                await running.store.save_snapshot(last)
+            running.start_schedule()
         for note in notes:
             log.info("config reloaded", change=note)
         if not notes:
@@ -83,15 +126,16 @@ class Daemon(RunningFleet):
         return notes
 
     async def _reconcile_hosts(self, new: FleetConfig) -> list[str]:
+        running = self._running
         notes = []
-        for name in [n for n in self.hosts if n not in new.hosts or new.hosts[n].local]:
-            del self.hosts[name]
+        for name in [n for n in running.hosts if n not in new.hosts or new.hosts[n].local]:
+            del running.hosts[name]
             notes.append(f"host {name} is no longer watched")
         for name, host in new.hosts.items():
-            current = self.hosts.get(name)
+            current = running.hosts.get(name)
             if host.local or (current is not None and current.host == host):
                 continue
-            self.hosts[name] = await self._watcher(name, new)
+            running.hosts[name] = await running.watcher(name, new)
             notes.append(f"host {name} {'added' if current is None else 'changed'}")
         return notes
 
@@ -99,66 +143,49 @@ class Daemon(RunningFleet):
         self, new: FleetConfig, removed: list[EndpointWorker]
     ) -> list[str]:
         """Add, replace and stop workers; stopped ones of removed endpoints go to `removed`."""
+        running = self._running
         notes = []
-        for name in [n for n in self.workers if n not in new.endpoints]:
+        for name in [n for n in running.workers if n not in new.endpoints]:
             if self._busy(name):
                 notes.append(f"endpoint {name} is being repaired: it is removed at a later reload")
                 continue
-            worker, _ = await self._stop_worker(name)
+            worker, _ = await running.drain_worker(name, within=self.drain_within)
             removed.append(worker)
             notes.append(f"endpoint {name} removed")
         reopen_within = new.defaults.reopen_within
         for name, endpoint in new.endpoints.items():
-            current = self.workers.get(name)
+            current = running.workers.get(name)
             if current is not None and _same(current, endpoint, new):
                 continue
             if current is None:
-                stored = await stored_snapshot(self.store, SubjectKind.ENDPOINT, name)
-                self.start_worker(endpoint, stored, reopen_within=reopen_within)
+                stored = await stored_snapshot(running.store, SubjectKind.ENDPOINT, name)
+                running.start_worker(endpoint, stored, reopen_within=reopen_within)
                 notes.append(f"endpoint {name} added")
                 continue
             if self._busy(name):
                 notes.append(f"endpoint {name} is being repaired: its new settings wait")
                 continue
-            old, problem = await self._stop_worker(name)
+            old, problem = await running.drain_worker(name, within=self.drain_within)
             snapshot = old.snapshot()  # taken, the model removed and the new one added in one step
-            self.machine.remove(name)
-            worker = self.start_worker(endpoint, snapshot, reopen_within=reopen_within)
-            worker.last_problem = old.last_problem
-            await self.store.save_snapshot(snapshot)
+            running.machine.remove(name)
+            worker = running.start_worker(endpoint, snapshot, reopen_within=reopen_within)
+            worker.record.last_problem = old.record.last_problem
+            await running.store.save_snapshot(snapshot)
             if problem:
-                self.remediator.schedule(worker)  # the problem the old worker saw while draining
+                running.remediator.schedule(worker)  # the problem the old worker saw while draining
             notes.append(f"endpoint {name} changed")
         return notes
 
     def _busy(self, name: str) -> bool:
         """A repair task runs for the endpoint, or it is remediating/verifying."""
-        return self.workers[name].state in _BUSY or self.remediator.running(name)
-
-    async def _stop_worker(self, name: str) -> tuple[EndpointWorker, bool]:
-        """Let the worker finish what it has queued, then end its task. It stays in `workers`
-        (and its model in the machine) for the caller to replace or remove.
-
-        While it drains it must not start a repair: the repair would hold this worker, not the
-        one that replaces it. Returns the worker and whether it ran into a problem meanwhile."""
-        worker = self.workers[name]
-        problems: list[EndpointWorker] = []
-        worker.on_problem = problems.append
-        worker.on_evidence = None
-        worker.submit(Stop(endpoint=name, at=self.clock.now()))
-        for task in self.worker_tasks(name):
-            with suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(task, timeout=DRAIN_ON_RELOAD_SECONDS)
-            self._tasks.remove(task)
-        return worker, bool(problems)
+        running = self._running
+        return running.workers[name].state in _BUSY or running.remediator.running(name)
 
 
 def _same(worker: EndpointWorker, endpoint: Endpoint, new: FleetConfig) -> bool:
-    return worker.endpoint == endpoint and worker.reopen_within == new.defaults.reopen_within
+    return worker.endpoint == endpoint and worker.record.reopen_within == new.defaults.reopen_within
 
 
 RESTART_ONLY = ("store", "http", "playbook")
 """Config keys a reload does not apply: they take effect when the daemon restarts."""
-DRAIN_ON_RELOAD_SECONDS = 10.0
-"""How long a reload lets a replaced worker finish what it has queued."""
 _BUSY = (State.REMEDIATING, State.VERIFYING)

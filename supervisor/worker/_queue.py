@@ -1,7 +1,7 @@
 """What waits for one endpoint's worker, and in which order.
 
 Three lines, served in this order: a lost host's news (and a unit's death), then the commands
-(`supervisor.worker.commands`: the repair runner's and the control API's, in the order sent),
+(`_commands`: the repair runner's and the control API's, in the order sent),
 then the other events (probe ticks and results, hosts back, restarts). A probe tick already
 waiting for its tier is not queued twice.
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from supervisor.core.events import Event, HostReachability, ProbeTick, Tier, UnitSignal
-from supervisor.worker.commands import Command, WorkerStopped
+from supervisor.worker._commands import Command, WorkerStopped
 
 _T = TypeVar("_T")
 

@@ -1,5 +1,6 @@
-"""What every control action shares: the daemon's workers, config and clock, the control
-tables, how a target is named and selected, and how each answer (refusals too) is journaled."""
+"""What every control action shares (`ControlDesk`): the daemon's workers, config and clock,
+the control tables, how a target is named and selected, and how each answer (refusals too) is
+journaled. The silences (`_silencing`), the pauses (`_pausing`) and the API (`_api`) hold it."""
 
 from __future__ import annotations
 
@@ -10,22 +11,21 @@ import structlog
 
 from supervisor.config import FleetConfig
 from supervisor.control.matchers import select
-from supervisor.control.model import FLEET, Answer, Code, JournalRow, PauseRow
+from supervisor.control.model import FLEET, Answer, Code, JournalRow
 from supervisor.control.tables import ControlStore
 from supervisor.core.actor import Actor
 from supervisor.core.clock import Clock
 from supervisor.record.store import Store
-from supervisor.repair.runner import Remediator
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.repair import Remediator
+from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.control")
 
 AckHook = Callable[[int, Actor], Awaitable[None]]
 
 
-class ControlCommon:
-    """The state and helpers of `ControlApi`; its actions are in `silencing`, `pausing` and
-    `api`."""
+class ControlDesk:
+    """What the control actions share; `ControlApi`, `Silences` and `Pauses` hold the same one."""
 
     def __init__(
         self,
@@ -38,13 +38,10 @@ class ControlCommon:
     ) -> None:
         self.store = store
         self.tables = ControlStore(store)
-        self._workers = workers  #: the daemon's own mapping: a config reload changes it
+        self.workers = workers  #: the daemon's own mapping: a config reload changes it
         self._config = config
-        self._remediator = remediator
-        self._clock = clock
-        self._pauses: dict[str, PauseRow] = {}
-        #: called after an ack (the notifier stops its reminders)
-        self.on_ack: list[AckHook] = []
+        self.remediator = remediator
+        self.clock = clock
 
     async def journal(
         self, subject: str | None = None, *, latest: int | None = None
@@ -55,32 +52,31 @@ class ControlCommon:
         self, action: str, endpoint: str, *, actor: Actor, why: str = ""
     ) -> Answer | None:
         """None when `endpoint` is known, else the (recorded) refusal."""
-        if endpoint in self._workers:
+        if endpoint in self.workers:
             return None
-        text = self._unknown(endpoint)
-        return await self._refused(action, endpoint, actor, why, Code.NOT_FOUND, text)
+        text = self.unknown(endpoint)
+        return await self.refused(action, endpoint, actor, why, Code.NOT_FOUND, text)
 
     async def refuse(self, action: str, target: str, *, actor: Actor, why: str) -> Answer:
         """A transport refused the action before it reached the API (a stranger on Telegram):
         recorded like every refusal."""
-        return await self._refused(action, target, actor, "", Code.REFUSED, why)
+        return await self.refused(action, target, actor, "", Code.REFUSED, why)
 
-    # -- helpers ---------------------------------------------------------------------------
+    def hosts(self) -> dict[str, Sequence[str]]:
+        return {name: w.endpoint.hosts() for name, w in self.workers.items()}
 
-    def _hosts(self) -> dict[str, Sequence[str]]:
-        return {name: w.endpoint.hosts() for name, w in self._workers.items()}
+    def select(self, target: str) -> tuple[str, ...]:
+        return select(target, self.hosts(), list(self._config().hosts))
 
-    def _select(self, target: str) -> tuple[str, ...]:
-        return select(target, self._hosts(), list(self._config().hosts))
+    def scope_names(self, scope: str) -> tuple[str, ...]:
+        """The endpoints a pause's scope covers."""
+        return tuple(self.workers) if scope == FLEET else (scope,)
 
-    def _in(self, scope: str) -> tuple[str, ...]:
-        return tuple(self._workers) if scope == FLEET else (scope,)
-
-    def _unknown(self, endpoint: str) -> str:
-        known = ", ".join(self._workers) or "none"
+    def unknown(self, endpoint: str) -> str:
+        known = ", ".join(self.workers) or "none"
         return f"no endpoint {endpoint!r} (endpoints: {known})"
 
-    async def _refused(
+    async def refused(
         self,
         action: str,
         target: str,
@@ -94,9 +90,9 @@ class ControlCommon:
     ) -> Answer:
         answer = Answer(code=code, text=text, subjects=tuple(subjects))
         log.info("control refused", action=action, target=target, by=str(actor), answer=text)
-        return await self._journal(action, target, actor, why, answer, until=until)
+        return await self.journaled(action, target, actor, why, answer, until=until)
 
-    async def _journal(
+    async def journaled(
         self,
         action: str,
         target: str,
@@ -108,7 +104,7 @@ class ControlCommon:
     ) -> Answer:
         row = JournalRow(
             id=0,
-            at=self._clock.now(),
+            at=self.clock.now(),
             action=action,
             target=target,
             subjects=answer.subjects,

@@ -5,9 +5,9 @@ pauses, acks and restarts are calls of the control API (`supervisor.control`), a
 and HTTP.
 
 This module is the gate, the table of commands and how an answer goes back to the chat (through
-the sender's paced, retrying path: `replies`); the
-commands themselves are `bot_looking` (they change nothing) and `bot_acting` (control actions),
-the questions with buttons `bot_questions`, and what they share `bot_common`."""
+the sender's paced, retrying path: `replies`); the commands themselves are `_looking` (they
+change nothing) and `_acting` (control actions), the questions with buttons `_questions`, and
+what they share `_common`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from telegram import BotCommand, InlineKeyboardMarkup, Update
 from telegram.ext import ApplicationHandlerStop, CallbackQueryHandler, CommandHandler, TypeHandler
 
 from supervisor.config import FleetConfig
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.actor import Actor, Via
 from supervisor.core.clock import Clock
@@ -27,27 +27,27 @@ from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.model import Rule
 from supervisor.record.store import Store
 from supervisor.record.store.outbox import OutboxStore
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.auth import REFUSAL, allowed
-from supervisor.tell.telegram.bot_acting import Acting
-from supervisor.tell.telegram.bot_common import (
+from supervisor.tell.telegram.bot._acting import Acting
+from supervisor.tell.telegram.bot._common import (
     App,
     Ask,
     Ctx,
     UsageError,
     keyboard,
     log,
-    quietly,
+    send_quietly,
     who_asked,
 )
-from supervisor.tell.telegram.bot_looking import Looking
-from supervisor.tell.telegram.bot_questions import Questions
+from supervisor.tell.telegram.bot._looking import Looking
+from supervisor.tell.telegram.bot._questions import Questions
 from supervisor.tell.telegram.replies import Replies
 from supervisor.tell.telegram.texts import h
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
-__all__ = ["COMMANDS", "App", "Commands"]
+__all__ = ["COMMANDS", "Commands"]
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("status", "every endpoint: state, since when, last TTFT and tok/s"),
@@ -177,9 +177,9 @@ class Commands:
             actor = Actor(who=username or f"Telegram user {user_id}", via=Via.TELEGRAM)
             await self.control.refuse(command, text[:200], actor=actor, why=REFUSAL)
         if update.callback_query is not None:
-            await quietly(update.callback_query.answer(REFUSAL))
+            await send_quietly(update.callback_query.answer(REFUSAL))
         elif message is not None:
-            await quietly(message.reply_text(REFUSAL))
+            await send_quietly(message.reply_text(REFUSAL))
         raise ApplicationHandlerStop
 
     def _wrap(self, command: Command) -> Callable[[Update, Ctx], Coroutine[Any, Any, None]]:

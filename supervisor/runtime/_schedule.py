@@ -28,7 +28,7 @@ from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import Store, StoreError, SubjectKind
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.schedule")
 

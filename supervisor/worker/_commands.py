@@ -32,7 +32,7 @@ class Fire:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Record:
+class Append:
     """Append `entry` to `incident_id` (closed ones too), else to the open incident, if any."""
 
     entry: TimelineEntry
@@ -59,4 +59,4 @@ class MoveSilenceEnd:
     reply: asyncio.Future[bool]
 
 
-Command = Fire | Record | ProbeOnce | MoveSilenceEnd
+Command = Fire | Append | ProbeOnce | MoveSilenceEnd
