@@ -409,8 +409,8 @@ async def test_a_silence_and_its_end_are_in_the_incident_with_who_target_until_w
     await daemon.start()
     try:
         worker = daemon.workers["ds4"]
-        await eventually(lambda: worker.incident_id is not None, what="an open incident")
-        incident = worker.incident_id
+        await eventually(lambda: worker.record.incident_id is not None, what="an open incident")
+        incident = worker.record.incident_id
         assert incident is not None
         api = _api(daemon)
         bob = Actor(who="bob", via=Via.WEB)

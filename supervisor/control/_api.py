@@ -25,7 +25,8 @@ from supervisor.control import entries
 from supervisor.control._desk import AckHook, ControlDesk
 from supervisor.control._pausing import Pauses
 from supervisor.control._silencing import Silences
-from supervisor.control.model import Actor, Answer, Code, JournalRow, PauseRow, SilenceRow
+from supervisor.control.model import Answer, Code, JournalRow, PauseRow, SilenceRow
+from supervisor.core.actor import Actor
 from supervisor.core.clock import Clock
 from supervisor.record.store import Store
 from supervisor.repair import Remediator

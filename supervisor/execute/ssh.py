@@ -122,7 +122,9 @@ class SshExecutor:
                 status = await self._execute(host, line, stdin, progress)
         except TimeoutError:
             after = f"timed out after {format_duration(timeout)}"
-            error = after if progress.connected else f"cannot connect to {host_where(host)}: {after}"
+            error = (
+                after if progress.connected else f"cannot connect to {host_where(host)}: {after}"
+            )
             failure = Failure.TIMED_OUT if progress.connected else Failure.CONNECT
             if progress.process is not None:
                 _stop(progress.process)
