@@ -24,7 +24,7 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from supervisor.record.store import AttemptRow, Store, StoreError
-from supervisor.record.store.lease import JournalEntry, db_now_ms, journal
+from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, lease_journal
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.target import PgTarget
 from tests.conftest import free_port
@@ -88,14 +88,14 @@ class Fleet:
         """The fault: the served model's process dies."""
         os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
 
-    async def read(self) -> tuple[list[JournalEntry], list[AttemptRow]]:
+    async def read(self) -> tuple[list[LeaseJournalEntry], list[AttemptRow]]:
         try:
             store = await Store.open(self.target, create=False)
         except StoreError:  # no daemon made it yet
             return [], []
         async with store:
             async with store.tx(write=False) as conn:
-                entries = await journal(conn)
+                entries = await lease_journal(conn)
             return entries, await store.attempts("m")
 
     async def now_ms(self) -> int:
@@ -108,7 +108,7 @@ class Fleet:
     async def has_taken_over(self, holder: str) -> bool:
         return await self.took_over(holder) is not None
 
-    async def took_over(self, holder: str) -> JournalEntry | None:
+    async def took_over(self, holder: str) -> LeaseJournalEntry | None:
         entries, _ = await self.read()
         found = [e for e in entries if e.event == "took_over" and e.holder == holder]
         return found[-1] if found else None

@@ -16,12 +16,11 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import Endpoint, load_config
 from supervisor.core.clock import SystemClock
-from supervisor.core.events import Outcome as ProbeOutcome
+from supervisor.core.events import ProbeOutcome as ProbeOutcome
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
 from supervisor.record.store import (
-    EntryKind,
     Snapshot,
     Store,
     StoreError,
@@ -33,7 +32,7 @@ from supervisor.record.store import engine as store_engine
 from supervisor.record.store.history import ms
 from supervisor.record.store.resilient import ResilientStore, refused
 from supervisor.record.store.schema import supervision
-from supervisor.record.timeline import Note
+from supervisor.record.timeline import Note, Transition
 from tests.helpers import eventually, write_fleet
 
 pytestmark = pytest.mark.slow
@@ -90,7 +89,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
             assert store.outage == f"cannot write to store {db}: database is locked"
             await sim.stop()  # the endpoint fails while nothing can be written
             await eventually(lambda: worker.state is State.DOWN, what="down (in memory)")
-            placeholder = worker.incident_id
+            placeholder = worker.record.incident_id
             assert placeholder is not None
             assert placeholder < 0  # the store will give it its id when the file clears
             await sim.start("127.0.0.1", port)
@@ -114,8 +113,10 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
     assert store.outage == ""
     assert store.outages == 1
     assert [(i.is_open, i.cause) for i in incidents] == [(False, "connection refused")]
-    transitions = [r.summary.split(":")[0] for r in timeline if r.kind is EntryKind.TRANSITION]
-    assert transitions == ["healthy -> down", "down -> healthy"]
+    transitions = [
+        (r.record.source, r.record.dest) for r in timeline if isinstance(r.record, Transition)
+    ]
+    assert transitions == [("healthy", "down"), ("down", "healthy")]
     assert len(saved) >= seen  # every probe taken while locked was saved
     saved_order = [(s.at, s.tier) for s in reversed(saved)][:seen]
     assert saved_order == [(p.at, p.tier.value) for p in probed[:seen]]

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import event, make_url
 
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.store.outbox import Draft, OutboxStore
+from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.timeline import Note
 from tests.pgserver import PgServer
 
@@ -51,7 +51,7 @@ async def _worker(store: Store, name: str, count: itertools.count[int]) -> None:
 
 async def _composer(outbox: OutboxStore) -> None:
     batch = await outbox.batch(0)
-    drafts = [Draft(kind="opened", text=f"{len(batch.rows)} rows")]
+    drafts = [OutboxDraft(kind="opened", text=f"{len(batch.rows)} rows")]
     await outbox.commit(drafts=drafts, chat_ids=[1], states={}, at=datetime.now(UTC), cursor=0)
     await outbox.pending()
 

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import URL, Connection, event
 from sqlalchemy.exc import StatementError
@@ -64,13 +65,29 @@ def reason(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
+_BEGINS: WeakKeyDictionary[AsyncEngine, dict[bool, AsyncEngine]] = WeakKeyDictionary()
+
+
+def _begins(engine: AsyncEngine) -> dict[bool, AsyncEngine]:
+    """The engine for reads and for writes (by `write`): on SQLite, views of it (the same
+    pool) that BEGIN DEFERRED and IMMEDIATE, made once per engine rather than set on each
+    connection (that costs a call per transaction)."""
+    found = _BEGINS.get(engine)
+    if found is None:
+        if engine.dialect.name == "sqlite":
+            modes = {False: "DEFERRED", True: "IMMEDIATE"}
+            found = {w: engine.execution_options(**{_BEGIN: m}) for w, m in modes.items()}
+        else:
+            found = {False: engine, True: engine}
+        _BEGINS[engine] = found
+    return found
+
+
 @asynccontextmanager
 async def transaction(engine: AsyncEngine, *, write: bool) -> AsyncIterator[AsyncConnection]:
     """One transaction on a pooled connection: committed on success, rolled back on error
     (PostgreSQL: READ COMMITTED, SQLAlchemy's own BEGIN)."""
-    async with engine.connect() as conn:
-        if engine.dialect.name == "sqlite":
-            await conn.execution_options(**{_BEGIN: "IMMEDIATE" if write else "DEFERRED"})
+    async with _begins(engine)[write].connect() as conn:
         begun = await conn.begin()
         try:
             yield conn
@@ -115,7 +132,7 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
     try:
         async with transaction(engine, write=create) as conn:
             older = await _check_or_create(conn, path, create=create)
-            behind = older is None and await conn.run_sync(revise.current) != revise.head()
+            behind = older is None and await conn.run_sync(revise.current_revision) != revise.HEAD
         if older is not None or behind:
             async with transaction(engine, write=True) as conn:
                 await _bring_up(conn, older)

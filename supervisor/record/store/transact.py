@@ -70,7 +70,7 @@ class StoreTransactions:
         try:
             async with self._transaction(write=write) as conn:
                 if write and self.fence_epoch is not None:
-                    await lease.check(conn, epoch=self.fence_epoch, what="a store write")
+                    await lease.check_epoch(conn, epoch=self.fence_epoch, what="a store write")
                 yield conn
         except StaleEpochError as err:
             await self._refused(err)
@@ -85,7 +85,7 @@ class StoreTransactions:
         if self.fence_epoch is None:
             return
         async with self._tx(write=False) as conn:
-            await lease.check(conn, epoch=self.fence_epoch, what=what)
+            await lease.check_epoch(conn, epoch=self.fence_epoch, what=what)
 
     async def _refused(self, err: StaleEpochError) -> None:
         """Write the refusal to the journal (its own transaction: the refused one rolled back;
