@@ -162,6 +162,11 @@ async def one(
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             config = fleet(folder, urls, f"{interval_s:g}s", store.url if store else None)
+            if store is None:
+                # the daemon starts on its store, as at every start but the first (making one
+                # runs Alembic's revisions: ~4 MB more, bench/RESULTS.md)
+                async with await Store.open(folder / "state" / "supervisor.db"):
+                    pass
             log = folder / "daemon.log"
             with log.open("wb") as err:
                 daemon = await asyncio.create_subprocess_exec(

@@ -25,11 +25,11 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, instance_config, median, until, write_section
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.record.store import Store
-from supervisor.record.store.lease import journal
+from supervisor.record.store.lease import lease_journal
 from tests.pgserver import PgServer, unavailable
 
 TITLE = "Clean stop: the follower leads"
@@ -38,7 +38,7 @@ TITLE = "Clean stop: the follower leads"
 class Instance:
     def __init__(self, config: Path, *, listen: bool) -> None:
         loaded = load_config(config)
-        self.gate = Gate(loaded, lambda: Supervisor(loaded), listen=listen)
+        self.gate = LeaderGate(loaded, lambda: Supervisor(loaded), listen=listen)
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
 
@@ -84,7 +84,7 @@ async def handovers(
                 if not one.task.done():
                     await one.end()
     async with await Store.open(target, create=False) as store, store.tx(write=False) as conn:
-        entries = await journal(conn)
+        entries = await lease_journal(conn)
     released = {e.epoch: e.at_ms for e in entries if e.event == "released"}
     taken = [
         (e.at_ms - released[e.epoch - 1]) / 1000

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import fanout, queries
 from bench.common import RESULTS, instance_config, median, ms, percentile, write_section
 from supervisor.record.store import Store, StoreError
-from supervisor.record.store.lease import db_now_ms, journal
+from supervisor.record.store.lease import db_now_ms, lease_journal
 from supervisor.record.store.target import PgTarget, StoreTarget
 from tests.pgserver import PgServer, unavailable
 
@@ -49,7 +49,7 @@ async def _holder(target: PgTarget, after_epoch: int) -> tuple[str, int, int] | 
             await Store.open(target, create=False) as store,
             store.tx(write=False) as conn,
         ):
-            for e in await journal(conn):
+            for e in await lease_journal(conn):
                 if e.event == "took_over" and e.epoch > after_epoch:
                     return e.holder, e.epoch, e.at_ms
     except StoreError:

@@ -185,6 +185,9 @@ sync_dir() {  # SOURCE_DIR DEST_DIR SUFFIX
 }
 sync_dir "$SRC/playbooks" "$ROOT$OPT/playbooks" .yaml
 sync_dir "$SRC/runbooks" "$ROOT$OPT/runbooks" .md
+# the reference beside the README, where its relative links lead (docs/NAME.md, docs/img/NAME.png)
+sync_dir "$SRC/docs" "$ROOT$OPT/docs/docs" .md
+sync_dir "$SRC/docs/img" "$ROOT$OPT/docs/docs/img" .png
 
 # --- the venv ----------------------------------------------------------------------------
 if [ "$VENV" = 1 ]; then

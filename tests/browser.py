@@ -1,21 +1,34 @@
 """Debian's Chromium, headless, driven by Selenium through Debian's chromium-driver (the two come
 from the same source package, so their versions match and nothing is downloaded at run time).
 
-Selenium's calls block: the async specs run them in a thread (`asyncio.to_thread`) so the
-in-process sims keep serving meanwhile."""
+Selenium's calls block until Chromium answers, and Chromium may be waiting for a page, a
+fetch or an event stream from a server running on the spec's own event loop: a blocking call made
+on that loop stalls the server it waits for. So async specs drive the browser through `window()`,
+whose every Selenium call runs in a thread (`asyncio.to_thread`) while the loop keeps serving:
+
+    async with window() as w:
+        await w.get(url)
+        text = await w.wait_for(lambda d: d.find_element(By.ID, "live").text)
+        await w.run(lambda d: d.find_element(By.NAME, "who").send_keys("alice"))
+
+`chromium()` and `wait_for()` are the same browser and wait as plain blocking calls (for code
+already in a thread, and for specs that call them through `asyncio.to_thread` themselves)."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
 
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
+
+T = TypeVar("T")
 
 CHROMIUM = "/usr/bin/chromium"
 DRIVER = "/usr/bin/chromedriver"
@@ -29,12 +42,7 @@ def missing() -> str:
     return ""
 
 
-@contextmanager
-def chromium(
-    width: int = 1280, height: int = 860, *, phone: bool = False
-) -> Iterator[webdriver.Chrome]:
-    """A browser window of `width` x `height`; with `phone`, a touch screen of that many CSS
-    pixels (Chrome's device emulation: a headless window is never narrower than 500 px)."""
+def _start(width: int, height: int, phone: bool) -> webdriver.Chrome:
     options = Options()
     if phone:
         metrics = {"width": width, "height": height, "pixelRatio": 3.0, "touch": True}
@@ -48,11 +56,56 @@ def chromium(
         f"--window-size={width},{height}",
     ):
         options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(DRIVER))
+    return webdriver.Chrome(options=options, service=Service(DRIVER))
+
+
+@contextmanager
+def chromium(
+    width: int = 1280, height: int = 860, *, phone: bool = False
+) -> Iterator[webdriver.Chrome]:
+    """A browser window of `width` x `height`; with `phone`, a touch screen of that many CSS
+    pixels (Chrome's device emulation: a headless window is never narrower than 500 px).
+    Blocking: from an async spec, use `window()`."""
+    driver = _start(width, height, phone)
     try:
         yield driver
     finally:
         driver.quit()
+
+
+class Window:
+    """A browser window an async spec drives without blocking its event loop: each call runs
+    the Selenium calls it is given in a thread."""
+
+    def __init__(self, driver: webdriver.Chrome) -> None:
+        self.driver = driver
+
+    async def run(self, action: Callable[[webdriver.Chrome], T]) -> T:
+        """`action(driver)` in a thread: any Selenium calls, e.g. `lambda d: d.title`."""
+        return await asyncio.to_thread(action, self.driver)
+
+    async def get(self, url: str) -> None:
+        """Open `url` and wait for it to load (the server keeps serving meanwhile)."""
+        await asyncio.to_thread(self.driver.get, url)
+
+    async def wait_for(
+        self, condition: Callable[[webdriver.Chrome], Any], *, within: float = 10.0
+    ) -> Any:
+        """`wait_for(driver, condition, within=...)` in a thread."""
+        return await asyncio.to_thread(wait_for, self.driver, condition, within=within)
+
+
+@asynccontextmanager
+async def window(
+    width: int = 1280, height: int = 860, *, phone: bool = False
+) -> AsyncIterator[Window]:
+    """`chromium(width, height, phone=phone)` for async specs: started, driven and quit in
+    threads."""
+    driver = await asyncio.to_thread(_start, width, height, phone)
+    try:
+        yield Window(driver)
+    finally:
+        await asyncio.to_thread(driver.quit)
 
 
 def wait_for(

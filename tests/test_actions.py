@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from fleet_lab.vllm_sim.server import SimBehaviour
 from supervisor.config import Endpoint, Host, UnitRef
 from supervisor.core.clock import SystemClock
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.execute import (
     CommandResult,
     DryRunExecutor,
@@ -1205,8 +1205,8 @@ async def test_wait_healthy_waits_through_a_cold_start(
         every="100ms",
     )
     assert outcome.ok, outcome.summary
-    assert results[0].outcome is Outcome.FAIL
-    assert results[-1].outcome is Outcome.OK
+    assert results[0].outcome is ProbeOutcome.FAIL
+    assert results[-1].outcome is ProbeOutcome.OK
     assert re.fullmatch(
         rf"sim is healthy: completion passed after \d+ms \({len(results)} probes\)",
         outcome.summary,

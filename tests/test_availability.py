@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.availability import Repair, availability, days, repairs
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.target import StoreTarget
@@ -32,7 +33,7 @@ async def store(store_target: StoreTarget) -> AsyncIterator[Store]:
 async def enter(
     store: Store, name: str, source: str, dest: str, at: datetime, *, cause: str | None = None
 ) -> int | None:
-    record = Transition(source=source, dest=dest, trigger="t", note="spec")
+    record = Transition(source=State(source), dest=State(dest), trigger=Trigger.PASS, note="spec")
     return await store.transition(
         snapshot=Snapshot(kind=EP, name=name, state=dest, since=at, updated_at=at),
         entry=TimelineEntry(at=at, subject=name, record=record),
@@ -105,6 +106,12 @@ async def test_incidents_per_day_with_causes_and_the_time_to_repair(store: Store
         ("2026-11-01", f"#{first} restart-llm: refuses"),
         ("2026-11-02", f"#{second} HTTP 500"),
     ]
+    # the day before supervision began is neither up nor down: nobody watched it
+    assert [(d.status, d.watched_s) for d in bar] == [
+        ("not supervised", 0),
+        ("incidents", 24 * 3600),
+        ("incidents", 6 * 3600),
+    ]
     found = await repairs(store, now=T0 + 30 * H)
     assert found.by_subject == {
         "a": Repair(count=2, total_s=3 * 3600),
@@ -115,3 +122,19 @@ async def test_incidents_per_day_with_causes_and_the_time_to_repair(store: Store
         "(no rule matched)": Repair(count=1, total_s=3600, still_open=1),
         "restart-llm": Repair(count=1, total_s=2 * 3600),
     }
+
+
+async def test_days_nobody_watched_are_not_supervised_not_up(store: Store) -> None:
+    # supervised from T0 + 1d 12h for 12 h, then the daemon off until T0 + 4d 6h
+    await store.supervising(T0 + 36 * H, [(EP, "a", "healthy")])
+    await store.supervised(T0 + 36 * H, T0 + 48 * H)
+    await store.supervising(T0 + 102 * H, [(EP, "a", "healthy")])
+    bar = await days(store, "a", now=T0 + 108 * H, count=6)
+    assert [(d.day.isoformat(), d.status, d.watched_s) for d in bar] == [
+        ("2026-10-31", "not supervised", 0),  # before the store has anything of it
+        ("2026-11-01", "not supervised", 0),
+        ("2026-11-02", "no incident", 12 * 3600),  # supervision began at noon
+        ("2026-11-03", "not supervised", 0),  # the daemon was off all day
+        ("2026-11-04", "not supervised", 0),
+        ("2026-11-05", "no incident", 6 * 3600),  # running again since 06:00
+    ]

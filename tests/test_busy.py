@@ -17,7 +17,7 @@ from supervisor.config import load_config
 from supervisor.judge.machine import State
 from supervisor.record.store import Store, TimelineRow
 from supervisor.record.timeline import Probe, Transition
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
 CHAT = "/v1/chat/completions"
@@ -43,7 +43,7 @@ async def _started(tmp_path: Path, url: str, **probe: object) -> Supervisor:
 
 
 def _incident(worker: EndpointWorker) -> int | None:
-    return worker.incident_id  # read through a call: it changes while the test awaits
+    return worker.record.incident_id  # read through a call: it changes while the test awaits
 
 
 def _state(worker: EndpointWorker) -> State:
@@ -71,7 +71,7 @@ async def test_a_saturated_server_is_busy_never_down_and_gets_no_extra_real_chec
         vllm.behaviour.load_tok_s, vllm.behaviour.queue_s = 940.0, 3.0
         await eventually(lambda: _incident(worker) is not None, what="an incident")
         assert _state(worker) is State.BUSY
-        incident_id = worker.incident_id
+        incident_id = worker.record.incident_id
         before, liveness_before = vllm.requests[CHAT], vllm.requests["/health"]
         start = time.monotonic()
         await eventually(lambda: time.monotonic() - start >= 6.5, what="6.5 s", within=8)
@@ -110,9 +110,9 @@ async def test_a_hung_engine_is_down_at_once_and_the_timeline_says_why(
     try:
         await eventually(lambda: _state(worker) is State.HEALTHY, what="healthy")
         vllm.behaviour.engine_hung, vllm.behaviour.load_running = True, 3
-        await eventually(lambda: worker.incident_id is not None, what="an incident")
+        await eventually(lambda: worker.record.incident_id is not None, what="an incident")
         assert _state(worker) is State.DOWN
-        rows = await _timeline(daemon.store, worker.incident_id)
+        rows = await _timeline(daemon.store, worker.record.incident_id)
     finally:
         await daemon.stop()
     down = _transitions(rows)[0]
@@ -139,7 +139,7 @@ async def test_while_down_a_real_check_runs_once_per_interval_and_repeats_are_on
         vllm.behaviour.fail_status = 500  # /health answers, every completion fails
         await eventually(lambda: _incident(worker) is not None, what="an incident", within=15)
         assert _state(worker) is State.DOWN
-        incident_id = worker.incident_id
+        incident_id = worker.record.incident_id
         before, liveness_before = vllm.requests[CHAT], vllm.requests["/health"]
         await eventually(
             lambda: vllm.requests["/health"] - liveness_before >= 40, what="40 liveness passes"

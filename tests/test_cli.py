@@ -12,7 +12,9 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.core.streamstatus import StreamPhase, StreamStatus
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.cursors import save_streams
 from supervisor.record.store.lease import claim
@@ -46,9 +48,9 @@ async def _populate(db: Path) -> int:
             fail_streak=3,
         )
         down_record = Transition(
-            source="healthy",
-            dest="down",
-            trigger="confirm_down",
+            source=State.HEALTHY,
+            dest=State.DOWN,
+            trigger=Trigger.DOWN,
             note="connection refused (2 failures and a failed re-probe)",
         )
         entry = TimelineEntry(at=T0, subject="ds4", record=down_record)
@@ -73,7 +75,10 @@ async def _populate(db: Path) -> int:
                 at=back,
                 subject="ds4",
                 record=Transition(
-                    source="down", dest="healthy", trigger="pass_check", note="real check passed"
+                    source=State.DOWN,
+                    dest=State.HEALTHY,
+                    trigger=Trigger.PASS,
+                    note="real check passed",
                 ),
             ),
             close_resolution="completion passed (ttft 0.41s, 38.2 tok/s)",
@@ -83,7 +88,7 @@ async def _populate(db: Path) -> int:
                 endpoint="ds4",
                 tier=Tier.DEEP,
                 check="completion",
-                outcome=Outcome.OK,
+                outcome=ProbeOutcome.OK,
                 reason="",
                 at=back,
                 latency_s=1.2,
@@ -230,6 +235,7 @@ def test_status_json_lists_every_configured_endpoint_and_host(
             "incident_id": None,
             "last_reason": "",
             "events": None,
+            "events_phase": None,
         },
         {
             "name": "spark1",
@@ -239,6 +245,7 @@ def test_status_json_lists_every_configured_endpoint_and_host(
             "incident_id": None,
             "last_reason": "",
             "events": None,
+            "events_phase": None,
         },
     ]
 
@@ -316,7 +323,7 @@ def test_incidents_and_timeline_json(tmp_path: Path, capsys: pytest.CaptureFixtu
         ("transition", "healthy -> down: connection refused (2 failures and a failed re-probe)"),
         ("transition", "down -> healthy: real check passed"),
     ]
-    assert [(e["type"], e["version"]) for e in document["timeline"]] == [("transition", 1)] * 2
+    assert [(e["type"], e["version"]) for e in document["timeline"]] == [("transition", 2)] * 2
     assert document["timeline"][0]["data"] == {
         "source": "healthy",
         "dest": "down",
@@ -391,12 +398,15 @@ async def test_probe_passes_then_fails_with_a_reason(tmp_path: Path) -> None:
         assert err == f"fleet-supervisor: no endpoint 'nope' in {path} (endpoints: ds4)\n"
 
 
+SUDO_REFUSED = "journalctl failed: sudo: a password is required"
+
+
 async def _streams(db: Path) -> None:
     async with await Store.open(db) as store:
         await save_streams(
             store,
             {"spark1": "s=1;i=2"},
-            {"spark1": "polling: journalctl failed: sudo: a password is required"},
+            {"spark1": StreamStatus(phase=StreamPhase.POLLING, reason=SUDO_REFUSED)},
             at=datetime(2026, 11, 23, 3, 4, 2, tzinfo=UTC),
         )
 
@@ -409,9 +419,9 @@ def test_status_reads_the_event_streams_from_the_store(
     asyncio.run(_streams(tmp_path / "state" / "supervisor.db"))
     assert main(["--config", str(path), "status", "--json"]) == 0
     hosts = json.loads(capsys.readouterr().out)["hosts"]
-    assert [(h["name"], h["events"]) for h in hosts] == [
-        ("forge", None),
-        ("spark1", "polling: journalctl failed: sudo: a password is required"),
+    assert [(h["name"], h["events"], h["events_phase"]) for h in hosts] == [
+        ("forge", None, None),
+        ("spark1", f"polling: {SUDO_REFUSED}", "polling"),
     ]
     assert main(["--config", str(path), "status"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (

@@ -888,9 +888,9 @@ def test_only_true_and_false_are_booleans() -> None:
     ]
 
 
-def test_the_readme_documents_every_config_key() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    assert render_config_table().strip() in readme
+def test_the_config_reference_documents_every_config_key() -> None:
+    reference = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
+    assert render_config_table().strip() in reference
 
 
 # --- launchd hosts: their units name a label, a domain and a plist --------------------------------

@@ -16,9 +16,11 @@ from aiohttp.test_utils import make_mocked_request
 
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.control import Actor, Answer, Code, ControlApi, Via
+from supervisor.control import Answer, Code, ControlApi
 from supervisor.control.matchers import MatchError, select
-from supervisor.judge.machine import State
+from supervisor.core.actor import Actor, Via
+from supervisor.judge.machine import State, Trigger
+from supervisor.record.timeline import Silenced, Transition, Unsilenced
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 
@@ -264,7 +266,7 @@ async def test_a_silence_of_a_healthy_endpoint_is_in_the_journal_with_who_why_un
     assert [(s.target, s.who, s.via, s.why, s.until) for s in silences] == [
         ("host:spark1", "alice", "cli", "disk swap", rows[0].until)
     ]
-    assert worker.grace_until == rows[0].until
+    assert worker.record.grace_until == rows[0].until
 
 
 async def test_a_pause_is_what_the_repair_runner_reads(tmp_path: Path) -> None:
@@ -364,10 +366,10 @@ async def test_the_http_routes_answer_json_with_who_from_a_header(tmp_path: Path
 
 
 def test_control_routes_are_documented_with_their_statuses() -> None:
-    """The README's HTTP table names every control route."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    """The HTTP reference's table names every control route."""
+    reference = (Path(__file__).parents[1] / "docs" / "http.md").read_text()
     for route in ("silence", "unsilence", "pause", "resume", "ack", "restart", "silences"):
-        assert f"/control/{route}" in readme
+        assert f"/control/{route}" in reference
 
 
 async def test_a_stored_glob_silence_covers_an_endpoint_added_before_a_restart(
@@ -388,7 +390,7 @@ async def test_a_stored_glob_silence_covers_an_endpoint_added_before_a_restart(
     try:
         states = {name: w.state for name, w in daemon.workers.items()}
         rows = await _api(daemon).silences()
-        qwen2 = daemon.workers["qwen2"].grace_until
+        qwen2 = daemon.workers["qwen2"].record.grace_until
     finally:
         await daemon.stop()
     assert states["qwen"] is State.MAINTENANCE
@@ -396,3 +398,40 @@ async def test_a_stored_glob_silence_covers_an_endpoint_added_before_a_restart(
     assert states["ds4"] is not State.MAINTENANCE
     assert [(r.id, r.target) for r in rows] == [(1, "q*")]
     assert qwen2 == rows[0].until
+
+
+async def test_a_silence_and_its_end_are_in_the_incident_with_who_target_until_why(
+    tmp_path: Path,
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    spec = {"kind": "openai", "url": down, "model": "m", "host": "forge"}
+    daemon = Supervisor(load_config(write_fleet(tmp_path, {"ds4": spec})))
+    await daemon.start()
+    try:
+        worker = daemon.workers["ds4"]
+        await eventually(lambda: worker.record.incident_id is not None, what="an open incident")
+        incident = worker.record.incident_id
+        assert incident is not None
+        api = _api(daemon)
+        bob = Actor(who="bob", via=Via.WEB)
+        said = await api.silence("ds*", actor=bob, length=timedelta(hours=1), why="driver swap")
+        assert said.subjects == ("ds4",)
+        assert (await api.unsilence("ds4", actor=ALICE, why="done")).subjects == ("ds4",)
+        assert daemon.store is not None
+        rows = await daemon.store.timeline(incident)
+    finally:
+        await daemon.stop()
+    silenced = [r.record for r in rows if isinstance(r.record, Silenced)]
+    unsilenced = [r.record for r in rows if isinstance(r.record, Unsilenced)]
+    assert [(s.actor, s.target, s.why, s.silence) for s in silenced] == [
+        (bob, "ds*", "driver swap", 1)
+    ]
+    assert [(u.actor, u.target, u.why, u.silences) for u in unsilenced] == [
+        (ALICE, "ds4", "done", (1,))
+    ]
+    into = next(
+        r.record
+        for r in rows
+        if isinstance(r.record, Transition) and r.record.trigger is Trigger.SILENCE
+    )
+    assert (into.actor, into.until) == (bob, silenced[0].until)

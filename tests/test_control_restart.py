@@ -14,10 +14,11 @@ import pytest
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.control import Actor, Code, Via
+from supervisor.control import Code
+from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State
 from supervisor.record.store import EntryKind, TimelineRow
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 
@@ -108,20 +109,26 @@ async def test_a_restart_records_what_an_automatic_repair_records(
         await eventually(lambda: _state(worker) is State.HEALTHY, within=20, what="healthy")
         # an automatic repair
         await sim.stop()
-        await eventually(lambda: worker.incident_id is not None, within=20, what="an incident")
-        automatic = worker.incident_id
-        await eventually(lambda: worker.incident_id is None, within=30, what="healed")
+        await eventually(
+            lambda: worker.record.incident_id is not None, within=20, what="an incident"
+        )
+        automatic = worker.record.incident_id
+        await eventually(lambda: worker.record.incident_id is None, within=30, what="healed")
         # a person's restart of the same endpoint, automatic action paused
         await daemon.control.pause(actor=alice)
         await sim.stop()
-        await eventually(lambda: worker.incident_id is not None, within=20, what="an incident")
-        by_hand = worker.incident_id
+        await eventually(
+            lambda: worker.record.incident_id is not None, within=20, what="an incident"
+        )
+        by_hand = worker.record.incident_id
         await eventually(lambda: _state(worker) is State.DOWN, within=20, what="down")
         assert daemon.remediator is not None
         await daemon.remediator.wait()  # it only records that automatic action is paused
         answer = await daemon.control.restart("m", actor=alice, why="try it")
         assert (answer.code, answer.text) == (Code.DONE, "restarted m: startup grace 5s")
-        await eventually(lambda: worker.incident_id is None, within=30, what="healed by hand")
+        await eventually(
+            lambda: worker.record.incident_id is None, within=30, what="healed by hand"
+        )
         await daemon.remediator.wait()
         assert automatic is not None
         assert by_hand is not None

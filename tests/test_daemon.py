@@ -15,12 +15,13 @@ from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.judge.machine import State
 from supervisor.record.store import EntryKind, Store, TimelineRow
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.record.timeline import Transition
+from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
 
 def _incident(worker: EndpointWorker) -> int | None:
-    return worker.incident_id  # read through a call: it changes while the test awaits
+    return worker.record.incident_id  # read through a call: it changes while the test awaits
 
 
 def _state(worker: EndpointWorker) -> State:
@@ -131,7 +132,7 @@ async def test_inside_the_startup_grace_failures_are_not_acted_on(tmp_path: Path
     worker = daemon.workers["ds4"]
     try:
         await eventually(lambda: _state(worker) is State.STARTING, what="starting")
-        await eventually(lambda: "connection refused" in worker.last_reason, what="probed")
+        await eventually(lambda: "connection refused" in worker.record.last_reason, what="probed")
         # several liveness rounds later it is still starting and nothing was opened
         rounds = 5
         for _ in range(rounds):
@@ -181,7 +182,11 @@ async def test_a_host_that_stops_answering_is_one_incident_and_its_endpoints_wai
 
         async def endpoint_entry_in_host_incident() -> bool:
             rows = await store.timeline(host_incident)
-            return any(r.summary.startswith("healthy -> unreachable: host spark1") for r in rows)
+            return any(
+                isinstance(r.record, Transition)
+                and (r.subject, r.record.source, r.record.dest) == ("ds4", "healthy", "unreachable")
+                for r in rows
+            )
 
         await eventually(endpoint_entry_in_host_incident, what="the endpoint in the host incident")
         # it comes back: the host incident closes, the endpoint is judged afresh
@@ -243,9 +248,16 @@ async def test_a_flapping_endpoint_is_one_incident(tmp_path: Path, vllm: VllmSim
     finally:
         await daemon.stop()
     assert len(incidents) == 1
-    transitions = [r.summary.split(":")[0] for r in await _timeline_of(tmp_path, incidents[0].id)]
-    assert transitions.count("healthy -> down") == 3
-    assert transitions.count("down -> healthy") == 3
+    transitions = [_moves(r) for r in await _timeline_of(tmp_path, incidents[0].id)]
+    assert transitions.count(("healthy", "down")) == 3
+    assert transitions.count(("down", "healthy")) == 3
+
+
+def _moves(row: TimelineRow) -> tuple[str, str]:
+    """A transition's (source, dest)."""
+    record = row.record
+    assert isinstance(record, Transition), row
+    return record.source, record.dest
 
 
 async def _timeline_of(tmp_path: Path, incident_id: int) -> list[TimelineRow]:
@@ -267,8 +279,8 @@ async def test_a_silence_survives_a_restart_and_ends_on_time(tmp_path: Path, vll
     worker = daemon.workers["ds4"]
     try:
         assert _state(worker) is State.MAINTENANCE
-        assert worker.grace_until == until
+        assert worker.record.grace_until == until
         await eventually(lambda: _state(worker) is State.HEALTHY, what="the silence ended")
-        assert worker.grace_until is None
+        assert worker.record.grace_until is None
     finally:
         await daemon.stop()

@@ -6,7 +6,11 @@ tests/lab/test_demo_lab.py; here the loopback one.)"""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +80,56 @@ async def test_demo_detects_and_recovers_every_fault() -> None:
     assert "detected and recovered" not in text
     assert text.splitlines()[-3:] == ENDING
     assert err.decode() == ""
+
+
+def _answers(url: str) -> bool:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("signum", "inherited"),
+    [
+        # a job started in the background of a script inherits SIGINT as ignored
+        (signal.SIGINT, "trap '' INT; "),
+        (signal.SIGINT, ""),
+        (signal.SIGTERM, ""),
+    ],
+    ids=["SIGINT inherited as ignored", "SIGINT", "SIGTERM"],
+)
+async def test_an_interrupted_loopback_demo_exits_130_and_stops_everything(
+    signum: signal.Signals, inherited: str, tmp_path: Path
+) -> None:
+    demo = f"{inherited}exec {sys.executable} -m supervisor demo --loopback"
+    proc = await asyncio.create_subprocess_exec(
+        "sh",
+        "-c",
+        demo,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    said: list[str] = []
+    try:
+        async with asyncio.timeout(60):
+            while not said or "the demo injects fault 1: " not in said[-1]:
+                line = (await proc.stdout.readline()).decode()
+                assert line, f"the demo ended before its first fault: {said}"
+                said.append(line.rstrip("\n"))
+        proc.send_signal(signum)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130, out.decode() + err.decode()
+    assert err.decode() == "\ninterrupted: everything the demo started is stopped\n"
+    servers = [line.rsplit(" at ", 1)[1] for line in said if "-shaped server for " in line]
+    assert len(servers) == 2, said
+    assert [url for url in servers if _answers(url)] == []
+    assert os.listdir(tmp_path) == []  # its folder (the store, the config) is removed

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.execute import CommandResult, Executor, command_line
 from supervisor.execute.containers import ContainerNameError, in_container
 from supervisor.execute.local import LocalExecutor
@@ -34,19 +34,19 @@ from supervisor.judge.progress.load import MetricsFormatError
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     CollectorParams,
-    Evidence,
     FactValue,
-    NoParams,
+    NoEvidenceParams,
     Scope,
 )
 from supervisor.playbook.evidence.declare import collector, found
-from supervisor.playbook.evidence.execstart import docker_exec, parse_exec_start, split_argv
+from supervisor.playbook.evidence.execstart import parse_exec_start, split_argv, split_docker_exec
 from supervisor.playbook.evidence.journal import journal_since, parse_journal, since_text
 from supervisor.playbook.evidence.memory import parse_meminfo
 from supervisor.playbook.evidence.metrics import parse_metrics
 from supervisor.playbook.evidence.network import parse_pid_args, parse_ss
-from supervisor.playbook.evidence.processes import parse_ps, select
+from supervisor.playbook.evidence.processes import parse_ps, select_processes
 from supervisor.playbook.evidence.registry import COLLECTORS, collectors_of
 from supervisor.playbook.evidence.settling import may_be_mid_attempt
 from supervisor.playbook.evidence.systemd import parse_main_pid, parse_unit_status
@@ -179,7 +179,7 @@ class Collect(Protocol):
         timeout: timedelta = ...,
         last_ok_at: datetime | None = None,
         time: FakeTime | None = None,
-    ) -> Evidence: ...
+    ) -> CollectedEvidence: ...
 
 
 @pytest.fixture
@@ -196,7 +196,7 @@ def collect(http: httpx.AsyncClient) -> Collect:
         timeout: timedelta = timedelta(seconds=5),
         last_ok_at: datetime | None = None,
         time: FakeTime | None = None,
-    ) -> Evidence:
+    ) -> CollectedEvidence:
         chosen = COLLECTORS[name]
         ctx = CollectContext(
             scope=scope,
@@ -349,7 +349,7 @@ def test_exec_start_container_and_script(argv: str, container: str, script: str)
     value = f"{{ path=/usr/bin/docker ; argv[]={argv} ; ignore_errors=no ; pid=0 ; status=0/0 }}"
     parsed = parse_exec_start(value)
     assert (parsed.container, parsed.script, parsed.argv_text) == (container, script, argv)
-    assert docker_exec(split_argv(argv))[0] == container
+    assert split_docker_exec(split_argv(argv))[0] == container
 
 
 def test_exec_start_that_is_not_systemds_rendering_is_read_as_a_command_line() -> None:
@@ -657,7 +657,7 @@ async def test_an_error_logged_before_the_last_passing_check_is_not_diagnosed_ag
     config = FleetConfig(source=Path("fleet.yaml"), hosts={"spark1": SPARK1},
                          endpoints={"ds4": endpoint})  # fmt: skip
     trigger = ProbeResult(
-        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=Outcome.FAIL,
+        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=ProbeOutcome.FAIL,
         reason="connection refused", at=at("2026-06-02T09:15:30"), latency_s=0.01,
     )  # fmt: skip
     diagnosis = await diagnose(
@@ -910,7 +910,7 @@ async def test_listeners_on_a_free_port(collect: Collect) -> None:
     ],
 )
 def test_processes_select(pattern: str, user: str | None, pids: tuple[int, ...]) -> None:
-    chosen = select(parse_ps(data("ps-vllm-host.txt")), pattern, user)
+    chosen = select_processes(parse_ps(data("ps-vllm-host.txt")), pattern, user)
     assert tuple(process.pid for process in chosen) == pids
 
 
@@ -934,7 +934,7 @@ async def test_processes_finds_a_real_renamed_process(
     monkeypatch.setenv("COLUMNS", "40")  # ps must still print whole command lines
     me = pwd.getpwuid(os.geteuid()).pw_name
     params = {"pattern": r"^VLLM::Worker_TP\d+ ", "user": me}
-    evidence: list[Evidence] = []
+    evidence: list[CollectedEvidence] = []
 
     async def listed() -> bool:
         evidence.append(await collect("processes", params, scope=local_scope()))
@@ -1240,13 +1240,13 @@ def _module(name: str, **values: object) -> ModuleType:
     return module
 
 
-async def _nothing(ctx: CollectContext, params: NoParams) -> Evidence:
+async def _nothing(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     return found({"x": 1})
 
 
 def test_collectors_of_modules_and_duplicate_names() -> None:
-    first = collector("probe_one", params=NoParams, doc="one", facts={"x": "x"})(_nothing)
-    again = collector("probe_one", params=NoParams, doc="two", facts={"x": "x"})(_nothing)
+    first = collector("probe_one", params=NoEvidenceParams, doc="one", facts={"x": "x"})(_nothing)
+    again = collector("probe_one", params=NoEvidenceParams, doc="two", facts={"x": "x"})(_nothing)
     mapping = collectors_of([_module("a", first=first, alias=first, other=3)])
     assert dict(mapping) == {"probe_one": first}
     with pytest.raises(ValueError, match=r"^two collectors are called 'probe_one'$"):
@@ -1275,19 +1275,19 @@ def test_collector_declaration_mistakes(
     name: str, doc: str, facts: Mapping[str, str], message: str
 ) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        collector(name, params=NoParams, doc=doc, facts=facts)
+        collector(name, params=NoEvidenceParams, doc=doc, facts=facts)
 
 
 async def test_the_declared_collector_stamps_its_name(collect: Collect) -> None:
-    declared = collector("probe_two", params=NoParams, doc="d", facts={"x": "x"}, needs_host=False)(
-        _nothing
-    )
+    declared = collector(
+        "probe_two", params=NoEvidenceParams, doc="d", facts={"x": "x"}, needs_host=False
+    )(_nothing)
     ctx = CollectContext(
         scope=NO_HOST_SCOPE, executor=ScriptedExecutor(answers={}), timeout=timedelta(seconds=1),
         http=httpx.AsyncClient(),
     )  # fmt: skip
     async with ctx.http:
-        evidence = await declared.run(ctx, NoParams())
+        evidence = await declared.run(ctx, NoEvidenceParams())
     assert (evidence.collector, dict(evidence.facts)) == ("probe_two", {"x": 1})
 
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.config import Endpoint, Host, UnitRef
-from supervisor.playbook.evidence.base import CollectContext, Evidence, FactValue, Scope
+from supervisor.playbook.evidence.base import CollectContext, CollectedEvidence, FactValue, Scope
 from supervisor.playbook.evidence.launchctl import (
     NOT_LOADED_FACTS,
     job_facts,
@@ -76,7 +76,7 @@ async def collect(
     *,
     scope: Scope = SCOPE,
     last_ok_at: datetime | None = None,
-) -> tuple[Evidence, ScriptedExecutor]:
+) -> tuple[CollectedEvidence, ScriptedExecutor]:
     executor = ScriptedExecutor(answers=answers)
     chosen = COLLECTORS[name]
     ctx = CollectContext(

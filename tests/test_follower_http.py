@@ -24,8 +24,8 @@ from supervisor.cli.status import collect
 from supervisor.config import load_config
 from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.lease import claim
-from supervisor.record.store.lease_view import LeaderView
 from supervisor.record.store.schema import leader_lease
+from supervisor.record.store.who_leads import LeaderView
 from supervisor.tell.web.follower import FollowerServer
 from supervisor.tell.web.stored import StoredFleet, health_text, leader_words
 from tests.conftest import free_port

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from supervisor.config import Endpoint
 from supervisor.config.loader import parse_config
 from supervisor.core.clock import SystemClock
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.probe import make_client, run_probe
 from supervisor.probe.context import ProbeError
 from supervisor.probe.transcript import Transcript, read_sse, read_whole
@@ -165,11 +165,11 @@ async def test_a_probe_over_a_real_socket_never_raises(
 ) -> None:
     result = await _probe(body, content_type, status, tier)
     _one_line(result.reason)
-    if result.outcome is not Outcome.OK:
+    if result.outcome is not ProbeOutcome.OK:
         assert result.reason
 
 
 async def test_garbage_models_list_is_a_clear_failure() -> None:
     result = await _probe(b"<html>oops</html>", "text/html", 200, Tier.LIVENESS)
-    assert result.outcome is Outcome.FAIL
+    assert result.outcome is ProbeOutcome.FAIL
     assert result.reason == "bad JSON in response: <html>oops</html>"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from supervisor.config import FleetConfig, Host
+from supervisor.core.streamstatus import CONNECTING, STREAMING, StreamPhase
 from supervisor.hear.streams import (
     HostEvents,
     HostStream,
@@ -24,7 +25,7 @@ from supervisor.hear.streams import (
 from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
 from supervisor.hear.streams.journal import follow_argv, head_cursor, parse_entry
-from supervisor.hear.streams.poll import UnitState, changes, parse_show
+from supervisor.hear.streams.poll import PolledUnit, changes, parse_show
 from supervisor.hear.streams.recognise import Recognised, Recogniser
 from tests.conftest import free_port
 
@@ -327,7 +328,7 @@ def test_show_output_of_two_units_and_a_killed_process() -> None:
         + "Id=b.service\nActiveState=active\n"
     )
     states = parse_show(text)
-    assert states["a.service"] == UnitState(
+    assert states["a.service"] == PolledUnit(
         unit="a.service",
         active_state="failed",
         sub_state="failed",
@@ -480,7 +481,7 @@ async def test_host_events_runs_a_stream_per_host_and_reports_status_and_cursors
     events = HostEvents(
         config, seen.append, transports={"s1": _scripted(tmp_path, [recorded], show)}
     )
-    assert events.status() == {"s1": "connecting"}
+    assert events.status() == {"s1": CONNECTING}
     assert events.cursors() == {}
     task = asyncio.create_task(events.run())
     try:
@@ -492,7 +493,7 @@ async def test_host_events_runs_a_stream_per_host_and_reports_status_and_cursors
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    assert events.status() == {"s1": "streaming"}
+    assert events.status() == {"s1": STREAMING}
     assert [(e.host, e.kind.value, e.summary()) for e in seen] == [
         ("s1", "started", "ev-clean.service started"),
         ("s1", "exited", "ev-clean.service exited: status=0"),
@@ -510,9 +511,9 @@ async def test_a_refused_host_backs_off_then_counts_as_polling(tmp_path: Path) -
     task = asyncio.create_task(stream.run())
     try:
         for _ in range(500):  # 10 s
-            if not statuses or statuses[-1] != stream.status:
-                statuses.append(stream.status)
-            if stream.status.startswith("polling"):
+            if not statuses or statuses[-1] != stream.status.text:
+                statuses.append(stream.status.text)
+            if stream.status.phase is StreamPhase.POLLING:
                 break
             await asyncio.sleep(0.005)
     finally:

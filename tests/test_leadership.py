@@ -18,13 +18,13 @@ import yaml
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.app.leader.elector import Elector, Me
-from supervisor.app.leader.gate import Gate, interrupted_why
+from supervisor.app.leader.gate import LeaderGate, interrupted_why
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.core.tenure import Tenure
 from supervisor.record.store import Store, StoreRefusedError
-from supervisor.record.store.lease import Lease, journal
+from supervisor.record.store.lease import Lease, lease_journal
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 
@@ -46,7 +46,7 @@ def _config(tmp_path: Path, instance: str, port: int) -> Path:
 class Running:
     def __init__(self, path: Path) -> None:
         config = load_config(path)
-        self.gate = Gate(config, lambda: Supervisor(config))
+        self.gate = LeaderGate(config, lambda: Supervisor(config))
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
         self.url = f"http://{config.http.listen}"
@@ -92,7 +92,7 @@ async def test_the_leader_says_so_and_a_clean_stop_hands_over_at_once(
     await a.end()
     await eventually(lambda: b.gate.supervisor is not None, within=5, what="b leading at once")
     async with await Store.open(tmp_path / "shared.db") as store, store.tx(write=False) as conn:
-        events = [(e.epoch, e.holder, e.event, e.detail) for e in await journal(conn)]
+        events = [(e.epoch, e.holder, e.event, e.detail) for e in await lease_journal(conn)]
     assert events[0] == (1, "a", "took_over", "first lease")
     assert events[1] == (1, "a", "released", "stopped")
     assert events[2][:3] == (2, "b", "took_over")
@@ -155,7 +155,7 @@ async def test_a_failed_start_is_tried_again_not_fatal(tmp_path: Path) -> None:
         made.append(FailsFirst(config))
         return made[-1]
 
-    gate = Gate(config.model_copy(update={"store": config.store.model_copy(
+    gate = LeaderGate(config.model_copy(update={"store": config.store.model_copy(
         update={"lease": timedelta(seconds=0.6)})}), make)  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(gate.run(stop))

@@ -24,7 +24,7 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from supervisor.record.store import AttemptRow, Store, StoreError
-from supervisor.record.store.lease import JournalEntry, db_now_ms, journal
+from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, lease_journal
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.target import PgTarget
 from tests.conftest import free_port
@@ -88,14 +88,14 @@ class Fleet:
         """The fault: the served model's process dies."""
         os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
 
-    async def read(self) -> tuple[list[JournalEntry], list[AttemptRow]]:
+    async def read(self) -> tuple[list[LeaseJournalEntry], list[AttemptRow]]:
         try:
             store = await Store.open(self.target, create=False)
         except StoreError:  # no daemon made it yet
             return [], []
         async with store:
             async with store.tx(write=False) as conn:
-                entries = await journal(conn)
+                entries = await lease_journal(conn)
             return entries, await store.attempts("m")
 
     async def now_ms(self) -> int:
@@ -108,7 +108,7 @@ class Fleet:
     async def has_taken_over(self, holder: str) -> bool:
         return await self.took_over(holder) is not None
 
-    async def took_over(self, holder: str) -> JournalEntry | None:
+    async def took_over(self, holder: str) -> LeaseJournalEntry | None:
         entries, _ = await self.read()
         found = [e for e in entries if e.event == "took_over" and e.holder == holder]
         return found[-1] if found else None
@@ -202,9 +202,10 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
 
 async def _a_leads_and_heals_then_b_follows(fleet: Fleet) -> None:
     await fleet.start("a")
-    await eventually(lambda: fleet.healed(1), within=60, what="a healing the first fault")
+    # start-ups get the time a machine shared with other work takes (load 19 on 2 cores seen)
+    await eventually(lambda: fleet.healed(1), within=120, what="a healing the first fault")
     await fleet.start("b")
-    await eventually(lambda: fleet.events("b", "following") != [], within=20, what="b following")
+    await eventually(lambda: fleet.events("b", "following") != [], within=90, what="b following")
     await _serves(fleet, "b", "follower", f"ok: following a on {socket.gethostname()} (epoch 1)")
     status = await _get(fleet, "a", "/status")
     assert (status["role"], status["leadership"]["leader"]) == ("leader", "a")
@@ -324,8 +325,12 @@ async def _refused(fleet: Fleet, holder: str) -> bool:
 
 
 OUTAGE_S = LEASE_S + 5
-"""Longer than the lease (before issue 24 the leader stepped down after one lease and nobody
-spoke); issue 24 asked for 60 s, which adds time but no new behaviour past the lease."""
+"""Past the lease (15 s: before issue 24 the leader stepped down after one lease and nobody
+spoke) and past every other clock of the daemon's store side, each saturated by then: the
+listener's backoff (its longest pause, 5 s, reached after 4 s), the claim loop's period (a third
+of the lease), the server's idle-in-transaction timeout (5 s), the resilient store's retry
+(1 s). A refused connection fails at once, so nothing waits on a 30 s statement timeout. Issue
+24's 60 s repeats the same states for 40 s more."""
 
 
 async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speaking(
@@ -435,14 +440,20 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
     """Issue 24: after SIGCONT the deposed leader learns it was deposed from its own clock
     before it does anything that reaches the outside: no Bot API call at all (each instance has
     its own Bot API stand-in, so its getUpdates are counted apart), its /status never says
-    `leader`, and neither log has a line at error level or a traceback."""
+    `leader`, its page's event stream (open across the freeze) ends and sends nothing, and
+    neither log has a line at error level or a traceback."""
     bot_a, bot_b = fleet.bots["a"], fleet.bots["b"]
     await fleet.start("a")
-    await eventually(lambda: fleet.events("a", "telegram: bot up") != [], within=30, what="a up")
+    # the start-ups are not what is tested: a machine shared with other work (a load of 19 on
+    # 2 cores was seen) can take more than 20 s to start a Python daemon
+    await eventually(lambda: fleet.events("a", "telegram: bot up") != [], within=90, what="a up")
     await fleet.start("b")
-    await eventually(lambda: fleet.events("b", "following") != [], within=20, what="b following")
+    await eventually(lambda: fleet.events("b", "following") != [], within=90, what="b following")
     burners = [_burn() for _ in range(2)] if burner else []
+    feed = _Feed()
+    reading = asyncio.create_task(feed.read(fleet.urls["a"] + "/events"))
     try:
+        await eventually(lambda: feed.chunks != [], within=20, what="a's page stream open")
         a = fleet.procs["a"]
         a.send_signal(signal.SIGSTOP)
         frozen = time.monotonic()
@@ -453,6 +464,7 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
         await asyncio.sleep(max(0.0, WOKEN_FREEZE_S - (time.monotonic() - frozen)))
         polls_b = bot_b.calls.count("getUpdates")
         seen = len(bot_a.calls)
+        streamed = len(feed.chunks)
         a.send_signal(signal.SIGCONT)
         roles = await _roles_until_following(fleet, "a")
     finally:
@@ -462,6 +474,10 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
     await asyncio.sleep(2)  # a Bot API call a made after it follows would show by now
     assert bot_a.calls[seen:] == []  # not one call, not even the poller's getUpdates
     assert "leader" not in roles
+    # the page's stream, open across the freeze, ended when a woke, and sent nothing after
+    await asyncio.wait_for(reading, 10)
+    assert feed.ended
+    assert feed.chunks[streamed:] == []
     assert bot_b.calls.count("getUpdates") > polls_b  # b's poller goes on undisturbed
     for instance in ("a", "b"):
         lines = fleet.log(instance).read_text().splitlines()
@@ -472,6 +488,23 @@ async def test_a_woken_leader_makes_no_bot_api_call_and_never_says_leader(
     assert {e["level"] for e in deposed} <= {"warning"}
     stops = [e["stops"] for e in deposed]
     assert len(stops) == len(set(stops))  # one line per part
+
+
+class _Feed:
+    """A browser's page stream (`GET /events`): what it received, and whether the server ended
+    it."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.ended = False
+
+    async def read(self, url: str) -> None:
+        timeout = httpx.Timeout(10.0, read=None)  # the stream is quiet while its server is
+        async with httpx.AsyncClient(timeout=timeout) as client, client.stream("GET", url) as got:
+            with suppress(httpx.TransportError):  # ended by the server closing it, or cut
+                async for chunk in got.aiter_bytes():
+                    self.chunks.append(chunk)
+        self.ended = True
 
 
 def _burn() -> Any:
@@ -486,8 +519,16 @@ async def _roles_until_following(fleet: Fleet, instance: str) -> list[str]:
     roles: list[str] = []
     after = len(fleet.events(instance, "following"))
     followed: float | None = None
+    deadline = time.monotonic() + 60
     async with httpx.AsyncClient(timeout=2.0) as client:
         while followed is None or time.monotonic() - followed < 1.0:
+            if followed is None and time.monotonic() > deadline:
+                leading = fleet.events(instance, "leading")
+                raise AssertionError(
+                    f"{instance} did not follow again within 60 s of waking (it took over "
+                    f"again {len(leading) - 1} times: the new leader lost its lease); "
+                    f"roles seen: {sorted(set(roles))}"
+                )
             try:
                 answer = await client.get(fleet.urls[instance] + "/status")
                 roles.append(

@@ -1,6 +1,9 @@
 """A daemon loads only what its config needs: the Telegram client (python-telegram-bot) only when
-Telegram is configured with a token, asyncssh only when a command goes to an SSH host, the lab
-never (`fleet-supervisor run` as a real process; what it imported, read at its exit)."""
+Telegram is configured with a token, asyncssh only when a command goes to an SSH host, Alembic
+(and Mako) only when its store must be made or upgraded, the lab never, and never what its
+dependencies would import only because it is installed beside them (httpx's command line: click,
+rich, pygments; trio) (`fleet-supervisor run` as a real process; what it imported, read at its
+exit)."""
 
 from __future__ import annotations
 
@@ -35,9 +38,9 @@ print(code, sorted(m for m in {WATCHED!r} if m in sys.modules))
 TELEGRAM = {"chat_ids": [-100], "user_ids": [7], "base_url": "http://127.0.0.1:9/bot"}
 
 
-def _run(config: Path, env: dict[str, str]) -> str:
+def _run(config: Path, env: dict[str, str], code: str = RUN) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", RUN, str(config)],
+        [sys.executable, "-c", code, str(config)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -89,3 +92,39 @@ def test_asyncssh_is_loaded_only_when_a_command_goes_over_ssh() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "0 False\nTrue\n"
+
+
+#: `run` as `python -m supervisor` starts it, stopped the same way; prints what it loaded of `names`
+MAIN = """
+import os, runpy, signal, sys, threading, time
+sys.argv = ["supervisor", "--config", sys.argv[1], "run", "--log-format", "json"]
+def stop():  # a second after the daemon took SIGTERM over (it stops cleanly then)
+    while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        time.sleep(0.01)
+    time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=stop, daemon=True).start()
+try:
+    runpy.run_module("supervisor", run_name="__main__")
+except SystemExit as stop:
+    print(stop.code, sorted(m for m in {names!r} if sys.modules.get(m) is not None))
+"""
+
+STORE_TOOLS = ("alembic", "mako")
+EXTRAS = ("click", "rich", "pygments", "trio")
+
+
+def test_alembic_is_loaded_only_when_the_store_must_be_made_or_upgraded(tmp_path: Path) -> None:
+    config = write_fleet(tmp_path, {"asr": {"kind": "health", "url": "http://127.0.0.1:9/h"}})
+    code = MAIN.format(names=STORE_TOOLS)
+    assert _run(config, {}, code) == "0 ['alembic', 'mako']"  # the store is made
+    assert _run(config, {}, code) == "0 []"  # then opened as it is
+
+
+def test_the_daemon_does_not_load_what_its_dependencies_import_only_when_installed(
+    tmp_path: Path,
+) -> None:
+    for name in EXTRAS:  # the test extras install them; a deployed venv has none of them
+        __import__(name)
+    config = write_fleet(tmp_path, {"asr": {"kind": "health", "url": "http://127.0.0.1:9/h"}})
+    assert _run(config, {}, MAIN.format(names=EXTRAS)) == "0 []"

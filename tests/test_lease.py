@@ -12,7 +12,14 @@ import pytest
 
 from supervisor.app.leader.elector import Elector, Me
 from supervisor.record.store import Snapshot, Store, StoreError, SubjectKind
-from supervisor.record.store.lease import Lease, StaleEpochError, claim, current, journal, release
+from supervisor.record.store.lease import (
+    Lease,
+    StaleEpochError,
+    claim,
+    current_lease,
+    lease_journal,
+    release,
+)
 from supervisor.record.store.target import StoreTarget
 from tests.pgserver import PgServer
 
@@ -39,7 +46,7 @@ def _snap(name: str) -> Snapshot:
 
 async def _events(store: Store) -> list[tuple[int, str, str, str]]:
     async with store.tx(write=False) as conn:
-        return [(e.epoch, e.holder, e.event, e.detail) for e in await journal(conn)]
+        return [(e.epoch, e.holder, e.event, e.detail) for e in await lease_journal(conn)]
 
 
 async def test_one_holder_renews_and_the_other_follows(store: Store) -> None:
@@ -107,7 +114,7 @@ async def test_release_frees_the_lease_at_once(store: Store) -> None:
 
 async def test_no_lease_before_anyone_claimed(store: Store) -> None:
     async with store.tx(write=False) as conn:
-        assert await current(conn) is None
+        assert await current_lease(conn) is None
 
 
 async def test_many_claimants_at_once_give_one_holder(store_target: StoreTarget) -> None:

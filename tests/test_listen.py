@@ -2,12 +2,15 @@
 announced (a rolled-back one is not), the listening connection comes back after the server
 dropped it, a clean stop hands over at once (two instances in one process, a lease long enough
 that the claim loop's own pace would miss the deadline), and a follower's page streams an entry
-another process committed. On SQLite the listener is a no-op."""
+another process committed, and one whose leader, another daemon, sees an endpoint go down. On
+SQLite the listener is a no-op."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -18,9 +21,11 @@ import pytest
 import yaml
 from sqlalchemy import text
 
+from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.leader.elector import Elector, Me
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.store.lease import claim, journal, release
+from supervisor.record.store.lease import claim, lease_journal, release
 from supervisor.record.store.listen import CHANNELS, LEASE, TIMELINE, Listener, notify
 from supervisor.record.store.target import PgTarget
 from supervisor.record.timeline import Note, Transition
@@ -59,7 +64,9 @@ def _heard(got: list[tuple[str, str]], channel: str, payload: str) -> None:
 async def _incident(store: Store) -> tuple[int, int]:
     """Open an incident with one entry; (incident id, entry id)."""
     entry = TimelineEntry(
-        at=T0, subject="m", record=Transition(source="healthy", dest="down", trigger="t", note="x")
+        at=T0,
+        subject="m",
+        record=Transition(source=State.HEALTHY, dest=State.DOWN, trigger=Trigger.PASS, note="x"),
     )
     snapshot = Snapshot(kind=SubjectKind.ENDPOINT, name="m", state="down", since=T0, updated_at=T0)
     incident = await store.transition(snapshot=snapshot, entry=entry, open_cause="refused")
@@ -170,12 +177,14 @@ async def test_a_woken_follower_claims_at_once(
     assert (elector.epoch, previous.holder, previous.released) == (2, "a", True)
 
 
-def _config(tmp_path: Path, target: PgTarget, instance: str, *, lease: str) -> Path:
+def _config(
+    tmp_path: Path, target: PgTarget, instance: str, *, lease: str, url: str | None = None
+) -> Path:
     folder = tmp_path / instance
     folder.mkdir(exist_ok=True)
     path = write_fleet(
         folder,
-        {"m": {"kind": "health", "url": f"http://127.0.0.1:{free_port()}/h"}},
+        {"m": {"kind": "health", "url": url or f"http://127.0.0.1:{free_port()}/h"}},
         http={"listen": f"127.0.0.1:{free_port()}"},
     )
     document = yaml.safe_load(path.read_text())
@@ -207,7 +216,7 @@ async def test_a_clean_stop_hands_over_at_once_on_postgresql(
             if run is not None and not run.task.done():
                 await run.end()
     async with await Store.open(target) as store, store.tx(write=False) as conn:
-        entries = await journal(conn)
+        entries = await lease_journal(conn)
     events = [(e.epoch, e.holder, e.event) for e in entries]
     # a stopped its supervisor before it released the lease: none of its writes was refused
     assert events == [
@@ -270,3 +279,62 @@ async def _until_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
         yield line
         if line.startswith("data: "):
             return
+
+
+async def test_a_followers_page_shows_the_leaders_change_live(
+    tmp_path: Path, target: PgTarget, sim: VllmSim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two daemons on one PostgreSQL database: a leads and probes m (a real vLLM-shaped server), b
+    follows and serves its page. m's server stops: a's transition reaches b's open `/events`
+    stream through NOTIFY alone (b's page does not tick within the deadline, and b's own store
+    commits nothing)."""
+    monkeypatch.setattr(feed, "TICK_S", 60.0)
+    url = f"{sim.url}/health"
+    a = Running(_config(tmp_path, target, "a", lease="60s", url=url))
+    b: Running | None = None
+    try:
+        await eventually(partial(_healthy_on, a), within=20, what="a leading, m healthy")
+        b = Running(_config(tmp_path, target, "b", lease="60s", url=url))
+        await eventually(partial(_follows, b, "a"), within=20, what="b following and listening")
+        async with (
+            httpx.AsyncClient(timeout=30) as client,
+            client.stream("GET", f"{b.url}/events") as events,
+        ):
+            lines = events.aiter_lines()
+            assert await anext(lines) == "retry: 2000"
+            await sim.stop()
+            stopped = time.monotonic()
+            async with asyncio.timeout(10):
+                frame = [line async for line in _until_data(lines)]
+            seen_after = time.monotonic() - stopped
+    finally:
+        for run in (a, b):
+            if run is not None and not run.task.done():
+                await run.end()
+    assert frame[0] == "event: timeline"
+    document = json.loads(frame[-1].removeprefix("data: "))
+    assert (document["subject"], document["type"]) == ("m", "transition")
+    async with await Store.open(target) as store:
+        [row] = [r for r in await store.timeline(document["incident"]) if r.id == document["id"]]
+    record = row.record  # the leader's: b probes nothing while it follows
+    assert isinstance(record, Transition)
+    assert (record.source, record.dest) == ("healthy", "down")
+    assert seen_after < feed.TICK_S
+
+
+def _healthy_on(run: Running) -> bool:
+    leader = run.gate.supervisor
+    worker = leader.workers.get("m") if leader is not None and leader.daemon else None
+    return worker is not None and worker.state == "healthy"
+
+
+async def _follows(run: Running, leader: str) -> bool:
+    """`run` serves its follower's page naming `leader`, and its listener listens."""
+    if not run.gate.listener.connected.is_set():
+        return False
+    try:
+        async with httpx.AsyncClient() as client:
+            health = await client.get(f"{run.url}/healthz")
+    except httpx.TransportError:
+        return False
+    return health.text.startswith(f"ok: following {leader} on ")

@@ -10,8 +10,7 @@ from typing import cast
 from supervisor.core.events import UnitSignal
 from supervisor.judge.machine import State
 from supervisor.repair.listening import MAX_LOOKS, Listening
-from supervisor.worker.endpoint import EndpointWorker
-from supervisor.worker.heard import Heard, unit_heard
+from supervisor.worker import EndpointRecord, Heard, unit_heard
 
 DEATH = UnitSignal(
     endpoint="qwen",
@@ -29,7 +28,7 @@ DEATH = UnitSignal(
 
 @dataclass
 class Endpoint:
-    """What `Listening` reads of a worker."""
+    """What `Listening` reads of a worker's record."""
 
     name: str = "qwen"
     incident_id: int | None = 7
@@ -37,8 +36,8 @@ class Endpoint:
     last_progress: None = None
 
 
-def worker(endpoint: Endpoint) -> EndpointWorker:
-    return cast(EndpointWorker, endpoint)
+def worker(endpoint: Endpoint) -> EndpointRecord:
+    return cast(EndpointRecord, endpoint)
 
 
 def test_what_was_known_at_the_escalation_is_not_new() -> None:

@@ -5,6 +5,8 @@ set-up (`supervisor.core.logs.configure`), JSON lines on a real stream."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import io
 import json
 import logging
@@ -128,3 +130,26 @@ def test_a_conflict_is_one_warning_that_says_what_it_means(stream: io.StringIO) 
     )
     assert line["meaning"].startswith("the Bot API lets one consumer poll a token")
     assert "exception" not in line
+
+
+def _never_retrieved(error: BaseException) -> None:
+    """What asyncio says of a future whose exception nobody read (its default handler)."""
+    loop = asyncio.new_event_loop()
+    try:
+        future = loop.create_future()
+        future.set_exception(error)
+        del future
+        gc.collect()
+    finally:
+        loop.close()
+
+
+def test_an_abandoned_connection_attempts_tls_probe_is_a_debug_line(stream: io.StringIO) -> None:
+    """asyncpg's TLS probe of a connection attempt given up (its timeout, on a loaded machine)
+    leaves a future set by the socket's close that nobody reads; the attempt's failure is
+    reported by its caller already: a debug line, not shown at the daemon's level (info). Any
+    other unread exception keeps its error."""
+    _never_retrieved(ConnectionError("unexpected connection_lost() call"))
+    _never_retrieved(ConnectionError("something else"))
+    said = [(e["logger"], e["level"], e["exception"]) for e in _lines(stream)]
+    assert said == [("asyncio", "error", "ConnectionError: something else")]

@@ -30,7 +30,7 @@ from supervisor.playbook.evidence.launchctl import (
     parse_print,
 )
 from supervisor.playbook.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
-from supervisor.playbook.evidence.restarts import Outcome, Restart, wait_for_restarts
+from supervisor.playbook.evidence.restarts import Restart, RestartOutcome, wait_for_restarts
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -369,7 +369,7 @@ async def test_keepalive_restarts_a_killed_job_and_the_diagnosis_waits_for_it(ma
     assert await asyncio.to_thread(_until, lambda: mac.facts()["state"] == "spawn scheduled")
     found = await _settle(mac)
     assert [(r.outcome, r.before) for r in found] == [
-        (Outcome.RUNNING, "signal Killed: 9, spawn scheduled, 1 runs")
+        (RestartOutcome.RUNNING, "signal Killed: 9, spawn scheduled, 1 runs")
     ]
     assert found[0].after.endswith(", running, 2 runs")
     assert found[0].bound_s == 5.0  # the job's throttle 2 + settle 2 + slack 1
@@ -384,7 +384,7 @@ async def test_keepalive_restarts_a_failing_job_and_the_diagnosis_reads_the_next
     assert mac.launchctl("bootstrap", "gui/501", str(plist)).returncode == 0
     assert await asyncio.to_thread(_until, lambda: mac.facts()["state"] == "spawn scheduled")
     found = await _settle(mac)
-    assert [r.outcome for r in found] == [Outcome.FAILED], found
+    assert [r.outcome for r in found] == [RestartOutcome.FAILED], found
     assert found[0].before == "exit 1, spawn scheduled, 1 runs"
     assert found[0].after.startswith("exit 1, ")
     assert found[0].after.endswith(", 2 runs")

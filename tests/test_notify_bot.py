@@ -25,7 +25,7 @@ from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.timeline import Acked
 from supervisor.tell.telegram.notifier import Notifier
 from supervisor.tell.telegram.timing import Pacing, Timing
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
 TOKEN = "123456:SECRET-token-never-logged"
@@ -135,8 +135,8 @@ async def test_down_then_up_gives_opened_and_resolved_in_one_thread(
         ]
         assert _alerts(stub) == []  # silence while healthy
         await vllm.stop()
-        await eventually(lambda: worker.incident_id is not None, what="an incident")
-        incident = worker.incident_id
+        await eventually(lambda: worker.record.incident_id is not None, what="an incident")
+        incident = worker.record.incident_id
         await _restart(vllm)
         await eventually(
             lambda: any(s.text.startswith("✅ <b>ds4") for s in stub.sent), what="resolved"
@@ -165,7 +165,7 @@ async def test_a_state_change_is_composed_at_once_not_at_the_next_round(
         await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
         await eventually(_notifier(daemon).ready.is_set, what="bot up")
         await vllm.stop()
-        await eventually(lambda: worker.incident_id is not None, what="an incident")
+        await eventually(lambda: worker.record.incident_id is not None, what="an incident")
         await eventually(lambda: bool(_alerts(stub)), within=5, what="the down message")
         assert _alerts(stub)[0].text.startswith("🔴 <b>ds4</b> is down: ")
     finally:
@@ -178,7 +178,7 @@ async def test_every_command(tmp_path: Path, stub: BotApiStub, vllm: VllmSim) ->
     try:
         await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
         await eventually(_notifier(daemon).ready.is_set, what="bot up")
-        await eventually(lambda: worker.last_tok_s is not None, what="a completion")
+        await eventually(lambda: worker.record.last_tok_s is not None, what="a completion")
         status = await _command(stub, "/status")
         assert status.startswith("<b>ds4</b>: healthy for ")
         assert "tok/s)" in status
@@ -218,8 +218,8 @@ async def test_every_command(tmp_path: Path, stub: BotApiStub, vllm: VllmSim) ->
             "it is healthy: nothing to diagnose (use --state down to see what would happen)"
         )
         await vllm.stop()
-        await eventually(lambda: worker.incident_id is not None, what="an incident")
-        incident = worker.incident_id
+        await eventually(lambda: worker.record.incident_id is not None, what="an incident")
+        incident = worker.record.incident_id
         listing = await _command(stub, "/incidents 1")
         assert listing.startswith(f"#{incident} ds4 ")
         timeline = await _command(stub, f"/timeline {incident}")
@@ -260,8 +260,8 @@ async def test_answers_wait_out_flood_control_and_keep_their_order(
         await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
         await eventually(_notifier(daemon).ready.is_set, what="bot up")
         await vllm.stop()
-        await eventually(lambda: worker.incident_id is not None, what="an incident")
-        incident = worker.incident_id
+        await eventually(lambda: worker.record.incident_id is not None, what="an incident")
+        incident = worker.record.incident_id
         assert daemon.store is not None
         for n in range(60):  # a timeline longer than one message (4096 characters)
             record = Acked(who="op", why=f"note {n} " * 20)
@@ -426,7 +426,7 @@ async def test_bot_api_down_loses_nothing_across_a_restart(
     await eventually(_notifier(daemon).ready.is_set, what="bot up")
     await stub.down("502")
     await vllm.stop()
-    await eventually(lambda: worker.incident_id is not None, what="an incident")
+    await eventually(lambda: worker.record.incident_id is not None, what="an incident")
     outbox = _notifier(daemon).outbox
     await eventually(lambda: _has_pending(outbox), what="a message waiting")
     await eventually(lambda: _notifier(daemon).sender.failures >= 2, what="failed tries")
@@ -436,7 +436,7 @@ async def test_bot_api_down_loses_nothing_across_a_restart(
     worker = daemon.workers["ds4"]
     try:
         await _restart(vllm)
-        await eventually(lambda: worker.incident_id is None, what="closed")
+        await eventually(lambda: worker.record.incident_id is None, what="closed")
         await eventually(lambda: _composed(_notifier(daemon).outbox, "resolved"), what="queued")
         assert [s for s in stub.sent if s.text.startswith("🔴")] == []
         await stub.up()
@@ -478,9 +478,9 @@ async def test_a_flapping_endpoint_gives_a_handful_of_messages(
         await eventually(lambda: worker.state is State.HEALTHY, what="healthy")
         for _ in range(6):
             await vllm.stop()
-            await eventually(lambda: worker.incident_id is not None, what="down")
+            await eventually(lambda: worker.record.incident_id is not None, what="down")
             await _restart(vllm)
-            await eventually(lambda: worker.incident_id is None, what="up")
+            await eventually(lambda: worker.record.incident_id is None, what="up")
         await eventually(
             lambda: _alerts(stub)[-1:] != [] and "went down 6 times" in _alerts(stub)[-1].text,
             what="the settled message",

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
+from supervisor.core.actor import Actor
+from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.playbook.actions.base import ActionOutcome
 from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
-from supervisor.record.store.outbox import Draft
+from supervisor.record.store.outbox import OutboxDraft
 from supervisor.record.timeline import (
     Decision,
     Diagnosis,
@@ -25,7 +27,8 @@ from supervisor.record.timeline import (
 from supervisor.repair.records import step_entry
 from supervisor.repair.steps import StepRun
 from supervisor.tell.telegram.auth import NotifyError, allowed, load_token
-from supervisor.tell.telegram.compose import Memory, Settings, compose, tick
+from supervisor.tell.telegram.compose import compose, tick
+from supervisor.tell.telegram.memory import Memory, Settings
 from supervisor.tell.telegram.texts import split
 
 T0 = datetime(2026, 11, 23, 3, 0, 0, tzinfo=UTC)
@@ -75,7 +78,10 @@ def _moved(
     **fields: Any,
 ) -> TimelineRow:
     """A transition as the worker (or, `of_host`, a host watcher) records it."""
-    record = Transition(source=source, dest=dest, note=note, trigger=trigger, **fields)
+    states: type[State] | type[HostState] = HostState if fields.get("of_host") else State
+    record = Transition(
+        source=states(source), dest=states(dest), note=note, trigger=Trigger(trigger), **fields
+    )
     return _row(record, at=at, subject=subject)
 
 
@@ -211,7 +217,7 @@ def _up(source: str) -> TimelineRow:
             [
                 DOWN,
                 _step(1, "restart_units"),
-                _move("down", "starting", "restarted by @op", "restarted", actor="@op"),
+                _move("down", "starting", "restarted by @op", "restarted", actor=Actor(who="@op")),
             ],
             f"/restart by @op (restart_units on {HEAD})",
             id="healed after a manual /restart",
@@ -336,7 +342,7 @@ def test_an_endpoint_escalated_inside_its_hosts_incident_calls_a_person() -> Non
         _escalated("emb", "no rule matched: a person must look", ""),
     ]
     memory = Memory()
-    drafts: list[Draft] = []
+    drafts: list[OutboxDraft] = []
     for row in timeline:
         made, memory = compose(row, SPARK1, memory, SETTINGS)
         drafts += made
@@ -580,3 +586,16 @@ def test_busy_then_hung_is_a_problem_told_at_once() -> None:
     drafts, memory = compose(hung, incident, memory, SETTINGS)
     assert [d.kind for d in drafts] == ["opened"]
     assert memory.busy_since is None
+
+
+def test_each_repair_attempt_is_told_even_in_the_same_words() -> None:
+    """The composer knows a record by its identity (here the row: a new attempt), not by the
+    line it renders: a second attempt worded like the first is told; the same row read again
+    (the composer's cursor replayed after a restart) is not."""
+    record = REMEDIATE.record
+    first = TimelineRow.of(record, id=11, incident_id=7, at=T0, subject="ds4")
+    second = TimelineRow.of(record, id=15, incident_id=7, at=T0, subject="ds4")
+    told, memory = compose(first, _incident(), Memory(downs=1), SETTINGS)
+    replayed, memory = compose(first, _incident(), memory, SETTINGS)
+    again, _ = compose(second, _incident(), memory, SETTINGS)
+    assert [d.kind for d in told + replayed + again] == ["repairing", "repairing"]

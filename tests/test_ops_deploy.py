@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -75,7 +76,7 @@ def test_install_with_a_real_venv_twice_changes_nothing_the_second_time(
     checkout.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(DEPLOY.parent / name, checkout / name)
-    for name in ("supervisor", "deploy", "playbooks", "runbooks"):
+    for name in ("supervisor", "deploy", "docs", "playbooks", "runbooks"):
         ignore = shutil.ignore_patterns("__pycache__")
         shutil.copytree(DEPLOY.parent / name, checkout / name, ignore=ignore)
     install = checkout / "deploy/install.sh"
@@ -95,7 +96,7 @@ def test_install_with_a_real_venv_twice_changes_nothing_the_second_time(
     assert _tree(staging_root) == before
     # the checkout is left as it was: pip built from a copy, no build/ or egg-info in it
     assert sorted(p.name for p in checkout.iterdir()) == [
-        "README.md", "deploy", "playbooks", "pyproject.toml", "runbooks", "supervisor",
+        "README.md", "deploy", "docs", "playbooks", "pyproject.toml", "runbooks", "supervisor",
     ]  # fmt: skip
 
 
@@ -323,6 +324,10 @@ def test_install_the_postgresql_variant(staging_root: Path) -> None:
     assert (docs / "fleet.second.example.yaml").read_text() == (
         DEPLOY / "fleet.second.example.yaml"
     ).read_text()
+    # the README's relative links (docs/NAME.md, docs/img/NAME.png) lead to shipped files
+    readme = (docs / "README.md").read_text()
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (docs / link).is_file(), link
 
 
 @pytest.mark.parametrize(

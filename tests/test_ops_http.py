@@ -15,7 +15,7 @@ from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.core.events import Stop
 from supervisor.judge.machine import State
-from supervisor.tell.web.http import ListenError, parse_listen
+from supervisor.tell.web.listen import ListenError, parse_listen
 from tests.helpers import eventually, write_fleet
 
 

@@ -22,8 +22,7 @@ from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
-from supervisor.runtime import daemon as daemon_module
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
 
@@ -125,8 +124,10 @@ async def test_changed_settings_are_in_force_and_state_and_incident_are_kept(
     try:
         # one liveness probe at start (timed out), then nothing for an hour; b keeps probing
         old = daemon.workers["a"]
-        await eventually(lambda: old.last_reason != "" and prober.count("b") >= 3, what="probes")
-        assert old.last_reason == "timed out after 300ms"
+        await eventually(
+            lambda: old.record.last_reason != "" and prober.count("b") >= 3, what="probes"
+        )
+        assert old.record.last_reason == "timed out after 300ms"
         before = prober.count("a")
         fast = {"liveness_interval": "50ms", "completion_interval": "1h", "timeout": "200ms"}
         _rewrite(path, {"a": _openai(hanging.url, probe=fast)})
@@ -136,11 +137,13 @@ async def test_changed_settings_are_in_force_and_state_and_incident_are_kept(
         assert new is not old
         assert new.endpoint.probe.liveness_interval == timedelta(milliseconds=50)
         # the new interval is in force: it goes down on the new, shorter timeout
-        await eventually(lambda: new.incident_id is not None, what="a down, an incident open")
+        await eventually(
+            lambda: new.record.incident_id is not None, what="a down, an incident open"
+        )
         assert new.state is State.DOWN
         assert prober.count("a") >= before + 2  # its streak carried over: 1 + 1 + re-probe
-        assert new.last_reason == "timed out after 200ms"
-        incident = new.incident_id
+        assert new.record.last_reason == "timed out after 200ms"
+        incident = new.record.incident_id
         assert incident is not None
         # changed again: the state and the open incident carry over to the next worker
         assert daemon.remediator is not None
@@ -148,7 +151,7 @@ async def test_changed_settings_are_in_force_and_state_and_incident_are_kept(
         _rewrite(path, {"a": _openai(hanging.url, probe={**fast, "liveness_interval": "60ms"})})
         assert (await reload_from_file(daemon)).changes == ("endpoint a changed",)
         assert daemon.workers["a"].state is State.DOWN
-        assert daemon.workers["a"].incident_id == incident
+        assert daemon.workers["a"].record.incident_id == incident
         store = daemon.store
         assert store is not None
         assert [i.id for i in await store.incidents(open_only=True)] == [incident]
@@ -291,10 +294,11 @@ async def test_a_probe_that_outlasts_the_drain_is_cancelled_and_the_reload_compl
     prober: CountingProber,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(daemon_module, "DRAIN_ON_RELOAD_SECONDS", 0.3)
     a, b = await sim_factory(), await sim_factory()
     path = write_fleet(tmp_path, {"a": _openai(a.url), "b": _openai(b.url)}, http=HTTP)
     daemon = await _started(path, prober)
+    assert daemon.daemon is not None
+    daemon.daemon.reloads.drain_within = 0.3
     try:
         await eventually(lambda: _state(daemon, "a") is State.HEALTHY, what="a healthy")
         prober.hold("a")
@@ -353,13 +357,13 @@ async def test_a_problem_seen_while_the_old_worker_drains_is_repaired_on_the_new
     remediator = daemon.remediator
     assert remediator is not None
     handled: list[EndpointWorker] = []
-    repair = remediator.handle
+    repair = remediator.automatic.handle
 
     async def recording(worker: EndpointWorker) -> None:
         handled.append(worker)
         await repair(worker)
 
-    monkeypatch.setattr(remediator, "handle", recording)
+    monkeypatch.setattr(remediator.automatic, "handle", recording)
     try:
         await eventually(lambda: _state(daemon, "a") is State.HEALTHY, what="a healthy")
         prober.hold("a")

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from supervisor.app.sdnotify import HANG_FILE_ENV, Notifier, watchdog_interval
+from supervisor.app.sdnotify import HANG_FILE_ENV, SdNotifier, watchdog_interval
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def _until(sock: socket.socket, wanted: str, *, within: float = 15.0) -> list[st
 def test_notifier_sends_each_message_as_one_datagram(
     notify_socket: socket.socket, tmp_path: Path
 ) -> None:
-    notifier = Notifier(str(tmp_path / "notify.sock"))
+    notifier = SdNotifier(str(tmp_path / "notify.sock"))
     assert notifier.ready("supervising 2 endpoints")
     assert _next(notify_socket) == "READY=1\nSTATUS=supervising 2 endpoints"
     assert notifier.watchdog()
@@ -69,12 +69,12 @@ def test_an_abstract_socket_address_starts_with_at() -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind("\0" + name)
         sock.settimeout(5)
-        assert Notifier("@" + name).send("STATUS=hello")
+        assert SdNotifier("@" + name).send("STATUS=hello")
         assert sock.recv(100) == b"STATUS=hello"
 
 
 def test_without_notify_socket_nothing_is_sent() -> None:
-    notifier = Notifier.from_env({})
+    notifier = SdNotifier.from_env({})
     assert not notifier.enabled
     assert not notifier.ready()
     assert not notifier.watchdog()

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.playbook.conditions import OPERATORS, evaluate, explain, first_failure
+from supervisor.playbook.conditions import evaluate, explain, first_failure
 from supervisor.playbook.docs import builtin_facts_markdown, rule_fields_markdown
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import All, Any, Leaf, Not
-from supervisor.playbook.operators import MISSING, check, operators_markdown, unknown_operator
+from supervisor.playbook.operators import (
+    MISSING,
+    OPERATORS,
+    apply_operator,
+    operators_markdown,
+    unknown_operator,
+)
 from supervisor.playbook.params import ParamsError, resolve_params
 from supervisor.playbook.registries import actions_or_default, collectors_or_default
 from supervisor.playbook.templating import PlaceholderError, fill, placeholders
@@ -32,9 +38,9 @@ def test_every_operator_holds_on_its_passing_example_and_not_on_its_failing_one(
 ) -> None:
     op = OPERATORS[name]
     fact, value = op.passes_example
-    assert check(op, fact, _compiled(name, value)) == (True, "")
+    assert apply_operator(op, fact, _compiled(name, value)) == (True, "")
     fact, value = op.fails_example
-    assert check(op, fact, _compiled(name, value)) == (False, "")
+    assert apply_operator(op, fact, _compiled(name, value)) == (False, "")
 
 
 def test_the_table_has_the_documented_operators_in_order() -> None:
@@ -81,7 +87,7 @@ def test_the_table_has_the_documented_operators_in_order() -> None:
     ],
 )
 def test_edge_cases_never_raise(op: str, fact: object, value: object, expected: object) -> None:
-    assert check(OPERATORS[op], fact, _compiled(op, value)) == expected  # type: ignore[arg-type]
+    assert apply_operator(OPERATORS[op], fact, _compiled(op, value)) == expected  # type: ignore[arg-type]
 
 
 def test_unknown_operator_text_lists_the_table() -> None:

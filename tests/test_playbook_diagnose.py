@@ -13,12 +13,17 @@ import httpx
 import pytest
 
 from supervisor.config import UnitRef
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.diagnose import diagnose
-from supervisor.playbook.evidence.base import CollectContext, Collector, Evidence, NoParams
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectedEvidence,
+    Collector,
+    NoEvidenceParams,
+)
 from supervisor.playbook.loader import Playbook, load_playbook
-from supervisor.playbook.results import Diagnosis
+from supervisor.playbook.results import DiagnosisResult
 from tests.test_playbook_support import FileCollectors, action_registry, fleet
 
 WORKER = UnitRef(host="spark2", unit="vllm-ds4-worker.service", container="vllm_ds4")
@@ -27,7 +32,7 @@ TRIGGER = ProbeResult(
     endpoint="ds4",
     tier=Tier.DEEP,
     check="completion",
-    outcome=Outcome.FAIL,
+    outcome=ProbeOutcome.FAIL,
     reason="connection refused",
     at=datetime(2026, 5, 1, tzinfo=UTC),
     latency_s=0.01,
@@ -79,7 +84,7 @@ class Lab:
         state: str = "down",
         host: str | None = None,
         timeout: timedelta = timedelta(seconds=5),
-    ) -> Diagnosis:
+    ) -> DiagnosisResult:
         endpoint, config = fleet(units, host=host)
         return await diagnose(
             endpoint,
@@ -188,12 +193,12 @@ async def test_evidence_errors_are_recorded_and_the_rule_does_not_match(lab: Lab
 
 
 async def test_a_crashing_or_hanging_collector_is_an_error_not_an_exception(lab: Lab) -> None:
-    async def hang(ctx: CollectContext, params: NoParams) -> Evidence:
+    async def hang(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
     lab.collectors["hangs"] = Collector(
-        name="hangs", params=NoParams, run=hang, doc="hangs", facts={"never": "never"}
+        name="hangs", params=NoEvidenceParams, run=hang, doc="hangs", facts={"never": "never"}
     )
     crash = rule(
         "crash", "{fact: c.never, op: eq, value: 1}", evidence="  - {id: c, collect: crashes}\n"

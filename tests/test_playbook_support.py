@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
-from supervisor.config.models import Duration
+from supervisor.config.fields import Duration
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.actions.base import (
     Action,
@@ -29,11 +29,11 @@ from supervisor.playbook.actions.base import (
 from supervisor.playbook.actions.base import NoParams as NoActionParams
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     Collector,
     CollectorParams,
-    Evidence,
     FactValue,
-    NoParams,
+    NoEvidenceParams,
 )
 
 STATUS_FACTS = {
@@ -99,40 +99,40 @@ class FileCollectors:
         ]
         path.write_text("\n".join(lines) + "\n")
 
-    async def unit_status(self, ctx: CollectContext, params: NoParams) -> Evidence:
+    async def unit_status(self, ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
         self.runs["unit_status", ctx.scope.label] += 1
         if ctx.scope.unit is None or ctx.scope.host is None:
-            return Evidence(collector="unit_status", error="no unit in this scope")
+            return CollectedEvidence(collector="unit_status", error="no unit in this scope")
         path = self.status_file(ctx.scope.host.name, ctx.scope.unit.unit)
         result = await ctx.executor.run(ctx.scope.host, ["cat", str(path)], timeout=ctx.timeout)
         if not result.ok:
             error = f"cat failed: exit {result.exit_status}: {result.stderr.strip()}"
-            return Evidence(collector="unit_status", commands=(result,), error=error)
+            return CollectedEvidence(collector="unit_status", commands=(result,), error=error)
         facts = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
         values = {key: _value(text) for key, text in facts.items()}
-        return Evidence(collector="unit_status", facts=values, commands=(result,))
+        return CollectedEvidence(collector="unit_status", facts=values, commands=(result,))
 
-    async def path_exists(self, ctx: CollectContext, params: PathParams) -> Evidence:
+    async def path_exists(self, ctx: CollectContext, params: PathParams) -> CollectedEvidence:
         self.runs["path_exists", ctx.scope.label] += 1
         assert ctx.scope.host is not None
         result = await ctx.executor.run(
             ctx.scope.host, ["test", "-e", params.path], timeout=ctx.timeout
         )
-        return Evidence(
+        return CollectedEvidence(
             collector="path_exists", facts={"exists": result.exit_status == 0}, commands=(result,)
         )
 
-    async def listeners(self, ctx: CollectContext, params: PortParams) -> Evidence:
+    async def listeners(self, ctx: CollectContext, params: PortParams) -> CollectedEvidence:
         self.runs["listeners", ctx.scope.label] += 1
-        return Evidence(collector="listeners", facts={"count": 0, "pids": ()})
+        return CollectedEvidence(collector="listeners", facts={"count": 0, "pids": ()})
 
-    async def crashes(self, ctx: CollectContext, params: NoParams) -> Evidence:
+    async def crashes(self, ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
         self.runs["crashes", ctx.scope.label] += 1
         raise RuntimeError("a bug in the collector")
 
-    async def endpoint_only(self, ctx: CollectContext, params: PatternParams) -> Evidence:
+    async def endpoint_only(self, ctx: CollectContext, params: PatternParams) -> CollectedEvidence:
         self.runs["endpoint_only", ctx.scope.label] += 1
-        return Evidence(
+        return CollectedEvidence(
             collector="endpoint_only",
             facts={"text": f"{ctx.scope.endpoint.name}: {params.pattern}"},
         )
@@ -141,7 +141,7 @@ class FileCollectors:
         found: list[Collector[Any]] = [
             Collector(
                 name="unit_status",
-                params=NoParams,
+                params=NoEvidenceParams,
                 run=self.unit_status,
                 doc="status file",
                 facts=STATUS_FACTS,
@@ -162,7 +162,7 @@ class FileCollectors:
             ),
             Collector(
                 name="crashes",
-                params=NoParams,
+                params=NoEvidenceParams,
                 run=self.crashes,
                 doc="raises",
                 facts={"never": "never"},
@@ -224,6 +224,6 @@ async def test_status_collector_reads_a_real_file(tmp_path: Path) -> None:
         context = CollectContext(
             scope=scope, executor=LocalExecutor(), timeout=timedelta(seconds=5), http=http
         )
-        evidence = await registry.collectors()["unit_status"].run(context, NoParams())
+        evidence = await registry.collectors()["unit_status"].run(context, NoEvidenceParams())
     assert evidence.facts == {"exec_main_status": 127, "drop_in_paths": ("/a", "/b")}
     assert evidence.commands[0].command == f"cat {registry.status_file('spark1', 'head.service')}"

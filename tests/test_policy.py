@@ -7,20 +7,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.judge.machine import State, Trigger
-from supervisor.judge.policy import Limits, Streaks, Verdict, judge, wants_progress
+from supervisor.judge.policy import Judgement, Limits, Streaks, judge, wants_progress
 from supervisor.judge.progress import Progress
-from supervisor.judge.progress import Verdict as Seen
+from supervisor.judge.progress import ProgressVerdict as Seen
 
 NOW = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 LIMITS = Limits(failures_to_down=3, degraded_after=2)
 L, D = Tier.LIVENESS, Tier.DEEP
-OK, DEG, FAIL = Outcome.OK, Outcome.DEGRADED, Outcome.FAIL
+OK, DEG, FAIL = ProbeOutcome.OK, ProbeOutcome.DEGRADED, ProbeOutcome.FAIL
 S, T = State, Trigger
 
 
-def result(tier: Tier, outcome: Outcome, reason: str = "") -> ProbeResult:
+def result(tier: Tier, outcome: ProbeOutcome, reason: str = "") -> ProbeResult:
     return ProbeResult(
         endpoint="ds4",
         tier=tier,
@@ -38,7 +38,7 @@ class Case:
     state: State
     streaks: Streaks
     tier: Tier
-    outcome: Outcome
+    outcome: ProbeOutcome
     expect_trigger: Trigger | None
     expect_streaks: Streaks
     expect_reprobe: Tier | None
@@ -402,7 +402,7 @@ def test_judge(case: Case) -> None:
         grace_until=case.grace_until,
         now=NOW,
     )
-    assert verdict == Verdict(
+    assert verdict == Judgement(
         trigger=case.expect_trigger,
         streaks=case.expect_streaks,
         reprobe=case.expect_reprobe,
@@ -451,9 +451,9 @@ class ProgressCase:
     id: str
     state: State
     tier: Tier
-    outcome: Outcome
+    outcome: ProbeOutcome
     progress: Progress
-    expect: Verdict
+    expect: Judgement
     grace_until: datetime | None = None
 
 
@@ -464,7 +464,7 @@ PROGRESS_CASES = [
         D,
         FAIL,
         BUSY,
-        Verdict(trigger=T.BUSY, streaks=Streaks(), reprobe=None, note=BUSY.reason),
+        Judgement(trigger=T.BUSY, streaks=Streaks(), reprobe=None, note=BUSY.reason),
     ),
     ProgressCase(
         "a slow real check of a busy server is busy, not degraded, no re-probe",
@@ -472,7 +472,7 @@ PROGRESS_CASES = [
         D,
         DEG,
         BUSY,
-        Verdict(trigger=T.BUSY, streaks=Streaks(), reprobe=None, note=BUSY.reason),
+        Judgement(trigger=T.BUSY, streaks=Streaks(), reprobe=None, note=BUSY.reason),
     ),
     ProgressCase(
         "still busy: nothing fires, nothing counted, no extra check",
@@ -480,7 +480,9 @@ PROGRESS_CASES = [
         D,
         FAIL,
         BUSY,
-        Verdict(trigger=None, streaks=Streaks(), reprobe=None, note=f"not counted: {BUSY.reason}"),
+        Judgement(
+            trigger=None, streaks=Streaks(), reprobe=None, note=f"not counted: {BUSY.reason}"
+        ),
     ),
     ProgressCase(
         "hung is down at once, no streak, no re-probe",
@@ -488,7 +490,7 @@ PROGRESS_CASES = [
         D,
         FAIL,
         HUNG,
-        Verdict(
+        Judgement(
             trigger=T.DOWN,
             streaks=Streaks(fail=1, deep_fail=True),
             reprobe=None,
@@ -501,7 +503,7 @@ PROGRESS_CASES = [
         D,
         FAIL,
         HUNG,
-        Verdict(
+        Judgement(
             trigger=T.DOWN,
             streaks=Streaks(fail=1, deep_fail=True),
             reprobe=None,
@@ -515,7 +517,7 @@ PROGRESS_CASES = [
         D,
         FAIL,
         HUNG,
-        Verdict(
+        Judgement(
             trigger=T.DOWN,
             streaks=Streaks(fail=1, deep_fail=True),
             reprobe=None,
@@ -528,7 +530,7 @@ PROGRESS_CASES = [
         D,
         FAIL,
         IDLE,
-        Verdict(
+        Judgement(
             trigger=None,
             streaks=Streaks(fail=1, deep_fail=True),
             reprobe=None,
@@ -541,7 +543,7 @@ PROGRESS_CASES = [
         D,
         FAIL,
         BUSY,
-        Verdict(
+        Judgement(
             trigger=None,
             streaks=Streaks(fail=1, deep_fail=True),
             reprobe=None,
@@ -554,7 +556,7 @@ PROGRESS_CASES = [
         D,
         FAIL,
         BUSY,
-        Verdict(
+        Judgement(
             trigger=None,
             streaks=Streaks(fail=1, deep_fail=True),
             reprobe=None,
@@ -567,7 +569,7 @@ PROGRESS_CASES = [
         L,
         FAIL,
         BUSY,
-        Verdict(
+        Judgement(
             trigger=None,
             streaks=Streaks(fail=1),
             reprobe=None,
@@ -580,7 +582,7 @@ PROGRESS_CASES = [
         L,
         OK,
         BUSY,
-        Verdict(trigger=None, streaks=Streaks(), reprobe=None, note="liveness passed"),
+        Judgement(trigger=None, streaks=Streaks(), reprobe=None, note="liveness passed"),
     ),
     ProgressCase(
         "busy: a real check that passes is healthy again",
@@ -588,7 +590,7 @@ PROGRESS_CASES = [
         D,
         OK,
         BUSY,
-        Verdict(trigger=T.PASS, streaks=Streaks(), reprobe=None, note="real check passed"),
+        Judgement(trigger=T.PASS, streaks=Streaks(), reprobe=None, note="real check passed"),
     ),
 ]
 
@@ -623,7 +625,9 @@ def test_progress_decides_before_a_failure_counts(case: ProgressCase) -> None:
         (S.REMEDIATING, D, FAIL, False),
     ],
 )
-def test_when_progress_is_read(state: State, tier: Tier, outcome: Outcome, wanted: bool) -> None:
+def test_when_progress_is_read(
+    state: State, tier: Tier, outcome: ProbeOutcome, wanted: bool
+) -> None:
     assert wants_progress(state, result(tier, outcome, "2.0 tok/s")) is wanted
 
 

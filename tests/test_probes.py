@@ -4,6 +4,7 @@ for the shapes the sim does not make (truncated streams, odd error bodies, redir
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import io
 import json
@@ -22,9 +23,9 @@ from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
 from supervisor.config import Endpoint, EndpointKind, ProbeSettings
 from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
-from supervisor.core.events import Outcome, ProbeResult, Tier
-from supervisor.probe import CHECKS, make_client, run_probe
-from supervisor.probe.completion import CompletionStats, judge, slow_reason
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.probe import CHECKS, completion, make_client, run_probe
+from supervisor.probe.completion import CompletionStats, judge_completion, slow_reason
 from supervisor.probe.context import ProbeError
 from supervisor.probe.http import connect_reason, http_error_reason
 from supervisor.probe.liveness import ollama_name
@@ -34,7 +35,7 @@ from tests.helpers import eventually
 
 ENGINE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 LIVE, DEEP = Tier.LIVENESS, Tier.DEEP
-OK, DEGRADED, FAIL = Outcome.OK, Outcome.DEGRADED, Outcome.FAIL
+OK, DEGRADED, FAIL = ProbeOutcome.OK, ProbeOutcome.DEGRADED, ProbeOutcome.FAIL
 
 
 def endpoint(
@@ -79,7 +80,7 @@ async def probe(ep: Endpoint, tier: Tier, client: httpx.AsyncClient) -> ProbeRes
 class Case:
     id: str
     tier: Tier
-    outcome: Outcome
+    outcome: ProbeOutcome
     check: str
     reason: str  #: exact text; a regular expression when it starts with `re:`
     status: int | None = None
@@ -407,7 +408,7 @@ def _wav(seconds: float, rate: int = 16000) -> bytes:
 
 WAV_TENTH = _wav(0.1)
 R, C = {"reasoning": "Thinking."}, {"content": "42"}
-CANNED: list[tuple[str, Tier, Mapping[str, bytes], Outcome, str]] = [
+CANNED: list[tuple[str, Tier, Mapping[str, bytes], ProbeOutcome, str]] = [
     ("closed-mid-stream", DEEP, {CHAT: sse_response(chunk(R), chunk(R), complete=False)},
      FAIL, "connection closed before the response finished"),
     ("stream-ends-without-done", DEEP, {CHAT: sse_response(chunk(R))},
@@ -476,7 +477,7 @@ CANNED: list[tuple[str, Tier, Mapping[str, bytes], Outcome, str]] = [
 async def test_probe_against_canned_answers(
     tier: Tier,
     answers: Mapping[str, bytes],
-    outcome: Outcome,
+    outcome: ProbeOutcome,
     reason: str,
     canned: Serve,
     client: httpx.AsyncClient,
@@ -506,6 +507,55 @@ async def test_without_usage_the_pieces_are_counted(
 
 
 # -- the probe's own guarantees -------------------------------------------------------------------
+
+
+KEEP_ALIVE_SSE = sse_response(chunk(R), chunk(C, "stop"), "[DONE]").replace(
+    b"connection: close\r\n", b""
+)
+
+
+@pytest.fixture
+async def keep_alive() -> AsyncIterator[tuple[str, list[int]]]:
+    """A server that answers every request on a connection with `KEEP_ALIVE_SSE` (keep-alive),
+    and counts the connections it accepted; below `/hold`, the body never ends after `[DONE]`."""
+    accepted: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while head := (await reader.readuntil(b"\r\n\r\n")).decode():
+                length = re.search(r"(?i)content-length: (\d+)", head)
+                await reader.readexactly(int(length.group(1)) if length else 0)
+                hold = head.split(" ")[1].startswith("/hold/")
+                writer.write(KEEP_ALIVE_SSE[:-5] if hold else KEEP_ALIVE_SSE)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", accepted
+    server.close()
+
+
+async def test_a_streamed_completion_leaves_its_connection_to_the_next_probe(
+    keep_alive: tuple[str, list[int]], client: httpx.AsyncClient
+) -> None:
+    url, accepted = keep_alive
+    for _ in range(3):
+        result = await probe(endpoint(url), DEEP, client)
+        assert (result.outcome, result.reason) == (OK, "")
+    assert len(accepted) == 1
+
+
+async def test_a_stream_held_open_after_done_passes_and_its_connection_is_closed(
+    keep_alive: tuple[str, list[int]], client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(completion, "DRAIN_S", 0.05)
+    url, accepted = keep_alive
+    for _ in range(2):
+        result = await probe(endpoint(url + "/hold", timeout="2s"), DEEP, client)
+        assert (result.outcome, result.reason) == (OK, "")
+        assert result.latency_s < 1.0
+    assert len(accepted) == 2
 
 
 async def test_cancelling_a_probe_cancels_it(
@@ -583,10 +633,10 @@ def test_judge(
     given: CompletionStats,
     expect_reasoning: bool,
     baseline: float | None,
-    verdict: tuple[Outcome, str],
+    verdict: tuple[ProbeOutcome, str],
 ) -> None:
     ep = endpoint("http://127.0.0.1:9", expect_reasoning=expect_reasoning, baseline=baseline)
-    assert judge(given, ep) == verdict
+    assert judge_completion(given, ep) == verdict
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,13 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.execute.local import LocalExecutor
-from supervisor.judge.progress import Load, Progress, Verdict, judge, parse_vllm_metrics
+from supervisor.judge.progress import (
+    Load,
+    Progress,
+    ProgressVerdict,
+    judge_progress,
+    parse_vllm_metrics,
+)
 from supervisor.judge.progress.load import MetricsFormatError
 from supervisor.judge.progress.read import read_progress
 from supervisor.playbook.evidence.base import CollectContext, Scope
@@ -41,82 +47,82 @@ def load(at_s: float, **values: float) -> Load:
         (
             load(0, running=48, waiting=20, generation_tokens=1000),
             load(5, running=48, waiting=20, generation_tokens=5700),
-            Verdict.BUSY,
+            ProgressVerdict.BUSY,
             "busy: 48 running, 20 waiting, 940 tok/s generated",
         ),
         (
             load(0, running=0, waiting=3, generation_tokens=10),
             load(2, running=1, waiting=2, generation_tokens=30),
-            Verdict.BUSY,
+            ProgressVerdict.BUSY,
             "busy: 1 running, 2 waiting, 10 tok/s generated",
         ),
         (
             load(0, running=1, waiting=0, generation_tokens=10),
             load(5, running=1, waiting=0, generation_tokens=35),
-            Verdict.IDLE,
+            ProgressVerdict.IDLE,
             "idle: 1 running, 0 waiting, 5 tok/s generated (one request is not load)",
         ),
         (
             load(0, running=2, waiting=0, generation_tokens=10),
             load(5, running=2, waiting=0, generation_tokens=60),
-            Verdict.BUSY,
+            ProgressVerdict.BUSY,
             "busy: 2 running, 0 waiting, 10 tok/s generated",
         ),
         (
             load(0, running=3, waiting=0, generation_tokens=123456),
             load(5, running=3, waiting=0, generation_tokens=123456),
-            Verdict.HUNG,
+            ProgressVerdict.HUNG,
             "hung: 3 running, 0 waiting, generation_tokens_total frozen at 123456 for 5.0s",
         ),
         (
             load(0, running=0, waiting=20, generation_tokens=77),
             load(4, running=0, waiting=20, generation_tokens=77),
-            Verdict.HUNG,
+            ProgressVerdict.HUNG,
             "hung: 0 running, 20 waiting, generation_tokens_total frozen at 77 for 4.0s",
         ),
         (
             load(0, running=0, waiting=0, generation_tokens=50),
             load(5, running=0, waiting=0, generation_tokens=50),
-            Verdict.IDLE,
+            ProgressVerdict.IDLE,
             "idle: nothing running or waiting (0 tok/s generated)",
         ),
         (
             load(0, running=2, waiting=0, generation_tokens=50),
             load(5, running=0, waiting=0, generation_tokens=100),
-            Verdict.IDLE,
+            ProgressVerdict.IDLE,
             "idle: nothing running or waiting (10 tok/s generated)",
         ),
         (
             load(0, running=2, waiting=0, generation_tokens=900),
             load(5, running=2, waiting=0, generation_tokens=10),
-            Verdict.UNKNOWN,
+            ProgressVerdict.UNKNOWN,
             "unknown: the token counter went back (the server restarted)",
         ),
         (
             load(0, running=2, waiting=0),
             load(5, running=2, waiting=0),
-            Verdict.UNKNOWN,
+            ProgressVerdict.UNKNOWN,
             "unknown: the server does not export running, waiting and token counts",
         ),
         (
             load(5, running=2, waiting=0, generation_tokens=1),
             load(5, running=2, waiting=0, generation_tokens=2),
-            Verdict.UNKNOWN,
+            ProgressVerdict.UNKNOWN,
             "unknown: the two readings are not apart in time",
         ),
     ],
 )
-def test_judge(first: Load, second: Load, verdict: Verdict, reason: str) -> None:
-    seen = judge(first, second)
+def test_judge_progress(first: Load, second: Load, verdict: ProgressVerdict, reason: str) -> None:
+    seen = judge_progress(first, second)
     assert (seen.verdict, seen.reason) == (verdict, reason)
-    assert seen.making_progress is (verdict is Verdict.BUSY)
+    assert seen.making_progress is (verdict is ProgressVerdict.BUSY)
 
 
 def test_busy_carries_its_figures() -> None:
     first = load(0, running=48, waiting=20, generation_tokens=1000, kv_cache_usage=0.97)
     second = load(5, running=48, waiting=20, generation_tokens=5700, kv_cache_usage=0.97)
-    assert judge(first, second) == Progress(
-        verdict=Verdict.BUSY,
+    assert judge_progress(first, second) == Progress(
+        verdict=ProgressVerdict.BUSY,
         reason="busy: 48 running, 20 waiting, 940 tok/s generated",
         generation_tokens=5700,
         running=48,
@@ -189,7 +195,7 @@ async def test_a_saturated_server_is_busy(sim: VllmSim, http: httpx.AsyncClient)
     sim.behaviour.load_running, sim.behaviour.load_waiting = 48, 20
     sim.behaviour.load_tok_s = 940.0
     seen = await progress_of(sim, http)
-    assert seen.verdict is Verdict.BUSY
+    assert seen.verdict is ProgressVerdict.BUSY
     assert seen.reason.startswith("busy: 48 running, 20 waiting, ")
     assert seen.tok_s is not None
     assert 400 < seen.tok_s < 1500  # 940/s over a measured window
@@ -206,7 +212,7 @@ async def test_a_hung_engine_is_hung_while_health_and_models_answer(
         lambda: _has(http, sim, running), what="our request running beside the 3 stuck ones"
     )
     seen = await progress_of(sim, http)
-    assert seen.verdict is Verdict.HUNG
+    assert seen.verdict is ProgressVerdict.HUNG
     assert seen.reason.startswith("hung: 4 running, 0 waiting, generation_tokens_total frozen at ")
     assert (await http.get(sim.url + "/health")).status_code == 200
     assert (await http.get(sim.url + "/v1/models")).status_code == 200
@@ -222,7 +228,7 @@ async def _has(http: httpx.AsyncClient, sim: VllmSim, line: str) -> bool:
 async def test_an_idle_server_is_idle(sim: VllmSim, http: httpx.AsyncClient) -> None:
     seen = await progress_of(sim, http)
     assert (seen.verdict, seen.reason) == (
-        Verdict.IDLE,
+        ProgressVerdict.IDLE,
         "idle: nothing running or waiting (0 tok/s generated)",
     )
 

@@ -25,13 +25,12 @@ import pytest
 
 from supervisor.config import Endpoint, load_config
 from supervisor.core.events import ProbeResult, ProbeTick, Stop, Tier
-from supervisor.judge.machine import FleetMachine, State
+from supervisor.judge.machine import FleetMachine, State, Trigger
 from supervisor.probe import make_client, run_probe
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.timeline import Transition
 from supervisor.repair.guards import check_budget
-from supervisor.worker.endpoint import EndpointWorker
-from supervisor.worker.state import restored_from
+from supervisor.worker import EndpointWorker, restored_from
 from tests.conftest import free_port
 from tests.helpers import write_fleet
 
@@ -129,10 +128,10 @@ async def test_a_startup_grace_runs_on_monotonic_time_across_a_jump(
     rig.clock.jump(jump)
     rig.clock.advance(then - timedelta(minutes=2))  # `then`: monotonic time since the start
     await rig.tick()
-    assert (rig.worker.streaks.fail == 0) is in_grace
+    assert (rig.worker.record.streaks.fail == 0) is in_grace
     # the wall-clock end moved with the jump, and that is what is stored for a restart
     expected_end = START + timedelta(minutes=10) + jump
-    assert rig.worker.grace_until == expected_end
+    assert rig.worker.record.grace_until == expected_end
     snapshot = await rig.store.snapshot(SubjectKind.ENDPOINT, "ep")
     assert snapshot is not None
     assert snapshot.grace_until == expected_end
@@ -159,18 +158,18 @@ async def test_a_silence_runs_on_monotonic_time_across_a_jump(
     await rig.tick()
     if silenced:
         assert rig.worker.state is State.MAINTENANCE
-        assert rig.worker.grace_until == until + jump
+        assert rig.worker.record.grace_until == until + jump
     else:
         assert rig.worker.state is not State.MAINTENANCE  # ended, then judged afresh
-        assert rig.worker.grace_until is None
+        assert rig.worker.record.grace_until is None
 
 
 @pytest.mark.parametrize("rig", ["0s"], indirect=True)
 async def test_a_failure_with_no_grace_is_counted_whatever_the_jump(rig: Rig) -> None:
     rig.clock.jump(-H2)
     await rig.tick()
-    assert rig.worker.grace_until is not None
-    assert rig.worker.streaks.fail == 1
+    assert rig.worker.record.grace_until is not None
+    assert rig.worker.record.streaks.fail == 1
 
 
 @pytest.mark.parametrize(
@@ -238,7 +237,7 @@ async def test_an_incident_duration_is_the_wall_time_between_its_open_and_close(
 
 
 def _entry(at: datetime, source: str, dest: str) -> TimelineEntry:
-    record = Transition(source=source, dest=dest, trigger="", note="")
+    record = Transition(source=State(source), dest=State(dest), trigger=Trigger.PASS, note="")
     return TimelineEntry(at=at, subject="ep", record=record)
 
 

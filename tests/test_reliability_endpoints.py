@@ -44,7 +44,7 @@ async def test_a_misbehaving_endpoint_is_called_out_and_the_others_stay_healthy(
     try:
         worker = daemon.workers["bad"]
         await eventually(
-            lambda: worker.state is state and worker.incident_id is not None,
+            lambda: worker.state is state and worker.record.incident_id is not None,
             within=20,
             what=f"{state} with its incident recorded",
         )

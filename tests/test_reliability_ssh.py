@@ -21,6 +21,7 @@ import pytest
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.record.store import EntryKind, TimelineRow
+from supervisor.record.timeline import Evidence
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
 from tests.sshd import ADDRESS, SSHD, Sshd, descendants, free_port, kill_trees
@@ -107,8 +108,8 @@ async def _diagnose_while_hung(config: Path) -> tuple[list[TimelineRow], list[fl
     try:
         assert daemon.store is not None
         store, bad = daemon.store, daemon.workers["bad"]
-        await eventually(lambda: bad.incident_id is not None, within=10, what="an incident")
-        incident = bad.incident_id
+        await eventually(lambda: bad.record.incident_id is not None, within=10, what="an incident")
+        incident = bad.record.incident_id
         assert incident is not None
 
         async def diagnosed() -> bool:
@@ -134,11 +135,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def _evidence(timeline: list[TimelineRow]) -> dict[str, str]:
-    return {
-        r.summary.split(" ")[0]: str(r.data["error"])
-        for r in timeline
-        if r.kind is EntryKind.EVIDENCE
-    }
+    return {r.record.collector: r.record.error for r in timeline if isinstance(r.record, Evidence)}
 
 
 def _check_timing(timeline: list[TimelineRow], gaps: list[float]) -> None:

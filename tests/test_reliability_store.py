@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import Endpoint, load_config
 from supervisor.core.clock import SystemClock
-from supervisor.core.events import Outcome as ProbeOutcome
+from supervisor.core.events import ProbeOutcome as ProbeOutcome
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
 from supervisor.record.store import (
-    EntryKind,
     Snapshot,
     Store,
     StoreError,
@@ -28,8 +29,10 @@ from supervisor.record.store import (
     TimelineEntry,
 )
 from supervisor.record.store import engine as store_engine
+from supervisor.record.store.history import ms
 from supervisor.record.store.resilient import ResilientStore, refused
-from supervisor.record.timeline import Note
+from supervisor.record.store.schema import supervision
+from supervisor.record.timeline import Note, Transition
 from tests.helpers import eventually, write_fleet
 
 pytestmark = pytest.mark.slow
@@ -86,7 +89,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
             assert store.outage == f"cannot write to store {db}: database is locked"
             await sim.stop()  # the endpoint fails while nothing can be written
             await eventually(lambda: worker.state is State.DOWN, what="down (in memory)")
-            placeholder = worker.incident_id
+            placeholder = worker.record.incident_id
             assert placeholder is not None
             assert placeholder < 0  # the store will give it its id when the file clears
             await sim.start("127.0.0.1", port)
@@ -110,8 +113,10 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
     assert store.outage == ""
     assert store.outages == 1
     assert [(i.is_open, i.cause) for i in incidents] == [(False, "connection refused")]
-    transitions = [r.summary.split(":")[0] for r in timeline if r.kind is EntryKind.TRANSITION]
-    assert transitions == ["healthy -> down", "down -> healthy"]
+    transitions = [
+        (r.record.source, r.record.dest) for r in timeline if isinstance(r.record, Transition)
+    ]
+    assert transitions == [("healthy", "down"), ("down", "healthy")]
     assert len(saved) >= seen  # every probe taken while locked was saved
     saved_order = [(s.at, s.tier) for s in reversed(saved)][:seen]
     assert saved_order == [(p.at, p.tier.value) for p in probed[:seen]]
@@ -213,3 +218,56 @@ def _sample(at: datetime) -> ProbeResult:
         at=at,
         latency_s=0.01,
     )
+
+
+def _sqlite_connections_left() -> int:
+    """aiosqlite connections still open in this process (each runs a thread of its own, which
+    ends soon after its connection is closed: given 5 s to)."""
+    threads = [t for t in threading.enumerate() if "_connection_worker_thread" in t.name]
+    for thread in threads:
+        thread.join(timeout=5)
+    return sum(t.is_alive() for t in threads)
+
+
+async def test_a_read_after_close_opens_and_closes_its_own_connection(tmp_path: Path) -> None:
+    """A spec (or the CLI) may read a stopped daemon's store: the read answers from the file,
+    and leaves no connection open behind it (the closed engine would open one again and nobody
+    would close it: a ResourceWarning in some later test)."""
+    store = await ResilientStore.open(tmp_path / "s.db")
+    now = datetime.now(UTC)
+    await store.transition(
+        snapshot=Snapshot(
+            kind=SubjectKind.ENDPOINT, name="m", state="down", since=now, updated_at=now
+        ),
+        entry=TimelineEntry(at=now, subject="m", record=Note(text="went down")),
+        open_cause="connection refused",
+    )
+    await store.close()
+    assert _sqlite_connections_left() == 0
+    assert [i.cause for i in await store.incidents()] == ["connection refused"]
+    assert [s.state for s in await store.snapshots()] == ["down"]
+    assert _sqlite_connections_left() == 0
+
+
+async def test_a_runs_start_and_heartbeat_queue_while_the_store_refuses(tmp_path: Path) -> None:
+    """The schedule's records of supervised time (the run's start, its heartbeat) go through the
+    queue like every write: refused, they wait and land once the file clears (they used to fail
+    their job, logged at error level by the scheduler)."""
+    db = tmp_path / "s.db"
+    store = await ResilientStore.open(db)
+    store.retry_every = 0.05
+    started = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    lock = WriteLock(db)
+    await asyncio.to_thread(lock.take)
+    try:
+        await store.supervising(started, [(SubjectKind.ENDPOINT, "m", "healthy")])
+        await store.supervised(started, started + timedelta(minutes=1))
+        assert store.queued == 2
+    finally:
+        await asyncio.to_thread(lock.release)
+    await eventually(lambda: store.queued == 0, what="the queue flushed")
+    async with store.tx(write=False) as conn:
+        rows = (await conn.execute(select(supervision.c.started_ms, supervision.c.seen_ms))).all()
+    await store.close()
+    minute = 60_000
+    assert [tuple(r) for r in rows] == [(ms(started), ms(started) + minute)]

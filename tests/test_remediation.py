@@ -16,13 +16,13 @@ import pytest
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
-from supervisor.control import Actor, Via
+from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store import EntryKind
-from supervisor.record.timeline import Decision, Outcome
+from supervisor.record.timeline import Decision, Outcome, StepRan
 from supervisor.repair.guards import HostLocks
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, write_fleet
 from tests.sshd import Sshd
@@ -35,7 +35,7 @@ def _state(worker: EndpointWorker) -> State:
 
 
 def _incident(worker: EndpointWorker) -> int | None:
-    return worker.incident_id
+    return worker.record.incident_id
 
 
 def _rule(folder: Path, name: str, text: str) -> None:
@@ -163,7 +163,14 @@ async def test_a_stale_listener_is_killed_over_ssh_and_the_repair_verified(
     ) in kinds
     steps = [row for row in timeline if row.kind is EntryKind.ACTION]
     assert len(steps) == 1
-    assert steps[0].summary.startswith("step 1 kill_processes on spark1: ok:")
+    step = steps[0].record
+    assert isinstance(step, StepRan)
+    assert (step.index, step.action, step.target, step.verdict) == (
+        0,
+        "kill_processes",
+        "spark1",
+        "ok",
+    )
     commands = steps[0].data["commands"]
     assert isinstance(commands, list)
     kill = [c for c in commands if isinstance(c, dict) and "kill" in str(c["command"])]

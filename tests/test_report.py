@@ -18,6 +18,7 @@ import pytest
 from supervisor import cli
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.timeline.parts import CommandRun
 from supervisor.record.timeline.repair import StepRan
@@ -136,7 +137,7 @@ async def test_report_counts_busy_spells_and_refuses_what_sudoers_would_not_allo
         snapshot = Snapshot(
             kind=SubjectKind.ENDPOINT, name="b", state=dest, since=at, updated_at=at
         )
-        record = Transition(source=source, dest=dest, trigger="t", note=dest)
+        record = Transition(source=State(source), dest=State(dest), trigger=Trigger.PASS, note=dest)
         entry = TimelineEntry(at=at, subject="b", record=record)
         done = "passed" if dest == "healthy" else None
         return await store.transition(

@@ -14,7 +14,7 @@ import asyncio
 import json
 import shutil
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,26 +24,27 @@ import yaml
 from supervisor.cli import main
 from supervisor.config import load_config
 from supervisor.core.clock import utcnow
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.core.timefmt import iso
+from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.draft import telling_line
 from supervisor.playbook.evidence.base import (
+    CollectedEvidence,
     Collector,
     CollectorParams,
-    Evidence,
     FactValue,
     Scope,
 )
 from supervisor.playbook.evidence.journal import parse_journal
 from supervisor.playbook.evidence.systemd import parse_unit_status
-from supervisor.playbook.history import find_record
+from supervisor.playbook.history import find_record, rounds_of
 from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.matching import match_rules
 from supervisor.playbook.model import EvidenceItem
 from supervisor.playbook.registries import collectors_or_default
-from supervisor.playbook.results import Diagnosis, EvidenceRun
+from supervisor.playbook.results import DiagnosisResult, EvidenceRun
 from supervisor.playbook.scopes import scopes_of
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry, TimelineRow
 from supervisor.record.timeline import (
     AttemptFinished,
     AttemptStarted,
@@ -171,7 +172,7 @@ class History:
             endpoint=endpoint,
             tier=Tier.LIVENESS,
             check="models",
-            outcome=Outcome.FAIL,
+            outcome=ProbeOutcome.FAIL,
             reason="connection refused",
             at=at,
             latency_s=0.002,
@@ -181,9 +182,9 @@ class History:
         )
         async with await Store.open(self.config.store.path) as store:
             down = Transition(
-                source="healthy",
-                dest="down",
-                trigger="confirm_down",
+                source=State.HEALTHY,
+                dest=State.DOWN,
+                trigger=Trigger.DOWN,
                 note="connection refused (unit died)",
                 probe=sample,
                 probes=(sample,),
@@ -207,7 +208,9 @@ class History:
                     incident, TimelineEntry(at=then, subject=endpoint, record=record)
                 )
             back = at + timedelta(seconds=len(after) * 10 + 20)
-            up = Transition(source="down", dest="healthy", trigger="pass_check", note="passed")
+            up = Transition(
+                source=State.DOWN, dest=State.HEALTHY, trigger=Trigger.PASS, note="passed"
+            )
             await store.transition(
                 snapshot=_snapshot(endpoint, "healthy", back),
                 entry=TimelineEntry(at=back, subject=endpoint, record=up),
@@ -220,24 +223,24 @@ class History:
         name: str,
         trigger: ProbeResult,
         facts: Facts,
-    ) -> Diagnosis:
+    ) -> DiagnosisResult:
         """The real matcher over the shipped playbook; each collector run once per (collector,
         unit, params) and recorded, as the daemon's diagnosis does."""
         endpoint = self.config.endpoints[name]
         runs: list[EvidenceRun] = []
-        cache: dict[tuple[str, str | None, str], Evidence] = {}
+        cache: dict[tuple[str, str | None, str], CollectedEvidence] = {}
 
         async def gather(
             item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-        ) -> Evidence:
+        ) -> CollectedEvidence:
             where = scope.label if collector.needs_host else None
             key = (collector.name, where, params.model_dump_json())
             if key not in cache:
                 given = facts.get(scope.label, {}).get(item.id)
                 cache[key] = (
-                    Evidence(collector=collector.name, facts=given)
+                    CollectedEvidence(collector=collector.name, facts=given)
                     if given is not None
-                    else Evidence(collector=collector.name, error="no such file")
+                    else CollectedEvidence(collector=collector.name, error="no such file")
                 )
                 runs.append(
                     EvidenceRun(
@@ -259,7 +262,7 @@ class History:
             collectors=collectors_or_default(None),
             gather=gather,
         )
-        return Diagnosis(
+        return DiagnosisResult(
             endpoint=name,
             state="down",
             matched=matched,
@@ -330,7 +333,9 @@ async def _unknown_drill(history: History, at: datetime) -> tuple[int, datetime,
         for entry in entries[1:]:
             await store.append(incident, entry)
         back = entries[-1].at + timedelta(minutes=1)
-        up = Transition(source="escalated", dest="healthy", trigger="pass_check", note="passed")
+        up = Transition(
+            source=State.ESCALATED, dest=State.HEALTHY, trigger=Trigger.PASS, note="passed"
+        )
         await store.transition(
             snapshot=_snapshot("ds4", "healthy", back),
             entry=TimelineEntry(at=back, subject="ds4", record=up),
@@ -626,7 +631,9 @@ def test_draft_and_replay_say_in_one_line_what_they_cannot_do(
         """An incident with no diagnosis: the endpoint passed again before one ran."""
         at = utcnow().replace(microsecond=0) - timedelta(minutes=5)
         async with await Store.open(history.config.store.path) as store:
-            down = Transition(source="healthy", dest="down", trigger="confirm_down", note="refused")
+            down = Transition(
+                source=State.HEALTHY, dest=State.DOWN, trigger=Trigger.DOWN, note="refused"
+            )
             incident = await store.transition(
                 snapshot=_snapshot("qwen", "down", at),
                 entry=TimelineEntry(at=at, subject="qwen", record=down),
@@ -804,3 +811,27 @@ def test_a_run_stored_before_params_were_kept_answers_its_own_evidence_id() -> N
     progress = collectors["progress"]
     # read once for the endpoint (over HTTP), under its first unit: it answers every unit
     assert find_record(older, "progress", progress, HEAD, progress.params()) is older[2]
+
+
+@pytest.mark.parametrize(("judged", "heard"), [(True, True), (False, False)])
+def test_a_death_the_worker_did_not_judge_is_no_rounds_event(judged: bool, heard: bool) -> None:
+    """A unit event kept as evidence only (in maintenance, remediating) never led to the
+    diagnosis: the round does not count it as what it heard (read from `judged`, not from the
+    verdict's words)."""
+    at = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
+    death = UnitHeard(
+        host="spark1",
+        unit="vllm.service",
+        event="failed",
+        line="vllm.service failed: status=127",
+        message="vllm.service: Failed with result 'exit-code'.",
+        verdict="down: probe confirms: connection refused",
+        judged=judged,
+    )
+    diagnosis = DiagnosisRecord(endpoint="ds4", state="down", rule="r")
+    rows = [
+        TimelineRow.of(record, id=n, incident_id=7, at=at, subject="ds4")
+        for n, record in enumerate((death, diagnosis), start=1)
+    ]
+    (round_,) = rounds_of(7, rows)
+    assert (round_.event is not None) is heard

@@ -19,14 +19,14 @@ from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
 from supervisor.playbook.evidence.restarts import (
     SHOW,
-    Outcome,
     Restart,
+    RestartOutcome,
     policy_fires,
-    timespan_s,
     wait_for_restarts,
 )
+from supervisor.playbook.evidence.unitstate import timespan_s
 from supervisor.playbook.loader import load_playbook
-from supervisor.playbook.results import Diagnosis
+from supervisor.playbook.results import DiagnosisResult
 from tests.test_evidence import (
     STATUS_PROPERTIES,
     Answer,
@@ -158,7 +158,7 @@ async def test_a_unit_resting_before_a_restart_is_watched_until_the_next_attempt
             host="spark1",
             unit="vllm-qwen.service",
             before="signal 9, activating/auto-restart, 0 restarts",
-            outcome=Outcome.FAILED,
+            outcome=RestartOutcome.FAILED,
             after="status=127, activating/auto-restart, 1 restart",
             waited_s=4.0,
             bound_s=36.0,  # RestartSec 3 + start timeout (at most 30) + settle 2 + slack 1
@@ -178,7 +178,7 @@ async def test_a_restart_that_stays_up_for_two_seconds_is_running(
 ) -> None:
     found, _, _ = await settle([KILLED_RESTING, KILLED_RESTING, RUNNING_1], http)
     assert [(r.outcome, r.after, r.waited_s) for r in found] == [
-        (Outcome.RUNNING, "no exit yet, active/running, 1 restart", 3.0)
+        (RestartOutcome.RUNNING, "no exit yet, active/running, 1 restart", 3.0)
     ]
 
 
@@ -187,17 +187,17 @@ async def test_a_restart_that_stays_up_for_two_seconds_is_running(
     [
         # five starts in ten seconds: systemd gives up
         ([KILLED_RESTING, unit(active="failed", sub="failed", code=EXITED, status=127,
-                               restarts=5)], Outcome.STOPPED, 0.5),
+                               restarts=5)], RestartOutcome.STOPPED, 0.5),
         # a person stopped it meanwhile
-        ([KILLED_RESTING, unit(active="inactive", sub="dead")], Outcome.STOPPED, 0.5),
+        ([KILLED_RESTING, unit(active="inactive", sub="dead")], RestartOutcome.STOPPED, 0.5),
         # systemd never restarts it within RestartSec + start timeout + settle
-        ([KILLED_RESTING], Outcome.NO_OUTCOME, 36.0),
+        ([KILLED_RESTING], RestartOutcome.NO_OUTCOME, 36.0),
         ([KILLED_RESTING, Answer(status=1, stderr="Failed to connect to bus\n")],
-         Outcome.UNREADABLE, 0.5),
+         RestartOutcome.UNREADABLE, 0.5),
     ],
 )  # fmt: skip
 async def test_a_restart_that_does_not_come_ends_the_wait(
-    http: httpx.AsyncClient, answers: list[Answer], outcome: Outcome, waited: float
+    http: httpx.AsyncClient, answers: list[Answer], outcome: RestartOutcome, waited: float
 ) -> None:
     found, time, _ = await settle(answers, http)
     assert [(r.outcome, r.waited_s) for r in found] == [(outcome, waited)]
@@ -226,7 +226,7 @@ async def test_a_death_still_deactivating_whose_policy_restarts_it_is_waited_for
 ) -> None:
     dying = unit(active="deactivating", sub="stop-sigterm", code=KILLED, status=9)
     found, _, _ = await settle([dying, KILLED_RESTING, EXITED_127], http)
-    assert [r.outcome for r in found] == [Outcome.FAILED]
+    assert [r.outcome for r in found] == [RestartOutcome.FAILED]
 
 
 def launchd(state: str, runs: int, last: str, pid: int = 0) -> Answer:
@@ -251,7 +251,7 @@ async def test_a_launchd_keepalive_restart_is_waited_for_too(http: httpx.AsyncCl
     found, _, _ = await settle([scheduled, scheduled, exited], http, argv=PRINT_ARGV)
     assert [(r.outcome, r.before, r.after, r.bound_s) for r in found] == [
         (
-            Outcome.FAILED,
+            RestartOutcome.FAILED,
             "signal Killed: 9, spawn scheduled, 3 runs",
             "exit 1, spawn scheduled, 4 runs",
             13.0,  # throttle 10 + settle 2 + slack 1
@@ -259,7 +259,7 @@ async def test_a_launchd_keepalive_restart_is_waited_for_too(http: httpx.AsyncCl
     ]
     running = launchd("running", 4, "last exit code = (never exited)", pid=812)
     found, _, _ = await settle([scheduled, running], http, argv=PRINT_ARGV)
-    assert [r.outcome for r in found] == [Outcome.RUNNING]
+    assert [r.outcome for r in found] == [RestartOutcome.RUNNING]
 
 
 # --- the diagnosis: what it reads after the wait -----------------------------------------------
@@ -318,7 +318,7 @@ async def run_diagnosis(
     rules: Mapping[str, str],
     *,
     settle_first: bool,
-) -> tuple[Diagnosis, ScriptedExecutor]:
+) -> tuple[DiagnosisResult, ScriptedExecutor]:
     for name, text in rules.items():
         (tmp_path / f"{name}.yaml").write_text(text)
     playbook = load_playbook(tmp_path)

@@ -16,8 +16,8 @@ import pytest
 
 from supervisor.cli import main
 from supervisor.config import Endpoint, FleetConfig, Host
-from supervisor.core.events import Outcome, ProbeResult, Tier
-from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, Scope
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.playbook.evidence.base import CollectedEvidence, Collector, CollectorParams, Scope
 from supervisor.playbook.fixturefile import load_fixture
 from supervisor.playbook.fixtures import FixtureReport, run_fixtures
 from supervisor.playbook.loader import Playbook, load_playbook
@@ -99,14 +99,16 @@ async def test_silent_degradation_of_a_pair_names_the_head(shipped: Playbook, nu
     config = FleetConfig(source=Path("fleet.yaml"), hosts=hosts, endpoints={"ds4": endpoint})
     assert case.probe is not None
     trigger = ProbeResult(
-        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=Outcome.DEGRADED,
+        endpoint="ds4", tier=Tier.DEEP, check="completion", outcome=ProbeOutcome.DEGRADED,
         reason=case.probe.reason, at=datetime(2026, 6, 2, tzinfo=UTC), latency_s=0.0,
     )  # fmt: skip
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
-        return Evidence(collector=collector.name, facts=facts[scope.index].get(item.id, {}))
+    ) -> CollectedEvidence:
+        return CollectedEvidence(
+            collector=collector.name, facts=facts[scope.index].get(item.id, {})
+        )
 
     matched, _ = await match_rules(
         shipped.rules, scopes_of(endpoint, config), state="degraded", trigger=trigger,
@@ -129,14 +131,16 @@ async def test_silent_degradation_without_a_unit_fills_its_whole_message(
     endpoint = Endpoint(name="kimi", kind="openai", url="http://192.168.1.10:8013")
     config = FleetConfig(source=Path("fleet.yaml"), hosts={}, endpoints={"kimi": endpoint})
     trigger = ProbeResult(
-        endpoint="kimi", tier=Tier.DEEP, check="completion", outcome=Outcome.DEGRADED,
+        endpoint="kimi", tier=Tier.DEEP, check="completion", outcome=ProbeOutcome.DEGRADED,
         reason="no reasoning text", at=datetime(2026, 6, 2, tzinfo=UTC), latency_s=0.0,
     )  # fmt: skip
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
-        return Evidence(collector=collector.name, facts={})  # no host, no unit: nothing found
+    ) -> CollectedEvidence:
+        return CollectedEvidence(
+            collector=collector.name, facts={}
+        )  # no host, no unit: nothing found
 
     matched, _ = await match_rules(
         shipped.rules, scopes_of(endpoint, config), state="degraded", trigger=trigger,

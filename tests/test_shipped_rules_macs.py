@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from supervisor.config import Endpoint, FleetConfig, Host
-from supervisor.core.events import Outcome, ProbeResult, Tier
-from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, Scope
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.playbook.evidence.base import CollectedEvidence, Collector, CollectorParams, Scope
 from supervisor.playbook.fixturefile import load_fixture
 from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.matching import match_rules
@@ -36,14 +36,16 @@ async def message_of(rule_id: str) -> str:
     config = FleetConfig(source=Path("fleet.yaml"), hosts=hosts, endpoints={name: endpoint})
     assert case.probe is not None
     trigger = ProbeResult(
-        endpoint=name, tier=Tier.DEEP, check=case.probe.check, outcome=Outcome.FAIL,
+        endpoint=name, tier=Tier.DEEP, check=case.probe.check, outcome=ProbeOutcome.FAIL,
         reason=case.probe.reason, at=datetime(2026, 11, 25, tzinfo=UTC), latency_s=0.0,
     )  # fmt: skip
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
-        return Evidence(collector=collector.name, facts=facts[scope.index].get(item.id, {}))
+    ) -> CollectedEvidence:
+        return CollectedEvidence(
+            collector=collector.name, facts=facts[scope.index].get(item.id, {})
+        )
 
     matched, _ = await match_rules(
         load_playbook(PLAYBOOK).rules, scopes_of(endpoint, config), state=str(case.endpoint.state),

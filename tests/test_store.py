@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import supervisor.record.store
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.record.store import (
     EntryKind,
     IncidentRow,
@@ -64,7 +64,7 @@ def sample(endpoint: str, minutes: float, **kw: Any) -> ProbeResult:
     fields: dict[str, Any] = {
         "tier": Tier.DEEP,
         "check": "completion",
-        "outcome": Outcome.OK,
+        "outcome": ProbeOutcome.OK,
         "reason": "",
         "latency_s": 1.25,
     }
@@ -689,7 +689,7 @@ async def test_sample_round_trip(store: Store) -> None:
             1,
             tier=Tier.LIVENESS,
             check="health",
-            outcome=Outcome.FAIL,
+            outcome=ProbeOutcome.FAIL,
             reason="connection refused",
             latency_s=0.003,
         )

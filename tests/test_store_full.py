@@ -23,7 +23,7 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.cli.status import collect
 from supervisor.config import load_config
@@ -85,7 +85,7 @@ class Daemon:
             supervisor.notify_timing = FAST
             return supervisor
 
-        self.gate = Gate(config, make)
+        self.gate = LeaderGate(config, make)
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
         self.url = f"http://{config.http.listen}"
@@ -197,7 +197,7 @@ async def test_a_full_disk_keeps_the_lead_the_alerts_and_every_record(
     assert document["store"]["problem"].startswith(
         f"the disk holding {disk / 'supervisor.db'} is full ("
     )
-    incident = worker.incident_id
+    incident = worker.record.incident_id
     assert incident is not None
     assert incident < 0  # a placeholder: its incident is not in the store yet
     queued = store.queued

@@ -17,8 +17,9 @@ from sqlalchemy import text
 from supervisor.config import ConfigError, parse_config
 from supervisor.control.model import PauseRow
 from supervisor.control.tables import ControlStore
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, StoreError, SubjectKind, TimelineEntry
-from supervisor.record.store.outbox import Draft, OutboxStore
+from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.store.target import PgTarget, StoreTarget, store_target
 from supervisor.record.timeline import Note, Transition
 from tests.conftest import free_port
@@ -119,7 +120,9 @@ def _down(name: str) -> Snapshot:
 
 async def _open(store: Store, name: str) -> int:
     entry = TimelineEntry(
-        at=T0, subject=name, record=Transition(source="healthy", dest="down", trigger="t", note="x")
+        at=T0,
+        subject=name,
+        record=Transition(source=State.HEALTHY, dest=State.DOWN, trigger=Trigger.PASS, note="x"),
     )
     incident = await store.transition(snapshot=_down(name), entry=entry, open_cause="refused")
     assert incident is not None
@@ -162,7 +165,7 @@ async def test_outbox_and_control_tables_on_both_engines(store_target: StoreTarg
         await store.append(incident, TimelineEntry(at=T0, subject="m", record=Note(text="n")))
         assert await outbox.start_cursor() == 2
         await outbox.commit(
-            drafts=[Draft(kind="opened", text="<b>m</b> down", incident_id=incident)],
+            drafts=[OutboxDraft(kind="opened", text="<b>m</b> down", incident_id=incident)],
             chat_ids=[BIG_CHAT],
             states={incident: ({"said": ["opened"]}, True)},
             at=T0,

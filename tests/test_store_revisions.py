@@ -34,7 +34,9 @@ def _differences(conn: Connection) -> list[object]:
 async def test_the_revisions_make_the_schema_the_code_uses(store_target: StoreTarget) -> None:
     async with await Store.open(store_target) as store, store.tx(write=False) as conn:
         assert await conn.run_sync(_differences) == []
-        assert await conn.run_sync(revise.current) == revise.head() == "0004"
+        assert (
+            await conn.run_sync(revise.current_revision) == revise.head() == revise.HEAD == "0004"
+        )
 
 
 def _schema_2_store(path: Path) -> None:

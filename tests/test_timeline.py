@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 import supervisor
+from supervisor.core.actor import Actor, Via
+from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.coltypes import dump_json
 from supervisor.record.store.target import StoreTarget
@@ -80,9 +82,9 @@ UNTIL = datetime(2026, 11, 23, 5, 0, 0, tzinfo=UTC)
 CASES: list[tuple[Record, EntryKind, str]] = [
     (
         Transition(
-            source="healthy",
-            dest="down",
-            trigger="confirm_down",
+            source=State.HEALTHY,
+            dest=State.DOWN,
+            trigger=Trigger.DOWN,
             note="connection refused (2 failures and a failed re-probe)",
             probe=FAIL,
             probes=(FAIL, FAIL),
@@ -92,9 +94,9 @@ CASES: list[tuple[Record, EntryKind, str]] = [
     ),
     (
         Transition(
-            source="reachable",
-            dest="unreachable",
-            trigger="host_lost",
+            source=HostState.REACHABLE,
+            dest=HostState.UNREACHABLE,
+            trigger=Trigger.HOST_LOST,
             note="ssh timed out",
             of_host=True,
             failures=3,
@@ -104,11 +106,11 @@ CASES: list[tuple[Record, EntryKind, str]] = [
     ),
     (
         Transition(
-            source="healthy",
-            dest="maintenance",
-            trigger="silence",
+            source=State.HEALTHY,
+            dest=State.MAINTENANCE,
+            trigger=Trigger.SILENCE,
             note="silenced for 2h by @op",
-            actor="@op",
+            actor=Actor(who="@op"),
             until=UNTIL,
             extra={"ticket": "OPS-1"},
         ),
@@ -373,16 +375,26 @@ CASES: list[tuple[Record, EntryKind, str]] = [
         "restart by alice failed: step 1 failed",
     ),
     (
-        Silenced(who="@op", why="driver upgrade", until=UNTIL, endpoint="ds4"),
+        Silenced(
+            actor=Actor(who="@op", via=Via.TELEGRAM),
+            target="ds4",
+            why="driver upgrade",
+            until=UNTIL,
+            silence=3,
+        ),
         EntryKind.NOTE,
-        "silenced ds4 until 2026-11-23 05:00:00Z by @op: driver upgrade",
+        "silenced ds4 (#3) until 2026-11-23 05:00:00Z by @op on Telegram: driver upgrade",
     ),
     (
-        Silenced(who="@op", until=UNTIL, matcher="host=spark1"),
+        Silenced(actor=Actor(who="alice", via=Via.CLI), target="host:spark1", until=UNTIL),
         EntryKind.NOTE,
-        "silenced host=spark1 until 2026-11-23 05:00:00Z by @op",
+        "silenced host:spark1 until 2026-11-23 05:00:00Z by alice from the CLI",
     ),
-    (Unsilenced(who="@op", endpoint="ds4"), EntryKind.NOTE, "unsilenced ds4 by @op"),
+    (
+        Unsilenced(actor=Actor(who="@op", via=Via.WEB), target="ds*", silences=(3, 4)),
+        EntryKind.NOTE,
+        "unsilenced ds* (#3, #4) by @op on the fleet page",
+    ),
     (
         Paused(who="@op", why="maintenance window"),
         EntryKind.NOTE,
@@ -448,10 +460,11 @@ def test_round_trip_and_summary(record: Record, kind: EntryKind, summary: str) -
 
 
 def test_a_payload_leaves_out_what_was_not_set() -> None:
-    assert encode(Transition(source="a", dest="b", trigger="t", note="n")) == {
-        "source": "a",
-        "dest": "b",
-        "trigger": "t",
+    moved = Transition(source=State.DOWN, dest=State.HEALTHY, trigger=Trigger.PASS, note="n")
+    assert encode(moved) == {
+        "source": "down",
+        "dest": "healthy",
+        "trigger": "pass_check",
         "note": "n",
         "of_host": False,
         "extra": {},
@@ -473,7 +486,7 @@ def test_a_payload_that_is_no_object_is_read_as_unknown() -> None:
     ("tag", "version", "payload", "problem"),
     [
         ("teleported", 1, {"to": "mars"}, "unknown type 'teleported'"),
-        ("transition", 2, {}, "transition version 2 is newer than this code reads (1)"),
+        ("transition", 3, {}, "transition version 3 is newer than this code reads (2)"),
         ("note", 1, {}, "note: Note.__init__() missing 1 required keyword-only argument: 'text'"),
         ("note", 1, {"text": 7}, "note: text: expected str, got 7"),
         (
@@ -482,7 +495,12 @@ def test_a_payload_that_is_no_object_is_read_as_unknown() -> None:
             {"sample": [], "note": ""},
             "probe: sample: ProbeSample needs an object, got list",
         ),
-        ("decision", 1, {"outcome": "vanished"}, "decision: 'vanished' is not a valid Outcome"),
+        (
+            "decision",
+            1,
+            {"outcome": "vanished"},
+            "decision: outcome: 'vanished' is not a valid Outcome",
+        ),
         (
             "probe",
             1,
@@ -549,7 +567,9 @@ async def test_the_cause_is_the_symptom_until_a_rule_diagnoses_it(
         opened = TimelineEntry(
             at=T0,
             subject="m",
-            record=Transition(source="healthy", dest="down", trigger="confirm_down", note="x"),
+            record=Transition(
+                source=State.HEALTHY, dest=State.DOWN, trigger=Trigger.DOWN, note="x"
+            ),
         )
         incident = await store.transition(
             snapshot=down, entry=opened, open_cause="connection refused"

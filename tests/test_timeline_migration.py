@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.cli import main
+from supervisor.core.actor import Actor, Via
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import EntryKind, Store, SubjectKind, TimelineEntry
 from supervisor.record.timeline import (
     INTERRUPTED,
@@ -19,13 +21,16 @@ from supervisor.record.timeline import (
     Diagnosis,
     Escalation,
     Evidence,
+    JSONValue,
     Legacy,
     Note,
     Notification,
     Probe,
     StepRan,
     Transition,
+    UnitHeard,
     Verification,
+    decode,
 )
 from tests.helpers import write_fleet
 
@@ -190,3 +195,58 @@ def test_the_cli_reads_an_old_store(old_store: Path, capsys: pytest.CaptureFixtu
     assert lines[1].endswith("host spark1 does not answer: connection refused")
     assert lines[2].split()[:3] == ["#1", "m", "open"]
     assert lines[2].endswith("escalated  revive")
+
+
+def test_a_version_1_transition_reads_with_its_typed_actor() -> None:
+    """Version 1 kept a silence's who/via in `extra` and a restart's person as a bare name; the
+    row is not rewritten (append-only): it is upgraded each time it is read."""
+    silence: dict[str, JSONValue] = {
+        "source": "healthy",
+        "dest": "maintenance",
+        "trigger": "silence",
+        "note": "silenced for 1h by @op: upgrade",
+        "until": "2026-11-25T08:00:00+00:00",
+        "extra": {"silence": "3", "target": "ds4", "who": "@op", "via": "telegram", "why": "x"},
+    }
+    record = decode("transition", 1, silence, kind="transition", text="")
+    assert isinstance(record, Transition)
+    assert (record.source, record.dest, record.trigger) == (
+        State.HEALTHY,
+        State.MAINTENANCE,
+        Trigger.SILENCE,
+    )
+    assert record.actor == Actor(who="@op", via=Via.TELEGRAM)
+    assert record.extra == {"silence": "3", "target": "ds4", "why": "x"}
+    restart: dict[str, JSONValue] = {
+        "source": "down",
+        "dest": "starting",
+        "trigger": "restarted",
+        "note": "restarted by alice",
+        "actor": "alice",
+    }
+    record = decode("transition", 1, restart, kind="transition", text="")
+    assert isinstance(record, Transition)
+    assert record.actor == Actor(who="alice")
+    assert str(record.actor) == "alice"
+
+
+@pytest.mark.parametrize(
+    ("verdict", "judged"),
+    [
+        ("down: probe confirms: connection refused", True),
+        ("not judged: remediating", False),
+        ("evidence only", False),
+    ],
+)
+def test_a_version_1_unit_event_says_whether_it_was_judged(verdict: str, judged: bool) -> None:
+    payload: dict[str, JSONValue] = {
+        "host": "spark1",
+        "unit": "vllm.service",
+        "event": "failed",
+        "line": "vllm.service failed: status=127",
+        "message": "vllm.service: Failed with result 'exit-code'.",
+        "verdict": verdict,
+    }
+    record = decode("unit_event", 1, payload, kind="evidence", text="")
+    assert isinstance(record, UnitHeard)
+    assert (record.verdict, record.judged) == (verdict, judged)

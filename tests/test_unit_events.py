@@ -21,6 +21,7 @@ from supervisor.app.root import Supervisor
 from supervisor.cli.status import polling_warnings
 from supervisor.config import FleetConfig, Host, load_config
 from supervisor.core.events import UnitSignal
+from supervisor.core.streamstatus import STREAMING, StreamPhase, StreamStatus
 from supervisor.hear.streams import Backoff, LocalTransport, StreamSettings
 from supervisor.hear.streams.journal import parse_entry
 from supervisor.hear.units import CURSORS_FILE, UnitEvents
@@ -29,7 +30,7 @@ from supervisor.playbook.scopes import builtin_facts, scopes_of
 from supervisor.record.store import Store
 from supervisor.record.store.cursors import Streams, read_streams, save_streams
 from supervisor.record.timeline import Transition, UnitHeard
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 
 DATA = Path(__file__).parent / "data" / "hostevents"
@@ -100,7 +101,7 @@ async def test_events_are_routed_and_the_cursor_resumes_after_a_restart(tmp_path
         events.start()
         try:
             await eventually(lambda: len(seen) == 4, what="two events for two endpoints")
-            assert events.status() == {"s1": "streaming"}
+            assert events.status() == {"s1": STREAMING}
 
             # saved at once after an event went out, not at the next 5 s
             async def saved() -> bool:
@@ -116,7 +117,7 @@ async def test_events_are_routed_and_the_cursor_resumes_after_a_restart(tmp_path
             ("also", "exited", True, "ev-clean.service exited: status=0"),
         ]
         assert await read_streams(store) == Streams(
-            cursors={"s1": _cursor(recorded[-1])}, status={"s1": "streaming"}
+            cursors={"s1": _cursor(recorded[-1])}, status={"s1": STREAMING}
         )
         assert not (tmp_path / CURSORS_FILE).exists()
 
@@ -142,6 +143,7 @@ async def test_events_are_routed_and_the_cursor_resumes_after_a_restart(tmp_path
     assert f"--after-cursor={_cursor(recorded[-1])}" in follow
 
 
+SUDO_POLLING = "polling: journalctl failed: sudo: a password is required"
 OLD_FILE = """{
  "cursors": {"s1": "s=old;i=1", "s2": "s=old;i=2"},
  "status": {"s1": "streaming", "s2": "polling: journalctl failed: sudo: a password is required"}
@@ -155,15 +157,15 @@ async def test_an_older_releases_cursor_file_is_taken_over_once(tmp_path: Path) 
     store = await Store.open(config.store.path)
     try:
         # s1 is in the store already (a newer leader wrote it): the store's stays
-        await save_streams(store, {"s1": "s=new;i=9"}, {"s1": "streaming"}, at=datetime.now(UTC))
+        await save_streams(store, {"s1": "s=new;i=9"}, {"s1": STREAMING}, at=datetime.now(UTC))
         events = UnitEvents(config, lambda _n, _s: None, store=store)
         await events.load()
         assert not path.exists()
         assert await read_streams(store) == Streams(
             cursors={"s1": "s=new;i=9", "s2": "s=old;i=2"},
             status={
-                "s1": "streaming",
-                "s2": "polling: journalctl failed: sudo: a password is required",
+                "s1": STREAMING,  # an older release's words are kept as words, never parsed
+                "s2": StreamStatus(phase=StreamPhase.OLD, said=SUDO_POLLING),
             },
         )
         assert events.cursors == {"s1": "s=new;i=9", "s2": "s=old;i=2"}
@@ -173,9 +175,9 @@ async def test_an_older_releases_cursor_file_is_taken_over_once(tmp_path: Path) 
 
 def test_a_host_that_fell_back_to_polling_is_a_warning_in_status() -> None:
     hosts: list[dict[str, Any]] = [
-        {"name": "spark1", "events": "streaming"},
-        {"name": "spark2", "events": "polling: journalctl failed: sudo: a password is required"},
-        {"name": "forge", "events": None},
+        {"name": "spark1", "events": "streaming", "events_phase": "streaming"},
+        {"name": "spark2", "events": SUDO_POLLING, "events_phase": "polling"},
+        {"name": "forge", "events": None, "events_phase": None},
     ]
     assert polling_warnings(hosts) == (
         "\n\nwarning: host spark2 unit events: polling: journalctl failed: sudo: a password is "
@@ -244,7 +246,7 @@ async def _started(tmp_path: Path, url: str) -> Supervisor:
 
 
 def _incident(worker: EndpointWorker) -> int | None:
-    return worker.incident_id
+    return worker.record.incident_id
 
 
 async def test_a_death_and_one_failed_probe_is_down_at_once(tmp_path: Path, vllm: VllmSim) -> None:
@@ -263,11 +265,11 @@ async def test_a_death_and_one_failed_probe_is_down_at_once(tmp_path: Path, vllm
         assert store is not None
 
         async def recorded() -> bool:
-            rows = await store.timeline(worker.incident_id or 0)
+            rows = await store.timeline(worker.record.incident_id or 0)
             return any(isinstance(r.record, UnitHeard) for r in rows)
 
         await eventually(recorded, what="the event in the timeline")
-        rows = await store.timeline(worker.incident_id or 0)
+        rows = await store.timeline(worker.record.incident_id or 0)
     finally:
         await daemon.stop()
     assert took < 1.0
@@ -296,7 +298,7 @@ async def test_a_death_the_probe_does_not_confirm_or_a_start_changes_nothing(
         for signal in (_signal("ds4"), _signal("ds4", kind="started")):
             daemon.daemon.submit(signal)
         await eventually(lambda: worker.idle.is_set(), what="both judged")
-        assert (worker.state, worker.incident_id) == (State.HEALTHY, None)
+        assert (worker.state, worker.record.incident_id) == (State.HEALTHY, None)
     finally:
         await daemon.stop()
 
@@ -351,7 +353,7 @@ async def test_a_crash_loop_is_counted_not_listed(tmp_path: Path, vllm: VllmSim)
         await vllm.stop()
         daemon.daemon.submit(_signal("ds4"))
         await eventually(lambda: _incident(worker) is not None, what="an incident")
-        incident = worker.incident_id or 0
+        incident = worker.record.incident_id or 0
         for n in range(1, 101):
             daemon.daemon.submit(_looping(n, "started"))
             daemon.daemon.submit(_looping(n, "crash_loop"))

@@ -24,7 +24,7 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config import Endpoint, ProbeSettings
 from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
-from supervisor.core.events import Outcome, Tier
+from supervisor.core.events import ProbeOutcome, Tier
 from supervisor.probe import make_client, run_probe
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually
@@ -458,7 +458,7 @@ async def test_standalone_serves_probes_and_exits_0_on_sigterm() -> None:
         async with make_client() as client:
             for tier in (Tier.LIVENESS, Tier.DEEP):
                 result = await run_probe(ep, tier, client, clock=SystemClock())
-                assert (result.outcome, result.reason) == (Outcome.OK, "")
+                assert (result.outcome, result.reason) == (ProbeOutcome.OK, "")
         process.send_signal(signal.SIGTERM)
         assert await ended(process) == (0, "", "")
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import TimelineRow
 from supervisor.record.timeline import (
     Acked,
@@ -22,8 +23,8 @@ from supervisor.record.timeline import (
     UnitsLeft,
     Verification,
 )
-from supervisor.tell.web.page.app import ago
-from supervisor.tell.web.page.items import Command, item
+from supervisor.tell.web.page.app import ago_span
+from supervisor.tell.web.page.items import StepCommand, item
 from supervisor.tell.web.page.spark import sparkline
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -48,7 +49,11 @@ def _row(record: Record) -> TimelineRow:
     [
         (
             Transition(
-                source="healthy", dest="down", trigger="confirm_down", note="refused", probe=SAMPLE
+                source=State.HEALTHY,
+                dest=State.DOWN,
+                trigger=Trigger.DOWN,
+                note="refused",
+                probe=SAMPLE,
             ),
             "healthy → down: refused",
             [
@@ -92,7 +97,7 @@ def _row(record: Record) -> TimelineRow:
             "step 1 restart_units on spark1: ok",
             [("result", "restarted vllm")],
             [
-                Command(
+                StepCommand(
                     host="spark1",
                     command="systemctl restart vllm",
                     exit_status="0",
@@ -120,7 +125,7 @@ def _row(record: Record) -> TimelineRow:
             "step 2 shell on spark1: failed",
             [],
             [
-                Command(
+                StepCommand(
                     host="spark1",
                     command="x",
                     exit_status="timed out",
@@ -182,7 +187,7 @@ def test_each_record_is_read_by_its_fields(
     record: Record,
     headline: str,
     facts: list[tuple[str, str]] | None,
-    commands: list[Command],
+    commands: list[StepCommand],
 ) -> None:
     shown = item(_row(record))
     assert shown.headline == headline
@@ -204,5 +209,5 @@ def test_a_sparkline_needs_two_points_and_scales_to_its_range() -> None:
     [(0, "0s"), (59, "59s"), (61, "1m 1s"), (3600, "1h 0m"), (90061, "1d 1h"), (-5, "0s")],
 )
 def test_how_long_ago(seconds: int, text: str) -> None:
-    assert ago(T0 - timedelta(seconds=seconds), T0) == text
-    assert ago(None, T0) == "–"
+    assert ago_span(T0 - timedelta(seconds=seconds), T0) == text
+    assert ago_span(None, T0) == "–"

@@ -8,6 +8,7 @@ first, and an action without the token is refused. The screenshots in docs/img a
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import re
@@ -26,9 +27,13 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from fleet_lab.vllm_sim.server import VllmSim
+from supervisor.core.timefmt import stamp
+from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.doctor import save_doctor_run
 from supervisor.record.timeline import Transition
 from supervisor.tell.web.page.states import TONES, tone_of
+from supervisor.trust.doctor.model import DoctorRun, fail, ok, warn
 from tests.browser import chromium, missing, wait_for
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
@@ -165,12 +170,17 @@ async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repai
         driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WITHOUT_TICKS})
         await asyncio.to_thread(driver.get, fleet.url + "/")
         assert _state(driver, "llm") == ("healthy", "row-good")
+        assert driver.title == "board · fleet-supervisor"
         wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "● live")
         driver.execute_script("window.notReloaded = true")
 
         await fleet.sim.stop()  # the fault: the server is gone, connections are refused
         state, incident = await asyncio.to_thread(wait_for, driver, _red)
         assert state in ("down", "remediating", "verifying")
+        # the tab says it too (a background tab's title and icon), from the same live path
+        wait_for(driver, lambda d: d.title == "(1) board · fleet-supervisor")
+        icon = driver.find_element(By.ID, "icon").get_attribute("href") or ""
+        assert icon.endswith("/icons/bad.png")
         assert driver.execute_script("return window.notReloaded") is True  # live, no reload
         driver.save_screenshot(str(shots / "board.png"))
 
@@ -369,6 +379,88 @@ async def test_the_board_fits_a_phone_and_says_why_an_endpoint_is_red(
         driver.save_screenshot(str(shots / "phone.png"))
 
 
+#: What makes a page scroll sideways: the page itself wider than the window, any element reaching
+#: past its right edge, or any element that scrolls sideways inside itself (a wide table in an
+#: `overflow-x: auto` box is sideways scrolling too).
+SIDEWAYS = """
+const doc = document.documentElement, width = doc.clientWidth, found = [];
+const name = e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
+  + (e.className && typeof e.className === "string" ? "." + e.className.split(" ").join(".") : "");
+if (doc.scrollWidth > width) found.push("the page is " + doc.scrollWidth + " px wide");
+for (const e of document.querySelectorAll("body *")) {
+  const box = e.getBoundingClientRect();
+  if (box.width && box.height && (box.right > width + 1 || box.left < -1))
+    found.push(name(e) + " reaches " + Math.round(box.left) + ".." + Math.round(box.right));
+  const overflow = getComputedStyle(e).overflowX;
+  if ((overflow === "auto" || overflow === "scroll") && e.scrollWidth > e.clientWidth + 1)
+    found.push(name(e) + " scrolls sideways (" + e.scrollWidth + " > " + e.clientWidth + ")");
+}
+return found.slice(0, 8);
+"""
+
+
+#: Each transition of an incident's timeline as its (fact, value) pairs.
+TRANSITION_FACTS = (
+    "return [...document.querySelectorAll('li[data-type=transition]')]"
+    ".map(e => [...e.querySelectorAll('dt')]"
+    ".map(t => [t.innerText, t.nextElementSibling.innerText]))"
+)
+
+
+async def test_every_page_fits_a_phone(fleet: Fleet, tmp_path: Path) -> None:
+    """At 390 px, signed in (the forms are the widest parts), with an incident and a silence set
+    from the CLI: the endpoint page, its incident, the incidents list, /silences (a glob's
+    preview and its form) and the rules need no sideways scrolling, and the reason is text."""
+    with chromium(390, 844, phone=True) as driver:
+        await _sign_in(driver, fleet.url, "bob")
+        await asyncio.to_thread(driver.get, fleet.url + "/")
+        await fleet.sim.stop()
+        _, incident = await asyncio.to_thread(wait_for, driver, _red)
+        why = "swapping the NVMe in forge's second slot: back after the rebuild finishes"
+        await asyncio.to_thread(_cli, fleet.config, "silence", "llm", "--for", "1h", "--why", why)
+        pages = {
+            "endpoint": "/endpoints/llm",
+            "incident": incident.removeprefix(fleet.url),
+            "incidents": "/incidents",
+            "silences": "/silences?target=*e*",
+            "rules": "/rules",
+        }
+        for page, path in pages.items():
+            await asyncio.to_thread(driver.get, fleet.url + path)
+            assert driver.execute_script("return window.innerWidth") == 390
+            assert (page, driver.execute_script(SIDEWAYS)) == (page, [])
+            driver.save_screenshot(str(tmp_path / f"phone-{page}.png"))
+            if page == "endpoint":
+                reason = driver.find_element(By.ID, "reason")
+                assert (reason.text, reason.is_displayed()) == ("connection refused", True)
+            if page == "incident":  # the silence in the incident says who set it, and how
+                await asyncio.to_thread(
+                    wait_for, driver, lambda d: _texts(d, "li[data-type=transition]")
+                )
+                facts = driver.execute_script(TRANSITION_FACTS)
+                silenced = [dict(f) for f in facts if dict(f).get("trigger") == "silence"]
+                assert len(silenced) == 1
+                assert {k: silenced[0].get(k) for k in ("by", "silence", "why")} == {
+                    "by": f"{getpass.getuser()} (cli)",
+                    "silence": "#1 on llm",
+                    "why": why,
+                }
+
+        # and who ended it
+        await asyncio.to_thread(_cli, fleet.config, "unsilence", "llm")
+        await asyncio.to_thread(driver.get, incident)
+
+        def unsilenced(d: WebDriver) -> list[dict[str, str]]:
+            return [
+                dict(f)
+                for f in d.execute_script(TRANSITION_FACTS)
+                if dict(f).get("trigger") == "unsilence"
+            ]
+
+        ended = await asyncio.to_thread(wait_for, driver, unsilenced)
+        assert ended[0]["by"] == f"{getpass.getuser()} (cli)"
+
+
 async def _sign_in(driver: Chrome, url: str, who: str) -> None:
     await asyncio.to_thread(driver.get, url + "/login")
     driver.find_element(By.NAME, "who").send_keys(who)
@@ -398,6 +490,23 @@ async def test_a_glob_silence_previews_what_it_covers_then_silences_it(
         listing = (await asyncio.to_thread(_cli, fleet.config, "silences")).splitlines()
         assert listing[0].startswith("silence #1 *e* until ")
         assert listing[0].endswith(" by alice: moving the rack")
+        # who set it (and through what) wherever the page shows it
+        await asyncio.to_thread(driver.get, fleet.url + "/silences")
+        active = _texts(driver, "#active-silences li[data-silence='1']")[0]
+        assert " by alice (web): moving the rack" in active
+        await asyncio.to_thread(driver.get, fleet.url + "/")
+        board_line = " ".join(_texts(driver, "#silences li")[0].split())
+        assert re.fullmatch(
+            r"silence #1 \*e\* until \S+Z by alice \(web\): moving the rack ?end it", board_line
+        )
+        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/qwen")
+        shown = _texts(driver, "#endpoint-silences li")
+        assert len(shown) == 1
+        assert re.fullmatch(
+            r"silenced by alice \(web\) until \S+: moving the rack · #1 \*e\*", shown[0]
+        )
+        await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
+        assert _texts(driver, "#endpoint-silences li") == []
         status = json.loads(await asyncio.to_thread(_cli, fleet.config, "status", "--json"))
         states = {e["name"]: e["state"] for e in status["endpoints"]}
         assert states == {"llm": "healthy", "qwen": "maintenance", "embed": "maintenance"}
@@ -450,7 +559,9 @@ async def _known_history(db: Path, now: datetime) -> None:
                 entry=TimelineEntry(
                     at=at,
                     subject="llm",
-                    record=Transition(source=source, dest=dest, trigger="t", note="spec"),
+                    record=Transition(
+                        source=State(source), dest=State(dest), trigger=Trigger.PASS, note="spec"
+                    ),
                 ),
                 open_cause=cause,
                 close_resolution=closed,
@@ -493,9 +604,89 @@ async def test_availability_on_the_page_is_what_the_store_says(
             bar = _texts(driver, "#history-causes li")
             assert len(bar) == 1
             assert bar[0].endswith(": #1 connection refused")
+            # the 30 days: before supervision began (48 h ago) nobody watched it: not
+            # supervised, neither up nor down, in its own colour
+            now = datetime.now(UTC)
+            began, fault = (
+                (now - 48 * timedelta(hours=1)).date(),
+                (now - timedelta(hours=20)).date(),
+            )
+            days = driver.execute_script(
+                "return [...document.querySelectorAll('#history li')].map(e =>"
+                " [e.dataset.day, e.dataset.status, getComputedStyle(e).backgroundColor])"
+            )
+            assert len(days) == 30
+            colours = {
+                "not supervised": "rgb(224, 224, 224)",
+                "incidents": _rgb(TONES["bad"].colour),
+            }
+            colours["no incident"] = "rgb(102, 187, 106)"
+            for day, status, colour in days:
+                when = datetime.fromisoformat(day).date()
+                expected = (
+                    "not supervised"
+                    if when < began
+                    else "incidents"
+                    if when == fault
+                    else "no incident"
+                )
+                assert (day, status, colour) == (day, expected, colours[expected])
+            assert (
+                sum(1 for _, status, _ in days if status == "not supervised")
+                == 30 - (now.date() - began).days - 1
+            )
             await asyncio.to_thread(driver.get, url + "/")
             cells = _texts(driver, "#ep-llm td.avail")
             assert cells == ["90.91%", "95.65%", "95.65%"]
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def test_the_board_shows_the_last_doctor_run(tmp_path: Path, sim: VllmSim) -> None:
+    """What `status` and Telegram's /status say of the last `doctor` run, on the board: when,
+    its counts, and what it found wrong, failures first (the run before it is not shown)."""
+    port = free_port()
+    config = write_fleet(
+        tmp_path,
+        {"llm": {"kind": "openai", "url": sim.url, "model": "sim-model", "host": "forge"}},
+        http={"listen": f"127.0.0.1:{port}"},
+    )
+    now = datetime.now(UTC).replace(microsecond=0)
+    earlier = DoctorRun(at=now - timedelta(days=2), took_s=1.0, findings=(ok("llm", "model", "x"),))
+    latest = DoctorRun(
+        at=now - timedelta(minutes=5),
+        took_s=2.34,
+        findings=(
+            ok("forge", "ssh", "root@forge answers"),
+            warn("llm", "metrics", "no /metrics", "enable vLLM's metrics"),
+            fail("forge", "sudo systemctl restart vllm", "a password is asked", "install sudoers"),
+            ok("store", "write", "writable"),
+        ),
+    )
+    async with await Store.open(tmp_path / "state" / "supervisor.db") as store:
+        for run in (earlier, latest):
+            await save_doctor_run(
+                store, at=run.at, ok=run.ok, summary=run.summary(), document=run.document()
+            )
+    process = await spawn_daemon(config, tmp_path / "daemon.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await eventually(lambda: _healthy(url), within=20, what="llm healthy")
+        with chromium() as driver:
+            await asyncio.to_thread(driver.get, url + "/")
+            head = " ".join(_texts(driver, "#doctor p")[0].split())
+            when = re.escape(stamp(latest.at))
+            assert re.fullmatch(rf"fail {when} \(5m \d+s ago\): 2 ok, 1 warn, 1 fail in 2.3s", head)
+            assert _background(driver, "#doctor .pill") == _rgb(TONES["bad"].colour)
+            assert _texts(driver, "#doctor-problems li") == [
+                "FAIL forge · sudo systemctl restart vllm: a password is asked — install sudoers",
+                "WARN llm · metrics: no /metrics — enable vLLM's metrics",
+            ]
+        line = (await asyncio.to_thread(_cli, config, "status")).splitlines()
+        assert f"last doctor run {latest.at:%Y-%m-%d %H:%M} UTC: 2 ok, 1 warn, 1 fail in 2.3s" in [
+            x.split(": run `")[0] for x in line
+        ]
     finally:
         process.terminate()
         await process.wait()

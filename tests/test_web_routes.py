@@ -44,7 +44,9 @@ async def _daemon(
     daemon = Supervisor(load_config(config))
     await daemon.start()
     await eventually(lambda: daemon.workers["llm"].state is State.HEALTHY, what="llm healthy")
-    await eventually(lambda: daemon.workers["web"].incident_id is not None, what="web's incident")
+    await eventually(
+        lambda: daemon.workers["web"].record.incident_id is not None, what="web's incident"
+    )
     return daemon
 
 
@@ -150,7 +152,7 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
     store = open_daemon.store
     assert api is not None
     assert store is not None
-    incident = open_daemon.workers["web"].incident_id
+    incident = open_daemon.workers["web"].record.incident_id
     assert incident is not None
     async with _client(open_daemon) as client:
         csrf = await _sign_in(client, "ann")
@@ -229,7 +231,7 @@ async def test_actions_from_the_page_go_through_the_control_api_as_the_person(
 async def test_the_live_feed_sends_each_timeline_entry_as_it_is_committed(
     open_daemon: Supervisor,
 ) -> None:
-    incident = open_daemon.workers["web"].incident_id
+    incident = open_daemon.workers["web"].record.incident_id
     assert incident is not None
     async with _client(open_daemon) as client, client.stream("GET", "/events") as events:
         assert events.headers["content-type"] == "text/event-stream"
@@ -257,7 +259,7 @@ async def test_the_live_feed_sends_each_timeline_entry_as_it_is_committed(
 
 async def test_a_reconnecting_browser_gets_what_it_missed(open_daemon: Supervisor) -> None:
     """`Last-Event-ID` (sent by EventSource when it reconnects) resumes after that entry."""
-    incident = open_daemon.workers["web"].incident_id
+    incident = open_daemon.workers["web"].record.incident_id
     assert open_daemon.store is not None
     assert incident is not None
     first = (await open_daemon.store.timeline(incident))[0]
@@ -280,7 +282,7 @@ async def test_a_reconnecting_browser_gets_what_it_missed(open_daemon: Superviso
 
 
 async def test_incident_filters_and_pages(open_daemon: Supervisor) -> None:
-    incident = open_daemon.workers["web"].incident_id
+    incident = open_daemon.workers["web"].record.incident_id
     async with _client(open_daemon) as client:
         listed = (await client.get("/incidents", params={"endpoint": "web", "open": "1"})).text
         assert f'<a href="/incidents/{incident}">#{incident}</a>' in listed
@@ -329,7 +331,7 @@ async def test_the_rules_page_shows_each_rule_its_matches_how_they_ended_and_the
     daemon = await _daemon(tmp_path, sim, {}, playbook, remediation={"dry_run": False})
     try:
         store = daemon.store
-        incident = daemon.workers["web"].incident_id
+        incident = daemon.workers["web"].record.incident_id
         assert store is not None
         assert incident is not None
 
@@ -343,7 +345,11 @@ async def test_the_rules_page_shows_each_rule_its_matches_how_they_ended_and_the
     finally:
         await daemon.stop()
     row = page.split('<tr id="rule-refused"', 1)[1].split("</tr>", 1)[0]
-    assert "<td>manual</td><td>critical</td><td>states down</td><td>shell</td>" in row
+    wide = "".join(
+        f'<td class="wide">{v}</td>' for v in ("manual", "critical", "states down", "shell")
+    )
+    assert wide in row
+    assert '<span class="narrow small">manual · critical · states down · shell</span>' in row
     assert '<div class="rule-history">1 incident: 1 escalated</div>' in row
     assert (
         f'<a href="/incidents/{incident}">web #{incident}</a> <span class="error">escalated' in row
@@ -355,7 +361,7 @@ async def test_the_rules_page_shows_each_rule_its_matches_how_they_ended_and_the
 async def test_a_changed_silence_is_told_in_the_open_incident(open_daemon: Supervisor) -> None:
     store = open_daemon.store
     assert store is not None
-    incident = open_daemon.workers["web"].incident_id
+    incident = open_daemon.workers["web"].record.incident_id
     assert incident is not None
     async with _client(open_daemon) as client:
         csrf = await _sign_in(client, "ann")
@@ -365,7 +371,7 @@ async def test_a_changed_silence_is_told_in_the_open_incident(open_daemon: Super
         form = {"csrf": csrf, "silence": "1", "for": "3h", "why": "rewiring, longer"}
         changed = await client.post("/actions/edit", data=form)
         assert _answer(changed.text).startswith("silence #1 on web (web) now ends ")
-    until = open_daemon.workers["web"].grace_until
+    until = open_daemon.workers["web"].record.grace_until
     assert until is not None
     notes = [r.summary for r in await store.timeline(incident) if r.type == "note"]
     assert notes[-1] == (

@@ -6,14 +6,15 @@ from __future__ import annotations
 import struct
 import zlib
 
-from supervisor.hear.reachability import REACHABLE, UNKNOWN, UNREACHABLE
-from supervisor.judge.machine import State
+from supervisor.judge.machine import HostState, State
 from supervisor.tell.web.page.icon import SIZE, ico, png
 from supervisor.tell.web.page.states import STATES, TONES, stylesheet, tone_of, worst
 
 
 def test_every_endpoint_and_host_state_has_its_tone() -> None:
-    assert set(State) | {REACHABLE, UNREACHABLE, UNKNOWN} <= set(STATES)
+    assert set(State) | {HostState.REACHABLE, HostState.UNREACHABLE, HostState.UNKNOWN} <= set(
+        STATES
+    )
     assert set(STATES.values()) <= set(TONES)
     assert tone_of("unknown") == "muted"  # the local host: grey, never green
     assert tone_of("no-such-state") == "muted"

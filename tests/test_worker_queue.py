@@ -14,12 +14,11 @@ import structlog
 
 from supervisor.config import Endpoint
 from supervisor.core.clock import SystemClock
-from supervisor.core.events import Outcome, ProbeResult, ProbeTick, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, ProbeTick, Tier
 from supervisor.judge.machine import FleetMachine, Trigger
 from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError, claim
-from supervisor.worker.endpoint import EndpointWorker
-from supervisor.worker.state import restored_from
+from supervisor.worker import EndpointWorker, restored_from
 from tests.helpers import eventually
 
 ENDPOINT = Endpoint(name="ds4", kind="openai", url="http://127.0.0.1:9", model="m")
@@ -43,7 +42,7 @@ class GatedProber:
             endpoint=endpoint.name,
             tier=tier,
             check="health",
-            outcome=Outcome.FAIL,
+            outcome=ProbeOutcome.FAIL,
             reason="timed out after 30s",
             at=datetime.now(UTC),
             latency_s=30.0,

@@ -2,8 +2,9 @@
 
 `setsid -f unshare --pid --fork --mount-proc --mount --propagation private STAGE1` starts a
 host. Stage 1 runs as PID 1 of the new PID namespace: it moves itself into its own cgroup v2
-group (`/sys/fs/cgroup/unified/fleet-lab/NAME`, or the cgroup2 root's `fleet-lab/NAME`) and
-re-execs itself in new cgroup, UTS and IPC namespaces: systemd sees that group as its root, and
+group (`/sys/fs/cgroup/unified/fleet-lab/NAME`, or the cgroup2 root's `fleet-lab/NAME`;
+`fleet-lab-N/NAME` on net N, see `fleet_lab.network`) and re-execs itself in new cgroup, UTS
+and IPC namespaces: systemd sees that group as its root, and
 the hostname it sets (and any SysV IPC) stays the host's own, not the machine's. Stage 2 builds
 the host's filesystem and execs systemd:
 
@@ -35,6 +36,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fleet_lab import network
 from supervisor.execute import helpers
 
 #: Where the host's own folder appears inside the host.
@@ -110,8 +112,8 @@ STAGE1 = """\
 set -euo pipefail
 mount --make-rprivate /
 if [ -d /sys/fs/cgroup/unified ]; then CG=/sys/fs/cgroup/unified; else CG=/sys/fs/cgroup; fi
-mkdir -p "$CG/fleet-lab/{name}"
-echo $$ > "$CG/fleet-lab/{name}/cgroup.procs"
+mkdir -p "$CG/{cgroup}/{name}"
+echo $$ > "$CG/{cgroup}/{name}/cgroup.procs"
 exec unshare --cgroup --uts --ipc {folder}/stage2.sh
 """
 
@@ -199,7 +201,7 @@ def _binds(paths: Sequence[str]) -> str:
 
 def stage1(name: str, folder: str) -> str:
     """Stage 1 of host `name` whose files live in `folder` (an absolute path, no spaces)."""
-    return STAGE1.format(name=name, folder=folder)
+    return STAGE1.format(name=name, folder=folder, cgroup=network.cgroup_name())
 
 
 def stage2(name: str, folder: str, shared: Sequence[str] = (), account: str = "") -> str:

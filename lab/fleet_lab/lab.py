@@ -22,11 +22,13 @@ from pathlib import Path
 import asyncssh
 
 from fleet_lab import account
+from fleet_lab import network
 from fleet_lab.host import SSH_PORT, LabError, LabHost
 from supervisor.config import Host
 
-#: The fleet's hosts and their lab addresses.
-ADDRESSES: Mapping[str, str] = {"spark1": "127.0.0.11", "spark2": "127.0.0.12"}
+#: The fleet's hosts and their lab addresses (on net 0: 127.0.0.11 and 127.0.0.12, see
+#: `fleet_lab.network`).
+ADDRESSES: Mapping[str, str] = {"spark1": network.address(11), "spark2": network.address(12)}
 
 MEMINFO = Path("/proc/meminfo")
 

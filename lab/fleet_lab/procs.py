@@ -8,6 +8,8 @@ import os
 import signal
 from pathlib import Path
 
+from fleet_lab import network
+
 PROC = Path("/proc")
 
 
@@ -16,8 +18,9 @@ def _cgroup_base() -> Path:
     return unified if (unified / "cgroup.procs").exists() else Path("/sys/fs/cgroup")
 
 
-#: Where every lab host's cgroup lives on the machine (`fleet-lab/NAME` under the cgroup2 root).
-CGROUP_ROOT = _cgroup_base() / "fleet-lab"
+#: Where every lab host's cgroup lives on the machine (`fleet-lab/NAME` under the cgroup2 root,
+#: `fleet-lab-N/NAME` on net N: `fleet_lab.network`).
+CGROUP_ROOT = _cgroup_base() / network.cgroup_name()
 
 
 def cmdline(pid: int) -> list[str]:

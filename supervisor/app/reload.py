@@ -1,7 +1,7 @@
 """Config reload on SIGHUP: read and validate the file, then hand it to `reconcile`.
 
 The new file is validated first; a bad one is refused, its errors logged, and the running config
-stays. A good one goes to the running supervisor's `reconcile` (see `supervisor.runtime.daemon`),
+stays. A good one goes to the running supervisor's `reconcile` (`supervisor.runtime.Reconciler`),
 which applies it without losing state, one reload at a time.
 """
 

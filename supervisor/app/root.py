@@ -1,6 +1,6 @@
 """The composition root: the one place that builds the supervisor from its config and wires the
 parts together. It opens the store, loads the live playbook, makes the repair runner, builds the
-running system (`supervisor.runtime.daemon`: host watchers, endpoint workers, the probe schedule),
+running system (`supervisor.runtime.Daemon`: host watchers, endpoint workers, the probe schedule),
 and around it the adapters: the ops side (HTTP, sd_notify, watchdog, config reload) and the
 notifier (Telegram, imported only when configured). The parts know each other only through what
 is handed to them here; the root closes what it opened, the daemon stops what runs.
@@ -36,11 +36,11 @@ from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.target import store_target
-from supervisor.repair.runner import Remediator
-from supervisor.runtime.daemon import Daemon
+from supervisor.repair import Remediator
+from supervisor.runtime import Daemon
 from supervisor.tell.telegram.start import make_notifier
 from supervisor.tell.telegram.timing import Timing
-from supervisor.worker.endpoint import EndpointWorker, Prober
+from supervisor.worker import EndpointWorker, Prober
 
 if TYPE_CHECKING:
     from supervisor.hear.streams import Transport

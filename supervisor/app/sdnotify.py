@@ -27,14 +27,14 @@ HANG_FILE_ENV = "FLEET_SUPERVISOR_TEST_HANG_FILE"
 """Test aid: while the file it names exists, the watchdog task blocks the event loop."""
 
 
-class Notifier:
+class SdNotifier:
     """Sends notify datagrams to `address` (`$NOTIFY_SOCKET`); a no-op when it is None."""
 
     def __init__(self, address: str | None) -> None:
         self.address = address or None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Notifier:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SdNotifier:
         return cls((os.environ if env is None else env).get("NOTIFY_SOCKET"))
 
     @property
@@ -94,7 +94,7 @@ def hang_if_asked(env: Mapping[str, str] | None = None) -> None:
         time.sleep(0.05)  # on purpose: this is the hung loop the watchdog must catch
 
 
-async def ping_forever(notifier: Notifier, interval: float) -> None:
+async def ping_forever(notifier: SdNotifier, interval: float) -> None:
     """WATCHDOG=1 every `interval` seconds, from the event loop, until cancelled."""
     while True:
         hang_if_asked()

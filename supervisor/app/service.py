@@ -10,21 +10,21 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from supervisor.app.sdnotify import Notifier, ping_forever, watchdog_interval
+from supervisor.app.sdnotify import SdNotifier, ping_forever, watchdog_interval
 from supervisor.core.tenure import Tenure
 from supervisor.tell.web.listen import ListenError
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
-    from supervisor.runtime.daemon import Daemon
+    from supervisor.runtime import Daemon
     from supervisor.tell.web.http import OpsServer
 
 log = structlog.get_logger("supervisor.ops")
 
 
 class OpsRuntime:
-    def __init__(self, notifier: Notifier | None = None) -> None:
-        self.notifier = notifier or Notifier.from_env()
+    def __init__(self, notifier: SdNotifier | None = None) -> None:
+        self.notifier = notifier or SdNotifier.from_env()
         self.server: OpsServer | None = None
         self._watchdog: asyncio.Task[None] | None = None
 

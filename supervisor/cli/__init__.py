@@ -30,7 +30,7 @@ from supervisor.core.durations import DurationError, parse_duration
 from supervisor.record.store import StoreError
 
 #: Before letting it act: `doctor`, `sudoers`, `report` (each module: add_parser, main).
-TRUST: Mapping[str, extra.Command] = {
+TRUST: Mapping[str, extra.ExtraCommand] = {
     doctor.NAME: doctor,
     sudoers.NAME: sudoers,
     report.NAME: report,
@@ -44,7 +44,7 @@ def _duration(text: str) -> object:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
+def _parser(commands: Mapping[str, extra.ExtraCommand]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleet-supervisor",
         description="Keeps a home/lab LLM inference fleet serving.",
@@ -98,19 +98,19 @@ def _parser(commands: Mapping[str, extra.Command]) -> argparse.ArgumentParser:
 
 
 def parse_args(
-    argv: Sequence[str] | None = None, *, commands: Mapping[str, extra.Command] | None = None
+    argv: Sequence[str] | None = None, *, commands: Mapping[str, extra.ExtraCommand] | None = None
 ) -> argparse.Namespace:
     """The command line as the commands see it (usage errors exit 2, as argparse does).
     `commands`: the extra commands (default: those installed, see `supervisor.cli.extra`)."""
     return _parser(_extra(commands)).parse_args(argv)
 
 
-def _extra(commands: Mapping[str, extra.Command] | None) -> Mapping[str, extra.Command]:
+def _extra(commands: Mapping[str, extra.ExtraCommand] | None) -> Mapping[str, extra.ExtraCommand]:
     return extra.with_stand_ins(extra.discover() if commands is None else commands)
 
 
 def main(
-    argv: Sequence[str] | None = None, *, commands: Mapping[str, extra.Command] | None = None
+    argv: Sequence[str] | None = None, *, commands: Mapping[str, extra.ExtraCommand] | None = None
 ) -> int:
     """`commands`: the extra commands (default: those installed, see `supervisor.cli.extra`)."""
     found = _extra(commands)

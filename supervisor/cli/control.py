@@ -166,7 +166,7 @@ def listing_lines(document: dict[str, Any]) -> list[str]:
 
 
 def _stamp(text: str) -> str:
-    """A time of the daemon's JSON as the README writes it (`2026-01-31T18:00:00Z`)."""
+    """A time of the daemon's JSON as the docs write it (`2026-01-31T18:00:00Z`)."""
     try:
         return stamp(datetime.fromisoformat(text))
     except (TypeError, ValueError):

@@ -46,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
         note = f"not recorded: no store yet at {config.store.path}"
     else:
         note = asyncio.run(_record(config, run))
-    print(dump(run.document()) if args.json else render(run, note))
+    print(dump(run.document()) if args.json else render_doctor(run, note))
     return 0 if run.ok else 1
 
 
@@ -86,7 +86,7 @@ async def _record(config: FleetConfig, run: DoctorRun) -> str:
 MARK = {Status.OK: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL"}
 
 
-def render(run: DoctorRun, note: str = "") -> str:
+def render_doctor(run: DoctorRun, note: str = "") -> str:
     rows = []
     for finding in run.findings:
         said = finding.detail

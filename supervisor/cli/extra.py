@@ -34,14 +34,14 @@ ELSEWHERE: Mapping[str, tuple[str, str]] = {
 }
 
 
-class Command(Protocol):
+class ExtraCommand(Protocol):
     def add_parser(self, sub: Any) -> None: ...
 
     def main(self, args: argparse.Namespace) -> int: ...
 
 
 @dataclass(frozen=True, kw_only=True)
-class Missing:
+class MissingCommand:
     """The stand-in for a command whose distribution is not installed."""
 
     name: str
@@ -57,7 +57,7 @@ class Missing:
         raise CliError(ELSEWHERE[self.name][1])
 
 
-def discover(path: Sequence[str] | None = None) -> dict[str, Command]:
+def discover(path: Sequence[str] | None = None) -> dict[str, ExtraCommand]:
     """The installed extra commands by name (`path`: look only there, not on sys.path)."""
     found: list[EntryPoint]
     if path is None:
@@ -69,10 +69,10 @@ def discover(path: Sequence[str] | None = None) -> dict[str, Command]:
             for ep in dist.entry_points
             if ep.group == GROUP
         ]
-    return {ep.name: cast(Command, ep.load()) for ep in sorted(found, key=lambda ep: ep.name)}
+    return {ep.name: cast(ExtraCommand, ep.load()) for ep in sorted(found, key=lambda ep: ep.name)}
 
 
-def with_stand_ins(commands: Mapping[str, Command]) -> dict[str, Command]:
+def with_stand_ins(commands: Mapping[str, ExtraCommand]) -> dict[str, ExtraCommand]:
     """`commands`, plus a stand-in for each command of `ELSEWHERE` none of them provides."""
-    missing: dict[str, Command] = {name: Missing(name=name) for name in ELSEWHERE}
+    missing: dict[str, ExtraCommand] = {name: MissingCommand(name=name) for name in ELSEWHERE}
     return missing | dict(commands)

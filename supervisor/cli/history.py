@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.cli.common import CliError, load, open_store
-from supervisor.cli.render import dump, iso
+from supervisor.cli.render import dump
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.durations import format_duration
+from supervisor.core.timefmt import iso
 from supervisor.playbook.draft import DraftError, draft_rule, write_draft
 from supervisor.playbook.history import Round, rounds_of
 from supervisor.playbook.loader import Playbook, load_playbook

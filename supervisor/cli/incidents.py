@@ -7,16 +7,17 @@ import asyncio
 from typing import Any
 
 from supervisor.cli.common import CliError, load, open_store
-from supervisor.cli.render import dump, iso, table, when
+from supervisor.cli.render import dump, table, when
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.durations import format_duration
+from supervisor.core.timefmt import iso
 from supervisor.record.store import IncidentRow, TimelineRow
 from supervisor.record.timeline import Transition
 
 
 def incident_doc(row: IncidentRow) -> dict[str, Any]:
-    """One incident in `--json` output (shape documented in the README)."""
+    """One incident in `--json` output (shape documented in docs/json.md)."""
     duration = row.duration
     return {
         "id": row.id,

@@ -9,7 +9,7 @@ import asyncio
 import os
 
 from supervisor.cli.common import CliError, load
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.tell.telegram.auth import NotifyError, load_token, quiet_http_logs
 
 TEXT = "fleet-supervisor: test message. Alerts and commands will come through this chat."

@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from supervisor.core.durations import format_duration
-from supervisor.core.timefmt import iso as iso  # the commands' JSON writes times with it
 
 
 def when(value: datetime | None) -> str:

@@ -13,7 +13,7 @@ from supervisor.cli.render import dump
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.durations import DurationError, format_duration, parse_duration
-from supervisor.trust.report import Report, build_report, render
+from supervisor.trust.report import Report, build_report, render_report
 
 NAME = "report"
 DEFAULT_SINCE = timedelta(days=7)
@@ -39,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
     config = load(args)
     report = asyncio.run(_report(config, args.since))
     window = format_duration(args.since)
-    print(dump(report.document()) if args.json else render(report, window=window))
+    print(dump(report.document()) if args.json else render_report(report, window=window))
     return 0
 
 

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import signal
 
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.cli.common import load
 from supervisor.core import logs
@@ -16,12 +16,12 @@ def main(args: argparse.Namespace) -> int:
     config = load(args)
     fmt = args.log_format
     logs.configure(json=None if fmt == "auto" else fmt == "json")
-    gate = Gate(config, lambda: Supervisor(config, dry_run=args.dry_run))
+    gate = LeaderGate(config, lambda: Supervisor(config, dry_run=args.dry_run))
     asyncio.run(_run(gate))
     return 0
 
 
-async def _run(gate: Gate) -> None:
+async def _run(gate: LeaderGate) -> None:
     """Follow until this instance leads, then run the supervisor (see `supervisor.app.leader`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -7,27 +7,29 @@ import asyncio
 from typing import Any
 
 from supervisor.cli.common import load, open_store
-from supervisor.cli.render import ago, dump, iso, num, table
+from supervisor.cli.render import ago, dump, num, table
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
+from supervisor.core.streamstatus import StreamPhase, events_fields
+from supervisor.core.timefmt import iso
 from supervisor.record.availability import Repair, availability, repairs
 from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
 from supervisor.record.store.doctor import last_doctor_run
-from supervisor.record.store.lease_view import leader_view, leadership_document, leadership_line
 from supervisor.record.store.room import unwritable
 from supervisor.record.store.target import store_target
+from supervisor.record.store.who_leads import leader_view, leadership_document, leadership_line
 
 
 def main(args: argparse.Namespace) -> int:
     config = load(args)
     document = asyncio.run(collect(config))
-    print(dump(document) if args.json else render(document))
+    print(dump(document) if args.json else render_status(document))
     return 0
 
 
 async def collect(config: FleetConfig) -> dict[str, Any]:
-    """The `status --json` document (its shape is documented in the README)."""
+    """The `status --json` document (its shape is documented in docs/json.md)."""
     store = await open_store(config)
     try:
         snapshots = {(s.kind, s.name): s for s in await store.snapshots()}
@@ -57,7 +59,7 @@ async def collect(config: FleetConfig) -> dict[str, Any]:
         )
     hosts = [
         {"name": name, "local": host.local, **_fields(snapshots.get((SubjectKind.HOST, name)))}
-        | {"events": streams.get(name)}
+        | events_fields(streams.get(name))
         | {"availability": found[(SubjectKind.HOST, name)].document()}
         for name, host in config.hosts.items()
     ]
@@ -89,7 +91,7 @@ def _fields(snap: Snapshot | None) -> dict[str, Any]:
     }
 
 
-def render(document: dict[str, Any]) -> str:
+def render_status(document: dict[str, Any]) -> str:
     from datetime import datetime
 
     now = utcnow()
@@ -133,6 +135,6 @@ def polling_warnings(hosts: list[dict[str, Any]]) -> str:
     lines = [
         f"warning: host {h['name']} unit events: {h['events']}"
         for h in hosts
-        if str(h.get("events") or "").startswith("polling")
+        if h.get("events_phase") == StreamPhase.POLLING
     ]
     return "\n\n" + "\n".join(lines) if lines else ""

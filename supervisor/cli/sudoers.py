@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from supervisor.trust.load import in_force  # (loads asyncssh: not for `run`)
-    from supervisor.trust.sudoers import render
+    from supervisor.trust.sudoers import render_sudoers
 
     config = load(args)
     found = in_force(config)
@@ -31,7 +31,7 @@ def main(args: argparse.Namespace) -> int:
     if unknown:
         known = ", ".join(sorted(config.hosts)) or "none"
         raise CliError(f"unknown host {unknown[0]!r} (hosts: {known})")
-    text = render(
+    text = render_sudoers(
         config,
         found.needs,
         hosts=hosts,

@@ -6,12 +6,9 @@ every problem found as `file:line: path: message`.
 
 from supervisor.config.errors import ConfigError, ConfigIssue
 from supervisor.config.loader import load_config, parse_config, resolve_config_path
-from supervisor.config.models import (
+from supervisor.config.models import FleetConfig, UnknownEndpointError
+from supervisor.config.sections import (
     Defaults,
-    Endpoint,
-    EndpointKind,
-    FleetConfig,
-    Host,
     HttpConfig,
     NotifyConfig,
     PlaybookConfig,
@@ -19,9 +16,8 @@ from supervisor.config.models import (
     RemediationConfig,
     StoreConfig,
     TelegramConfig,
-    UnitRef,
-    UnknownEndpointError,
 )
+from supervisor.config.supervised import Endpoint, EndpointKind, Host, UnitRef
 
 __all__ = [
     "ConfigError",

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from supervisor.config.errors import Loc
 from supervisor.config.launchd import check_unit_managers
-from supervisor.config.models import COMPLETION_KINDS, MODEL_KINDS, Endpoint, Host, UnitRef
+from supervisor.config.supervised import COMPLETION_KINDS, MODEL_KINDS, Endpoint, Host, UnitRef
 
 
 @dataclass(frozen=True)
-class Finding:
+class ConfigFinding:
     """A problem at a document path, in plain words, and the entry fields the check read."""
 
     loc: Loc
@@ -23,17 +23,17 @@ class Finding:
     uses: tuple[str, ...] = ()
 
 
-def check_hosts(hosts: Mapping[str, Host]) -> Iterator[Finding]:
+def check_hosts(hosts: Mapping[str, Host]) -> Iterator[ConfigFinding]:
     """A host reached over SSH needs an address."""
     for name, host in hosts.items():
         if not host.local and host.address is None:
             loc = ("hosts", name, "address")
-            yield Finding(loc, "required unless local: true", uses=("local", "address"))
+            yield ConfigFinding(loc, "required unless local: true", uses=("local", "address"))
 
 
 def check_endpoint(
     endpoint: Endpoint, units: Sequence[UnitRef | None], host_names: Collection[str] | None
-) -> Iterator[Finding]:
+) -> Iterator[ConfigFinding]:
     """The model where the kind needs one, kind-only fields, host references, repeated units.
 
     `units` are the endpoint's units checked one by one (None for a unit with type errors);
@@ -42,16 +42,16 @@ def check_endpoint(
     at = ("endpoints", endpoint.name)
     if endpoint.model is None and endpoint.kind in MODEL_KINDS:
         message = f"required for kind {endpoint.kind!r}"
-        yield Finding((*at, "model"), message, uses=("kind", "model"))
+        yield ConfigFinding((*at, "model"), message, uses=("kind", "model"))
     if endpoint.kind not in COMPLETION_KINDS:
         only = f"only used by kinds openai and ollama, not {endpoint.kind!r}"
         if endpoint.expect_reasoning:
-            yield Finding((*at, "expect_reasoning"), only, uses=("kind", "expect_reasoning"))
+            yield ConfigFinding((*at, "expect_reasoning"), only, uses=("kind", "expect_reasoning"))
         if endpoint.baseline_tok_s is not None:
-            yield Finding((*at, "baseline_tok_s"), only, uses=("kind", "baseline_tok_s"))
+            yield ConfigFinding((*at, "baseline_tok_s"), only, uses=("kind", "baseline_tok_s"))
     if endpoint.heard_by is not None and endpoint.kind != "tts":
         message = f"only used by kind 'tts', not {endpoint.kind!r}"
-        yield Finding((*at, "heard_by"), message, uses=("kind", "heard_by"))
+        yield ConfigFinding((*at, "heard_by"), message, uses=("kind", "heard_by"))
     if host_names is not None:
         yield from _host_references(endpoint, units, host_names)
     first_index: dict[tuple[str, str], int] = {}
@@ -61,20 +61,20 @@ def check_endpoint(
         key = (unit.host, unit.unit)
         if key in first_index:
             message = f"the same unit as units[{first_index[key]}]"
-            yield Finding((*at, "units", index), message)
+            yield ConfigFinding((*at, "units", index), message)
         else:
             first_index[key] = index
 
 
 def _host_references(
     endpoint: Endpoint, units: Sequence[UnitRef | None], host_names: Collection[str]
-) -> Iterator[Finding]:
+) -> Iterator[ConfigFinding]:
     at = ("endpoints", endpoint.name)
     for index, unit in enumerate(units):
         if unit is not None and unit.host not in host_names:
-            yield Finding((*at, "units", index, "host"), unknown_host(unit.host, host_names))
+            yield ConfigFinding((*at, "units", index, "host"), unknown_host(unit.host, host_names))
     if endpoint.host is not None and endpoint.host not in host_names:
-        yield Finding((*at, "host"), unknown_host(endpoint.host, host_names), uses=("host",))
+        yield ConfigFinding((*at, "host"), unknown_host(endpoint.host, host_names), uses=("host",))
 
 
 def unknown_host(name: str, host_names: Collection[str]) -> str:
@@ -88,11 +88,13 @@ def check_fleet(
     hosts: Mapping[str, Host],
     endpoints: Mapping[str, tuple[Endpoint, Sequence[UnitRef | None]]],
     host_names: Collection[str] | None,
-) -> list[Finding]:
+) -> list[ConfigFinding]:
     """Every cross-check over the whole file, in file order."""
     findings = list(check_hosts(hosts))
     for endpoint, units in endpoints.values():
         findings.extend(check_endpoint(endpoint, units, host_names))
         at = ("endpoints", endpoint.name)
-        findings.extend(Finding(loc, text) for loc, text in check_unit_managers(at, units, hosts))
+        findings.extend(
+            ConfigFinding(loc, text) for loc, text in check_unit_managers(at, units, hosts)
+        )
     return findings

@@ -13,7 +13,8 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from supervisor.config.messages import model_at
-from supervisor.config.models import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.core.docgen import field_default
 
 _SKIPPED = frozenset({"name", "source"})  # filled by the loader, not written in the file

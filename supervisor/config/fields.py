@@ -18,7 +18,7 @@ from supervisor.config.messages import render_value
 from supervisor.core.durations import DurationError, format_duration, parse_duration
 
 
-def fail(kind: str, message: str) -> PydanticCustomError:
+def field_error(kind: str, message: str) -> PydanticCustomError:
     """A validation error whose text is `message` as is."""
     return PydanticCustomError(kind, "{message}", {"message": message})
 
@@ -30,15 +30,15 @@ def _to_duration(value: object) -> timedelta:
         try:
             return parse_duration(value)
         except DurationError as exc:
-            raise fail("duration", str(exc)) from None
+            raise field_error("duration", str(exc)) from None
     got = render_value(value)
-    raise fail("duration", f"expected a duration like 90s, 15m or 2h, got {got}")
+    raise field_error("duration", f"expected a duration like 90s, 15m or 2h, got {got}")
 
 
 def _positive(value: timedelta) -> timedelta:
     if value <= timedelta(0):
         got = format_duration(value) if value else "0s"
-        raise fail("duration", f"must be longer than 0s, got {got}")
+        raise field_error("duration", f"must be longer than 0s, got {got}")
     return value
 
 
@@ -55,13 +55,13 @@ def _to_path(value: object) -> Path:
         return value
     if isinstance(value, str) and value.strip():
         return expand_home(Path(value))
-    raise fail("path", f"expected a file path, got {render_value(value)}")
+    raise field_error("path", f"expected a file path, got {render_value(value)}")
 
 
 def _between(low: int, high: int) -> AfterValidator:
     def check(value: int) -> int:
         if not low <= value <= high:
-            raise fail("range", f"must be between {low} and {high}, got {value}")
+            raise field_error("range", f"must be between {low} and {high}, got {value}")
         return value
 
     return AfterValidator(check)
@@ -69,7 +69,7 @@ def _between(low: int, high: int) -> AfterValidator:
 
 def _ratio(value: float) -> float:
     if not 0 < value <= 1:
-        raise fail("range", f"must be more than 0 and at most 1, got {render_value(value)}")
+        raise field_error("range", f"must be more than 0 and at most 1, got {render_value(value)}")
     return value
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from supervisor.config.errors import Loc
-from supervisor.config.models import Host, UnitRef
+from supervisor.config.supervised import Host, UnitRef
 
 #: `system`, `gui/<uid>` or `user/<uid>` (the domains a service of a fleet host lives in)
 DOMAIN = re.compile(r"system|(?:gui|user)/\d+")

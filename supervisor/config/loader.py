@@ -17,20 +17,18 @@ from pydantic import BaseModel
 from supervisor.config.checks import check_fleet
 from supervisor.config.collect import IssueCollector, quietly
 from supervisor.config.errors import ConfigError, ConfigIssue
+from supervisor.config.fields import expand_home
 from supervisor.config.messages import render_value, unknown_key_message
-from supervisor.config.models import (
+from supervisor.config.models import FleetConfig
+from supervisor.config.sections import (
     Defaults,
-    Endpoint,
-    FleetConfig,
-    Host,
     HttpConfig,
     NotifyConfig,
     PlaybookConfig,
     RemediationConfig,
     StoreConfig,
-    UnitRef,
-    expand_home,
 )
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.config.yamlsource import parse_yaml
 
 ENV_VAR = "FLEET_SUPERVISOR_CONFIG"

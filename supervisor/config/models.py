@@ -14,67 +14,22 @@ from pathlib import Path
 from pydantic import Field
 
 from supervisor.config.fields import (
-    Count,
-    Duration,
-    FilePath,
-    Flag,
     Frozen,
-    Port,
-    PositiveDuration,
-    Rate,
-    Ratio,
-    Text,
-    expand_home,
 )
 from supervisor.config.sections import (
-    DEFAULT_PROMPT,
     Defaults,
     HttpConfig,
     NotifyConfig,
     PlaybookConfig,
-    ProbeSettings,
     RemediationConfig,
     StoreConfig,
-    TelegramConfig,
 )
 from supervisor.config.supervised import (
-    COMPLETION_KINDS,
-    MODEL_KINDS,
     Endpoint,
-    EndpointKind,
     Host,
-    UnitRef,
 )
 
-__all__ = [
-    "COMPLETION_KINDS",
-    "DEFAULT_PROMPT",
-    "MODEL_KINDS",
-    "Count",
-    "Defaults",
-    "Duration",
-    "Endpoint",
-    "EndpointKind",
-    "FilePath",
-    "Flag",
-    "FleetConfig",
-    "Host",
-    "HttpConfig",
-    "NotifyConfig",
-    "PlaybookConfig",
-    "Port",
-    "PositiveDuration",
-    "ProbeSettings",
-    "Rate",
-    "Ratio",
-    "RemediationConfig",
-    "StoreConfig",
-    "TelegramConfig",
-    "Text",
-    "UnitRef",
-    "UnknownEndpointError",
-    "expand_home",
-]
+__all__ = ["FleetConfig", "UnknownEndpointError"]
 
 
 class UnknownEndpointError(KeyError):

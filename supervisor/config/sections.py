@@ -20,7 +20,7 @@ from supervisor.config.fields import (
     PositiveDuration,
     Ratio,
     Text,
-    fail,
+    field_error,
 )
 
 DEFAULT_PROMPT = "What is 17 + 25? Think briefly, then answer with just the number."
@@ -61,13 +61,13 @@ class StoreConfig(Frozen):
             return None
         parts = urlsplit(value)
         if parts.scheme != "postgresql+asyncpg":
-            raise fail("url", "expected postgresql+asyncpg://USER@HOST[:PORT]/DB")
+            raise field_error("url", "expected postgresql+asyncpg://USER@HOST[:PORT]/DB")
         if parts.password is not None:
-            raise fail(
+            raise field_error(
                 "url", "must not hold a password: give it in store.password_file or PGPASSWORD"
             )
         if not parts.path.strip("/"):
-            raise fail("url", "names no database: postgresql+asyncpg://USER@HOST/DB")
+            raise field_error("url", "names no database: postgresql+asyncpg://USER@HOST/DB")
         return value
 
 

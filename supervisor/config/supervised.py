@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from supervisor.config.fields import Duration, FilePath, Flag, Frozen, Port, Rate, Text, fail
+from supervisor.config.fields import Duration, FilePath, Flag, Frozen, Port, Rate, Text, field_error
 from supervisor.config.messages import render_value
 from supervisor.config.sections import ProbeSettings
 
@@ -62,7 +62,7 @@ class UnitRef(Frozen):
     )
 
 
-class Listener(Frozen):
+class AsrListener(Frozen):
     """An ASR server that must hear what a `tts` endpoint says (a round trip)."""
 
     url: Text = Field(description="the ASR server's base URL (`/v1/audio/transcriptions`)")
@@ -85,7 +85,7 @@ def checked_url(value: str) -> str:
         valid = False
     if not valid or any(char.isspace() for char in value):
         message = f"expected an http:// or https:// URL, got {render_value(value)}"
-        raise fail("url", message)
+        raise field_error("url", message)
     return stripped
 
 
@@ -105,7 +105,7 @@ class Endpoint(Frozen):
     voice: Text = Field(
         default="alloy", description="tts: the voice the probe asks for (`/v1/audio/speech`)"
     )
-    heard_by: Listener | None = Field(
+    heard_by: AsrListener | None = Field(
         default=None,
         description="tts: an ASR server (`{url, model}`, e.g. the fleet's `asr` endpoint) that "
         "must hear the words of the phrase this one speaks: a round trip proving both",

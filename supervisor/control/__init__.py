@@ -2,16 +2,21 @@
 transport (Telegram, the CLI through the daemon's HTTP, HTTP itself). Persisted in the store,
 recorded with who and why (refusals too), and in force again after a restart of the daemon."""
 
-from supervisor.control.api import ControlApi
-from supervisor.control.model import Actor, Answer, Code, JournalRow, PauseRow, SilenceRow, Via
+from supervisor.control._api import ControlApi
+from supervisor.control._desk import AckHook, ControlDesk
+from supervisor.control._pausing import Pauses
+from supervisor.control._silencing import Silences
+from supervisor.control.model import Answer, Code, JournalRow, PauseRow, SilenceRow
 
 __all__ = [
-    "Actor",
+    "AckHook",
     "Answer",
     "Code",
     "ControlApi",
+    "ControlDesk",
     "JournalRow",
     "PauseRow",
+    "Pauses",
     "SilenceRow",
-    "Via",
+    "Silences",
 ]

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from supervisor.control.model import Actor, Via
+from supervisor.core.actor import Actor, Via
 from supervisor.core.durations import format_duration
 from supervisor.record.store import TimelineEntry
-from supervisor.record.timeline import Acked, Note, Paused, Record, Resumed
+from supervisor.record.timeline import Acked, Note, Paused, Record, Resumed, Silenced, Unsilenced
 
 
 def _names(subjects: Sequence[str]) -> str:
@@ -41,13 +41,41 @@ def silence_data(
         "silence": str(silence_id),
         "target": target,
         "who": actor.who,
-        "via": actor.via.value,
+        "via": str(actor.via or ""),
         "why": why,
     }
 
 
+def silenced_entry(
+    subject: str,
+    at: datetime,
+    actor: Actor,
+    *,
+    target: str,
+    until: datetime,
+    why: str,
+    silence: int,
+) -> TimelineEntry:
+    """Who silenced it, what they named, until when and why: in its open incident."""
+    record = Silenced(actor=actor, target=target, until=until, why=why, silence=silence)
+    return TimelineEntry(at=at, subject=subject, record=record)
+
+
+def unsilenced_entry(
+    subject: str, at: datetime, actor: Actor, *, target: str, why: str, silences: Sequence[int]
+) -> TimelineEntry:
+    """Who ended its silence (and which): in its open incident."""
+    record = Unsilenced(actor=actor, target=target, why=why, silences=tuple(silences))
+    return TimelineEntry(at=at, subject=subject, record=record)
+
+
 def restored_note(silence_id: int, who: str) -> str:
     return f"silence #{silence_id} by {who} holds after a restart"
+
+
+def actor_data(actor: Actor) -> dict[str, str]:
+    """Who ended a silence, and through what (the transition's `who` and `via`)."""
+    return {"who": actor.who, "via": str(actor.via or "")}
 
 
 def unsilence_note(actor: Actor) -> str:
@@ -168,5 +196,6 @@ _VIA_NAME = {
 
 
 def ack_entry(subject: str, at: datetime, actor: Actor, *, why: str = "") -> TimelineEntry:
-    record = Acked(who=actor.who, via=_VIA_NAME[actor.via], why=why)
+    via = _VIA_NAME[actor.via] if actor.via is not None else ""
+    record = Acked(who=actor.who, via=via, why=why)
     return TimelineEntry(at=at, subject=subject, record=record)

@@ -1,39 +1,11 @@
-"""What the control API takes and gives: who acts (and through what), its answer, and the stored
-silences and pauses."""
+"""What the control API takes and gives: its answer, and the stored silences and pauses (who acts
+is `supervisor.core.actor.Actor`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-
-
-class Via(StrEnum):
-    """The transport an action came through."""
-
-    TELEGRAM = "telegram"
-    CLI = "cli"
-    HTTP = "http"
-    WEB = "web"  #: the fleet page in a browser
-
-
-_PHRASE = {
-    Via.TELEGRAM: "on Telegram",
-    Via.CLI: "from the CLI",
-    Via.HTTP: "over HTTP",
-    Via.WEB: "on the fleet page",
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Actor:
-    """Who asked: `@op` on Telegram, a user name from the CLI, `http` (or a header) over HTTP."""
-
-    who: str
-    via: Via
-
-    def __str__(self) -> str:
-        return f"{self.who} {_PHRASE[self.via]}"
 
 
 class Code(StrEnum):

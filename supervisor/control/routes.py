@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from supervisor.control.api import ControlApi
+from supervisor.control._api import ControlApi
 from supervisor.control.door import content_refusal
-from supervisor.control.model import Actor, Answer, Code, Via
+from supervisor.control.model import Answer, Code
+from supervisor.core.actor import Actor, Via
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.core.timefmt import iso
 
@@ -110,7 +111,7 @@ ROUTES: dict[str, Handler] = {
 }
 
 
-def actor_of(headers: Mapping[str, str]) -> Actor:
+def http_actor(headers: Mapping[str, str]) -> Actor:
     via = Via.CLI if headers.get(VIA_HEADER, "").strip().lower() == "cli" else Via.HTTP
     who = headers.get(WHO_HEADER, "").strip()[:100]
     return Actor(who=who or "http", via=via)
@@ -180,7 +181,7 @@ async def handle(
     if not isinstance(document, dict):
         return _bad("bad request: expected a JSON object")
     try:
-        return _answer(await handler(api, document, actor_of(headers)))
+        return _answer(await handler(api, document, http_actor(headers)))
     except BadRequestError as exc:
         return _bad(f"bad request: {exc}")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from supervisor.config import FleetConfig
-from supervisor.control.api import ControlApi
+from supervisor.control._api import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.record.store import Store
-from supervisor.repair.runner import Remediator
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.repair import Remediator
+from supervisor.worker import EndpointWorker
 
 
 async def start_control(

@@ -1,7 +1,7 @@
 """The records that flow through the engine: frozen, keyword-only, aware UTC timestamps.
 
 Everything that happens to an endpoint is one of these events; each endpoint consumes its own
-events in order (see `supervisor.worker.endpoint`).
+events in order (see `supervisor.worker`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 
 
-class Outcome(StrEnum):
+class ProbeOutcome(StrEnum):
     """What one probe found."""
 
     OK = "ok"  #: the check passed
@@ -33,7 +33,7 @@ class ProbeResult:
     endpoint: str
     tier: Tier
     check: str  #: what was called: health, models, tags, completion, embedding, http
-    outcome: Outcome
+    outcome: ProbeOutcome
     reason: str
     at: datetime
     latency_s: float
@@ -45,7 +45,7 @@ class ProbeResult:
 
     @property
     def ok(self) -> bool:
-        return self.outcome is Outcome.OK
+        return self.outcome is ProbeOutcome.OK
 
 
 @dataclass(frozen=True, kw_only=True)

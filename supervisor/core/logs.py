@@ -37,15 +37,41 @@ def configure(*, json: bool | None = None, level: str = "info") -> None:
     bridge_stdlib()
 
 
+LEFTOVERS: tuple[tuple[str, str, str], ...] = (
+    (
+        # asyncpg's probe for TLS, of a connection attempt that was given up (its connect
+        # timeout, on a loaded machine): the attempt's failure is reported by whoever connected
+        # (`store refuses writes`); the probe's future, set when the socket closes, is read by
+        # nobody, and asyncio says so at error level
+        "asyncio",
+        "Future exception was never retrieved",
+        "unexpected connection_lost() call",
+    ),
+)
+"""Library lines that are not failures: (logger, the message's start, the exception's text).
+Logged at debug."""
+
+
+def _leftover(record: logging.LogRecord, exc: BaseException | None) -> bool:
+    message = str(record.msg)
+    return any(
+        record.name == name and message.startswith(start) and str(exc) == text
+        for name, start, text in LEFTOVERS
+    )
+
+
 class StdlibBridge(logging.Handler):
     """A `logging` handler that hands each record to structlog (so a library's line is JSON
     like ours). A record carrying an expected end (`expected_end`: a deposed leader's refused
-    call, already said once by the part that refused it) is dropped."""
+    call, already said once by the part that refused it) is dropped; a known leftover of a
+    library (`LEFTOVERS`) is a debug line."""
 
     def emit(self, record: logging.LogRecord) -> None:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and getattr(exc, "expected_end", False):
             return
+        if _leftover(record, exc):
+            record.levelname = "DEBUG"
         logger = structlog.get_logger(record.name)
         fields: dict[str, Any] = {"logger": record.name}
         if record.exc_info:

@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from typing import Protocol
 
 from supervisor.config import Host
@@ -27,6 +28,18 @@ def tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
 
 
+class Failure(StrEnum):
+    """Why a command could not run to completion (its `error` says it in words)."""
+
+    TIMED_OUT = "timed_out"  #: it had started and ran past its deadline
+    CONNECT = "connect"  #: no connection to the host (refused, no answer, no route)
+    HOST_KEY = "host_key"  #: the host's key is not trusted, or known_hosts cannot be read
+    LOGIN = "login"  #: the login was refused, or the client key cannot be loaded
+    LOST = "lost"  #: the connection died while the command ran
+    START = "start"  #: the command could not be started (no such program, no session)
+    NOT_RUN = "not_run"  #: held back on purpose (no lease to act under)
+
+
 @dataclass(frozen=True, kw_only=True)
 class CommandResult:
     """What one command did. `error` is set when it could not run to completion (no connection,
@@ -39,6 +52,7 @@ class CommandResult:
     stderr: str
     duration_s: float
     error: str = ""  #: e.g. "timed out after 10s", "cannot connect to spark1 (127.0.0.11:22): ..."
+    failure: Failure | None = None  #: why it could not run to completion (set with `error`)
     dry_run: bool = False  #: not run: the executor only recorded it
 
     @property

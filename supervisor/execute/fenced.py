@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from supervisor.config import Host
-from supervisor.execute.base import CommandResult, Executor, command_line
+from supervisor.execute.base import CommandResult, Executor, Failure, command_line
 from supervisor.record.store import Store, StoreError
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.resilient import ResilientStore
@@ -57,4 +57,5 @@ def _not_run(host: Host, line: str, why: str) -> CommandResult:
         stderr="",
         duration_s=0.0,
         error=f"not run: {why}",
+        failure=Failure.NOT_RUN,
     )

@@ -12,13 +12,13 @@ from datetime import timedelta
 
 from supervisor.config import Host
 from supervisor.core.durations import format_duration
-from supervisor.execute.base import CommandResult, command_line
+from supervisor.execute.base import CommandResult, Failure, command_line
 
 MAX_OUTPUT = 256 * 1024  #: bytes kept of stdout and of stderr each (the end is kept)
 READ_CHUNK = 65536
 
 
-def decode(data: bytes) -> str:
+def decode_output(data: bytes) -> str:
     return data[-MAX_OUTPUT:].decode("utf-8", errors="replace")
 
 
@@ -35,7 +35,7 @@ class OutputTail:
             del self._data[:-MAX_OUTPUT]
 
     def text(self) -> str:
-        return decode(bytes(self._data))
+        return decode_output(bytes(self._data))
 
 
 async def _pump(stream: asyncio.StreamReader | None, sink: OutputTail) -> None:
@@ -78,7 +78,9 @@ class LocalExecutor:
         started = time.monotonic()
         out, err = OutputTail(), OutputTail()
 
-        def result(status: int | None, error: str = "") -> CommandResult:
+        def result(
+            status: int | None, error: str = "", failure: Failure | None = None
+        ) -> CommandResult:
             return CommandResult(
                 host=host.name,
                 command=line,
@@ -87,6 +89,7 @@ class LocalExecutor:
                 stderr=err.text(),
                 duration_s=time.monotonic() - started,
                 error=error,
+                failure=failure,
             )
 
         try:
@@ -98,7 +101,7 @@ class LocalExecutor:
                 start_new_session=True,
             )
         except OSError as exc:
-            return result(None, f"cannot run {argv[0]}: {exc.strerror or exc}")
+            return result(None, f"cannot run {argv[0]}: {exc.strerror or exc}", Failure.START)
         try:
             async with asyncio.timeout(timeout.total_seconds()):
                 await asyncio.gather(
@@ -109,7 +112,7 @@ class LocalExecutor:
             with suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-            return result(None, f"timed out after {format_duration(timeout)}")
+            return result(None, f"timed out after {format_duration(timeout)}", Failure.TIMED_OUT)
         return result(status)
 
     async def close(self) -> None:

@@ -24,7 +24,7 @@ import structlog
 
 from supervisor.config import Host
 from supervisor.core.durations import format_duration
-from supervisor.execute.base import CommandResult, command_line
+from supervisor.execute.base import CommandResult, Failure, command_line
 from supervisor.execute.local import OutputTail
 
 log = structlog.get_logger("supervisor.ssh")
@@ -37,10 +37,15 @@ READ_CHUNK = 65536
 
 
 class _CommandError(Exception):
-    """The command could not run to completion; the message is the result's error."""
+    """The command could not run to completion; the message is the result's error, `cause`
+    its kind."""
+
+    def __init__(self, message: str, cause: Failure) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
-def where(host: Host) -> str:
+def host_where(host: Host) -> str:
     """`spark1 (127.0.0.11:22)`: the host as errors name it."""
     address = host.address or host.name
     shown = f"[{address}]" if ":" in address else address
@@ -111,16 +116,20 @@ class SshExecutor:
         progress = _Progress()
         status: int | None = None
         error = ""
+        failure: Failure | None = None
         try:
             async with asyncio.timeout(timeout.total_seconds()):
                 status = await self._execute(host, line, stdin, progress)
         except TimeoutError:
             after = f"timed out after {format_duration(timeout)}"
-            error = after if progress.connected else f"cannot connect to {where(host)}: {after}"
+            error = (
+                after if progress.connected else f"cannot connect to {host_where(host)}: {after}"
+            )
+            failure = Failure.TIMED_OUT if progress.connected else Failure.CONNECT
             if progress.process is not None:
                 _stop(progress.process)
         except _CommandError as exc:
-            error = str(exc)
+            error, failure = str(exc), exc.cause
         return CommandResult(
             host=host.name,
             command=line,
@@ -129,6 +138,7 @@ class SshExecutor:
             stderr=progress.err.text(),
             duration_s=time.monotonic() - started,
             error=error,
+            failure=failure,
         )
 
     async def close(self) -> None:
@@ -154,23 +164,25 @@ class SshExecutor:
                     )
                 except asyncssh.ChannelOpenError as exc:
                     if not link.conn.is_closed():
-                        message = f"cannot start a command on {where(host)}: {_plain(exc)}"
-                        raise _CommandError(message) from None
+                        message = f"cannot start a command on {host_where(host)}: {_plain(exc)}"
+                        raise _CommandError(message, Failure.START) from None
                     self._drop(host.name, link)
                     if fresh:
-                        raise _CommandError(_lost(exc)) from None
+                        raise _CommandError(_lost(exc), Failure.LOST) from None
                     progress.connected = False
                     continue  # the reused connection had died unnoticed; nothing was sent
                 except (asyncssh.Error, OSError) as exc:
                     self._drop(host.name, link)
-                    raise _CommandError(_lost(exc)) from None
+                    raise _CommandError(_lost(exc), Failure.LOST) from None
                 progress.process = process
                 try:
                     return await _finish(process, progress)
                 except _CommandError:
                     self._drop(host.name, link)
                     raise
-        raise _CommandError(f"cannot connect to {where(host)}: the connection closed at once")
+        raise _CommandError(
+            f"cannot connect to {host_where(host)}: the connection closed at once", Failure.CONNECT
+        )
 
     async def _link(self, host: Host) -> tuple[_Link, bool]:
         """The host's connection (opened if need be) and whether it was opened just now."""
@@ -188,7 +200,7 @@ class SshExecutor:
                 log.warning("ssh host key checks are off", host=host.name)
             link = _Link(host=host, conn=await self.open_connection(host))
             self._links[host.name] = link
-            log.info("ssh connected", host=host.name, address=where(host), key=str(host.key))
+            log.info("ssh connected", host=host.name, address=host_where(host), key=str(host.key))
             return link, True
 
     async def open_connection(self, host: Host) -> asyncssh.SSHClientConnection:
@@ -201,7 +213,7 @@ class SshExecutor:
                 options["client_keys"] = [asyncssh.read_private_key(host.key)]
             except (OSError, asyncssh.KeyImportError) as exc:
                 message = f"cannot load SSH key {host.key} for {host.name}: {_plain(exc)}"
-                raise _CommandError(message) from None
+                raise _CommandError(message, Failure.LOGIN) from None
         try:
             return await asyncssh.connect(
                 host.address or host.name,
@@ -216,12 +228,16 @@ class SshExecutor:
             raise
         except asyncssh.HostKeyNotVerifiable as exc:
             raise _CommandError(
-                f"host key of {where(host)} is not trusted: {_plain(exc)}"
+                f"host key of {host_where(host)} is not trusted: {_plain(exc)}", Failure.HOST_KEY
             ) from None
         except asyncssh.PermissionDenied:
-            raise _CommandError(f"authentication failed for {user}@{where(host)}") from None
+            raise _CommandError(
+                f"authentication failed for {user}@{host_where(host)}", Failure.LOGIN
+            ) from None
         except (asyncssh.Error, OSError) as exc:
-            raise _CommandError(f"cannot connect to {where(host)}: {_plain(exc)}") from None
+            raise _CommandError(
+                f"cannot connect to {host_where(host)}: {_plain(exc)}", Failure.CONNECT
+            ) from None
 
     def _known_hosts(self, host: Host) -> asyncssh.SSHKnownHosts | None:
         if not host.check_host_key:
@@ -231,7 +247,7 @@ class SshExecutor:
             return asyncssh.read_known_hosts(str(path))
         except (OSError, ValueError) as exc:
             message = f"cannot read known_hosts file {path} for {host.name}: {_plain(exc)}"
-            raise _CommandError(message) from None
+            raise _CommandError(message, Failure.HOST_KEY) from None
 
     def _drop(self, name: str, link: _Link) -> None:
         if self._links.get(name) is link:
@@ -240,7 +256,12 @@ class SshExecutor:
 
 
 class SshConnectError(Exception):
-    """No connection to the host (refused, key not trusted, login failed); the message says why."""
+    """No connection to the host (refused, key not trusted, login failed); the message says why,
+    `cause` what kind of failure it is (`Failure.CONNECT` may pass; the others last)."""
+
+    def __init__(self, message: str, cause: Failure) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 async def connect(
@@ -251,7 +272,7 @@ async def connect(
     try:
         return await SshExecutor(known_hosts_default).open_connection(host)
     except _CommandError as exc:
-        raise SshConnectError(str(exc)) from None
+        raise SshConnectError(str(exc), exc.cause) from None
 
 
 async def _finish(process: asyncssh.SSHClientProcess[bytes], progress: _Progress) -> int:
@@ -263,10 +284,12 @@ async def _finish(process: asyncssh.SSHClientProcess[bytes], progress: _Progress
         )
         await process.wait_closed()
     except (asyncssh.Error, OSError) as exc:
-        raise _CommandError(_lost(exc)) from None
+        raise _CommandError(_lost(exc), Failure.LOST) from None
     status = process.returncode
     if status is None:
-        raise _CommandError("connection lost: the session closed without an exit status")
+        raise _CommandError(
+            "connection lost: the session closed without an exit status", Failure.LOST
+        )
     return status
 
 

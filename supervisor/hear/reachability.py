@@ -19,12 +19,9 @@ from supervisor.config import Host
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.core.events import HostReachability
+from supervisor.judge.machine import HostState, Trigger
 from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.timeline import Transition
-
-REACHABLE = "reachable"
-UNREACHABLE = "unreachable"
-UNKNOWN = "unknown"
 
 
 async def tcp_check(address: str, port: int, within: timedelta) -> str:
@@ -69,7 +66,7 @@ class HostWatcher:
         self._timeout = timeout
         self._checker = checker or self._tcp
         self._lock = asyncio.Lock()
-        self.state = restored.state if restored else UNKNOWN
+        self.state = HostState(restored.state) if restored else HostState.UNKNOWN
         self.since = restored.since if restored else clock.now()
         self.incident_id = restored.incident_id if restored else None
         self.failures = restored.fail_streak if restored else 0
@@ -91,11 +88,11 @@ class HostWatcher:
             if reason:
                 self.failures += 1
                 self._log.info("host check failed", reason=reason, failures=self.failures)
-                if self.failures >= self._threshold and self.state != UNREACHABLE:
+                if self.failures >= self._threshold and self.state != HostState.UNREACHABLE:
                     reason = await self._checker(self.host)
                     if reason:
                         self.last_reason = reason
-                        await self._change(UNREACHABLE, reason)
+                        await self._change(HostState.UNREACHABLE, reason)
                         return
                 else:
                     self.last_reason = reason
@@ -103,24 +100,24 @@ class HostWatcher:
                     return
             self.failures = 0
             self.last_reason = ""
-            if self.state != REACHABLE:
-                await self._change(REACHABLE, "answers again")
+            if self.state != HostState.REACHABLE:
+                await self._change(HostState.REACHABLE, "answers again")
             else:
                 await self._store.save_snapshot(self._snapshot())
 
-    async def _change(self, state: str, reason: str) -> None:
+    async def _change(self, state: HostState, reason: str) -> None:
         source, self.state, self.since = self.state, state, self._clock.now()
-        lost = state == UNREACHABLE
+        lost = state == HostState.UNREACHABLE
         record = Transition(
             source=source,
             dest=state,
-            trigger="host_lost" if lost else "host_back",
+            trigger=Trigger.HOST_LOST if lost else Trigger.HOST_BACK,
             note=reason,
             of_host=True,
             failures=self.failures,
         )
         entry = TimelineEntry(at=self.since, subject=self.host.name, record=record)
-        closing = source == UNREACHABLE and not lost
+        closing = source == HostState.UNREACHABLE and not lost
         self.incident_id = await self._store.transition(
             snapshot=self._snapshot(),
             entry=entry,
@@ -131,7 +128,7 @@ class HostWatcher:
             self.incident_id = None
         await self._store.save_snapshot(self._snapshot())
         self._log.warning("host transition", source=source, dest=state, reason=reason)
-        if lost or source == UNREACHABLE:
+        if lost or source == HostState.UNREACHABLE:
             self._broadcast(
                 HostReachability(
                     host=self.host.name,

@@ -36,6 +36,7 @@ import structlog
 from supervisor.config import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.events import UnitSignal
+from supervisor.core.streamstatus import StreamStatus
 from supervisor.record.store import Store, StoreError
 from supervisor.record.store.cursors import read_streams, save_streams
 
@@ -143,7 +144,7 @@ class UnitEvents:
         self.cursors: dict[str, str] = {}  #: where the streams start (the stored cursors)
         self.hub: HostEvents | None = None
         self._tasks: list[asyncio.Task[Any]] = []
-        self._saved: tuple[dict[str, str], dict[str, str]] | None = None
+        self._saved: tuple[dict[str, str], dict[str, StreamStatus]] | None = None
         self._delivered = asyncio.Event()  #: an event went out: save its cursor at once
 
     async def load(self) -> None:
@@ -165,7 +166,7 @@ class UnitEvents:
         taken = {h: c for h, c in old_cursors.items() if h not in self.cursors}
         try:
             if taken:
-                kept = {h: s for h, s in old_status.items() if h in taken}
+                kept = {h: StreamStatus.loads(s) for h, s in old_status.items() if h in taken}
                 await save_streams(self._store, taken, kept, at=utcnow())
         except StoreError as exc:  # the file stays for the next start
             log.warning("journal-cursors.json not taken over", error=str(exc))
@@ -192,8 +193,8 @@ class UnitEvents:
         ]
         log.info("listening to systemd", hosts=sorted(self.hub.streams))
 
-    def status(self) -> dict[str, str]:
-        """Each host's stream: `streaming`, `reconnecting (...)`, `polling: WHY`."""
+    def status(self) -> dict[str, StreamStatus]:
+        """Each host's stream: streaming, reconnecting, polling (why)."""
         return self.hub.status() if self.hub is not None else {}
 
     async def stop(self) -> None:

@@ -31,6 +31,14 @@ class State(StrEnum):
     MAINTENANCE = "maintenance"  #: silenced by a person; nothing is acted on
 
 
+class HostState(StrEnum):
+    """The states of one host (`supervisor.hear.reachability`): its SSH port answers or not."""
+
+    UNKNOWN = "unknown"  #: not checked yet since the daemon (re)started without a stored state
+    REACHABLE = "reachable"
+    UNREACHABLE = "unreachable"
+
+
 class Trigger(StrEnum):
     """Everything that may move an endpoint between states."""
 
@@ -54,7 +62,7 @@ class Trigger(StrEnum):
 S = State
 _ALL = tuple(State)
 
-#: (trigger, sources, destination): the whole graph, read by the tests and the README.
+#: (trigger, sources, destination): the whole graph, read by the tests and docs/states.md.
 TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
     (
         Trigger.PASS,

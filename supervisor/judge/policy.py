@@ -14,7 +14,7 @@ tests. The rules:
   `verifying` and `unreachable` are left only by a passing real check.
 - An endpoint that is not healthy and passes a liveness check gets a real check at once, so a
   recovery is confirmed in seconds, not at the next completion interval (the worker lets a
-  liveness pass do that once per state, see `supervisor.worker.probing`).
+  liveness pass do that once per state, see `supervisor.worker.ProbeDiscipline`).
 - A unit's death that systemd reported (`supervisor.hear.streams`) plus one failed probe is down at
   once, whatever `failures_to_down` and the startup grace say: a dead process is not loading
   (`judge_unit_death`). Events are not judged in maintenance, remediating or verifying: the
@@ -34,10 +34,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from supervisor.core.durations import format_duration
-from supervisor.core.events import Outcome, ProbeResult, Tier
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.judge.machine import State, Trigger
 from supervisor.judge.progress import Progress
-from supervisor.judge.progress.judge import Verdict as Seen
+from supervisor.judge.progress.judge import ProgressVerdict as Seen
 from supervisor.probe.completion import NO_REASONING
 
 _FROZEN = frozenset({State.REMEDIATING, State.MAINTENANCE})
@@ -56,8 +56,8 @@ def wants_progress(state: State, result: ProbeResult) -> bool:
     in a state where load may explain it."""
     if result.tier is not Tier.DEEP or state not in _ASKS_PROGRESS:
         return False
-    slow = result.outcome is Outcome.DEGRADED and result.reason != NO_REASONING
-    return result.outcome is Outcome.FAIL or slow
+    slow = result.outcome is ProbeOutcome.DEGRADED and result.reason != NO_REASONING
+    return result.outcome is ProbeOutcome.FAIL or slow
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +74,7 @@ class Limits:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class Judgement:
     trigger: Trigger | None  #: what to fire, if anything
     streaks: Streaks  #: the counters after this result
     reprobe: Tier | None  #: probe again at once, at this tier
@@ -91,53 +91,55 @@ def judge(
     grace_until: datetime | None,
     now: datetime,
     progress: Progress | None = None,
-) -> Verdict:
+) -> Judgement:
     """`progress`: what the server was doing, read when `wants_progress` said so."""
     if progress is not None and wants_progress(state, result):
         seen = _on_progress(state, streaks, result, progress)
         if seen is not None:
             return seen
-    if result.outcome is Outcome.OK:
+    if result.outcome is ProbeOutcome.OK:
         return _on_pass(state, streaks, result)
-    if result.outcome is Outcome.DEGRADED:
+    if result.outcome is ProbeOutcome.DEGRADED:
         return _on_degraded(state, streaks, result, is_reprobe, limits)
     return _on_fail(state, streaks, result, is_reprobe, limits, grace_until, now)
 
 
 def _on_progress(
     state: State, streaks: Streaks, result: ProbeResult, progress: Progress
-) -> Verdict | None:
+) -> Judgement | None:
     """busy: load, not counted; hung: down at once; anything else: None (judged as usual)."""
     if progress.verdict is Seen.BUSY:
         if state is State.BUSY:
-            return Verdict(
+            return Judgement(
                 trigger=None,
                 streaks=Streaks(),
                 reprobe=None,
                 note=f"not counted: {progress.reason}",
             )
-        return Verdict(trigger=Trigger.BUSY, streaks=Streaks(), reprobe=None, note=progress.reason)
+        return Judgement(
+            trigger=Trigger.BUSY, streaks=Streaks(), reprobe=None, note=progress.reason
+        )
     if progress.verdict is Seen.HUNG:
         counted = Streaks(fail=streaks.fail + 1, deep_fail=True, degraded=streaks.degraded)
         note = f"{progress.reason}; real check: {result.reason}"
-        return Verdict(trigger=Trigger.DOWN, streaks=counted, reprobe=None, note=note)
+        return Judgement(trigger=Trigger.DOWN, streaks=counted, reprobe=None, note=note)
     return None
 
 
-def _on_pass(state: State, streaks: Streaks, result: ProbeResult) -> Verdict:
+def _on_pass(state: State, streaks: Streaks, result: ProbeResult) -> Judgement:
     if result.tier is Tier.DEEP:
         cleared = Streaks()
         if state in _FROZEN:
-            return Verdict(trigger=None, streaks=cleared, reprobe=None, note=f"passed; {state}")
+            return Judgement(trigger=None, streaks=cleared, reprobe=None, note=f"passed; {state}")
         if state is State.HEALTHY:
-            return Verdict(trigger=None, streaks=cleared, reprobe=None, note="passed")
-        return Verdict(
+            return Judgement(trigger=None, streaks=cleared, reprobe=None, note="passed")
+        return Judgement(
             trigger=Trigger.PASS, streaks=cleared, reprobe=None, note="real check passed"
         )
     kept = streaks if streaks.deep_fail else replace(streaks, fail=0)
     if state in _FROZEN or state in _SETTLED:
-        return Verdict(trigger=None, streaks=kept, reprobe=None, note="liveness passed")
-    return Verdict(
+        return Judgement(trigger=None, streaks=kept, reprobe=None, note="liveness passed")
+    return Judgement(
         trigger=None,
         streaks=kept,
         reprobe=Tier.DEEP,
@@ -147,18 +149,18 @@ def _on_pass(state: State, streaks: Streaks, result: ProbeResult) -> Verdict:
 
 def _on_degraded(
     state: State, streaks: Streaks, result: ProbeResult, is_reprobe: bool, limits: Limits
-) -> Verdict:
+) -> Judgement:
     counted = Streaks(fail=0, deep_fail=False, degraded=streaks.degraded + 1)
     if state in _FROZEN or state in _ONLY_A_PASS_LEAVES or state is State.DEGRADED:
-        return Verdict(trigger=None, streaks=counted, reprobe=None, note=f"degraded; {state}")
+        return Judgement(trigger=None, streaks=counted, reprobe=None, note=f"degraded; {state}")
     if counted.degraded >= limits.degraded_after:
-        return Verdict(
+        return Judgement(
             trigger=Trigger.DEGRADE,
             streaks=counted,
             reprobe=None,
             note=f"degraded {counted.degraded} times in a row: {result.reason}",
         )
-    return Verdict(
+    return Judgement(
         trigger=None,
         streaks=counted,
         reprobe=None if is_reprobe else Tier.DEEP,
@@ -174,7 +176,7 @@ def _on_fail(
     limits: Limits,
     grace_until: datetime | None,
     now: datetime,
-) -> Verdict:
+) -> Judgement:
     counted = Streaks(
         fail=streaks.fail + 1,
         deep_fail=streaks.deep_fail or result.tier is Tier.DEEP,
@@ -182,32 +184,32 @@ def _on_fail(
     )
     in_grace = grace_until is not None and now < grace_until
     if state in _FROZEN or state in _ONLY_A_PASS_LEAVES or state is State.DOWN:
-        return Verdict(trigger=None, streaks=counted, reprobe=None, note=f"failed; {state}")
+        return Judgement(trigger=None, streaks=counted, reprobe=None, note=f"failed; {state}")
     if in_grace and state in (State.UNKNOWN, State.STARTING):
         assert grace_until is not None
         left = format_duration(grace_until - now)
         trigger = Trigger.GRACE if state is State.UNKNOWN else None
-        return Verdict(
+        return Judgement(
             trigger=trigger,
             streaks=Streaks(),
             reprobe=None,
             note=f"not counted: inside startup grace ({left} left): {result.reason}",
         )
     if counted.fail < limits.failures_to_down:
-        return Verdict(
+        return Judgement(
             trigger=None,
             streaks=counted,
             reprobe=None,
             note=f"failed ({counted.fail}/{limits.failures_to_down}): {result.reason}",
         )
     if not is_reprobe:
-        return Verdict(
+        return Judgement(
             trigger=None,
             streaks=counted,
             reprobe=result.tier,
             note=f"failed {counted.fail} times: re-probing to confirm",
         )
-    return Verdict(
+    return Judgement(
         trigger=Trigger.DOWN,
         streaks=counted,
         reprobe=None,
@@ -232,15 +234,17 @@ def unit_death_verdict(state: State, result: ProbeResult) -> str:
     return f"failed; {state}"
 
 
-def judge_unit_death(*, state: State, streaks: Streaks, result: ProbeResult, line: str) -> Verdict:
+def judge_unit_death(
+    *, state: State, streaks: Streaks, result: ProbeResult, line: str
+) -> Judgement:
     """systemd said a unit died (`line`) and one probe ran at once (`result`)."""
     note = f"systemd: {line}; {unit_death_verdict(state, result)}"
     if result.ok:
-        return Verdict(trigger=None, streaks=streaks, reprobe=None, note=note)
+        return Judgement(trigger=None, streaks=streaks, reprobe=None, note=note)
     counted = Streaks(
         fail=streaks.fail + 1,
         deep_fail=streaks.deep_fail or result.tier is Tier.DEEP,
         degraded=streaks.degraded,
     )
     trigger = Trigger.DOWN if state in _EVENT_DOWN_FROM else None
-    return Verdict(trigger=trigger, streaks=counted, reprobe=None, note=note)
+    return Judgement(trigger=trigger, streaks=counted, reprobe=None, note=note)

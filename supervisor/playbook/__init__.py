@@ -10,10 +10,10 @@ from supervisor.playbook.fixtures import FixtureReport, run_fixtures
 from supervisor.playbook.loader import Playbook, check_playbook, load_playbook
 from supervisor.playbook.model import Mode, Rule, Severity
 from supervisor.playbook.problems import RuleProblem
-from supervisor.playbook.results import Diagnosis, RuleEvaluation, RuleMatch
+from supervisor.playbook.results import DiagnosisResult, RuleEvaluation, RuleMatch
 
 __all__ = [
-    "Diagnosis",
+    "DiagnosisResult",
     "FixtureReport",
     "Mode",
     "Playbook",

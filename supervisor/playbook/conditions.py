@@ -3,7 +3,7 @@
 Every leaf is evaluated (no short cut), so a trace answers "why did this rule not match?" in
 full: `explain(trace)` gives lines such as `status.exec_main_status = 127: in [127, 203]: yes`
 and `journal.text: missing (journal: cannot connect to spark1): regex 'EADDRINUSE': no`.
-The operators themselves live in `supervisor.playbook.operators` (re-exported here).
+The operators themselves live in `supervisor.playbook.operators`.
 """
 
 from __future__ import annotations
@@ -17,23 +17,11 @@ from supervisor.playbook.operators import (
     OPERATORS,
     Actual,
     Missing,
-    Operator,
-    check,
-    operators_markdown,
+    apply_operator,
     show,
 )
 
-__all__ = [
-    "OPERATORS",
-    "GroupTrace",
-    "LeafTrace",
-    "Operator",
-    "Trace",
-    "evaluate",
-    "explain",
-    "first_failure",
-    "operators_markdown",
-]
+__all__ = ["GroupTrace", "LeafTrace", "Trace", "evaluate", "explain", "first_failure"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +71,7 @@ def evaluate(condition: Condition, facts: Facts) -> Trace:
 def _leaf(leaf: Leaf, facts: Facts) -> LeafTrace:
     actual = facts.get(leaf.fact)
     expected = leaf.pattern if leaf.pattern is not None else leaf.value
-    passed, reason = check(OPERATORS[leaf.op], actual, expected)
+    passed, reason = apply_operator(OPERATORS[leaf.op], actual, expected)
     if isinstance(actual, Missing):
         reason = facts.why_missing(leaf.fact)
     return LeafTrace(leaf.fact, leaf.op, leaf.value, actual, passed, reason)

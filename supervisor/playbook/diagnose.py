@@ -30,9 +30,9 @@ from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.execute import Executor
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     Collector,
     CollectorParams,
-    Evidence,
     Scope,
 )
 from supervisor.playbook.evidence.restarts import Restart, wait_for_restarts
@@ -40,7 +40,7 @@ from supervisor.playbook.loader import Playbook
 from supervisor.playbook.matching import Latest, match_rules
 from supervisor.playbook.model import EvidenceItem
 from supervisor.playbook.registries import Collectors, collectors_or_default
-from supervisor.playbook.results import Diagnosis, EvidenceRun
+from supervisor.playbook.results import DiagnosisResult, EvidenceRun
 from supervisor.playbook.scopes import scopes_of
 
 DEADLINE_FACTOR = 4
@@ -65,18 +65,18 @@ class _CachedGather:
         self._http = http
         self._timeout = timeout
         self._last_ok_at = last_ok_at
-        self._cache: dict[_CacheKey, Evidence] = {}
+        self._cache: dict[_CacheKey, CollectedEvidence] = {}
         self.runs: list[EvidenceRun] = []
 
     async def __call__(
         self, item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
+    ) -> CollectedEvidence:
         host = scope.host.name if scope.host is not None and collector.needs_host else None
         unit = scope.unit.unit if scope.unit is not None and collector.needs_host else None
         key = (collector.name, host, unit, params.model_dump_json())
         why = collector.applies(scope, params)
         if why:  # not run, not recorded: the rule's evidence error says why
-            return Evidence(collector=collector.name, error=why)
+            return CollectedEvidence(collector=collector.name, error=why)
         if key not in self._cache:
             evidence = await self._run(collector, scope, params)
             self._cache[key] = evidence
@@ -107,10 +107,10 @@ class _CachedGather:
 
     async def _run(
         self, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
+    ) -> CollectedEvidence:
         if collector.needs_host and scope.host is None:
             message = "no host to run it on (the endpoint has no units and no host)"
-            return Evidence(collector=collector.name, error=message)
+            return CollectedEvidence(collector=collector.name, error=message)
         context = self.context(scope)
         deadline = self._timeout * DEADLINE_FACTOR
         try:
@@ -118,10 +118,10 @@ class _CachedGather:
                 return await collector.run(context, params)
         except TimeoutError:
             message = f"the collector did not finish within {format_duration(deadline)}"
-            return Evidence(collector=collector.name, error=message)
+            return CollectedEvidence(collector=collector.name, error=message)
         except Exception as exc:  # a collector bug must not end the diagnosis
             message = f"the collector failed: {type(exc).__name__}: {exc}"
-            return Evidence(collector=collector.name, error=message)
+            return CollectedEvidence(collector=collector.name, error=message)
 
 
 async def diagnose(
@@ -141,7 +141,7 @@ async def diagnose(
     latest: Callable[[], Latest] | None = None,
     clock: Clock | None = None,
     pause: Callable[[float], Awaitable[None]] | None = None,
-) -> Diagnosis:
+) -> DiagnosisResult:
     """Gather evidence for `endpoint` (in `state`, after `trigger`) and match the playbook.
     `last_ok_at` (when the endpoint last passed a check) reaches the collectors through their
     context: the journal reads only what was logged since. With `settle`, the restarts systemd
@@ -173,7 +173,7 @@ async def diagnose(
         event=event,
         settle=wait if settle else None,
     )
-    return Diagnosis(
+    return DiagnosisResult(
         endpoint=endpoint.name,
         state=str(state),
         matched=matched,

@@ -40,7 +40,7 @@ class DraftError(Exception):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Draft:
+class RuleDraft:
     rule_id: str
     rule: str  #: the rule file's text
     fixture: str  #: the fixture file's text
@@ -114,7 +114,7 @@ def draft_rule(
     playbook: Playbook,
     collectors: Collectors,
     alone: bool,
-) -> Draft:
+) -> RuleDraft:
     """The drafted files. `alone`: the fixture names the rule file (it is written outside the
     playbook folder) and gives only the facts the new rule gathers."""
     shared = frozenset(name for name, c in collectors.items() if not c.needs_host)
@@ -177,7 +177,7 @@ def draft_rule(
         raise DraftError(f"the drafted rule would be disabled: {errors[0]}")
     gathered = {item.id for item in items} if alone else _declared(playbook, items)
     fixture = _fixture_text(round_, rule_id, endpoint, config, scopes, gathered, shared, alone)
-    return Draft(
+    return RuleDraft(
         rule_id=rule_id,
         rule=rule_text,
         fixture=fixture,
@@ -437,7 +437,7 @@ def _runbook_text(
     )
 
 
-def write_draft(draft: Draft, folder: Path) -> list[Path]:
+def write_draft(draft: RuleDraft, folder: Path) -> list[Path]:
     """Write the rule into `folder`, its fixture into `folder/tests`, the runbook stub beside
     the folder (`../runbooks`, unless one is there already); the paths written."""
     rule = folder / f"{draft.rule_id}.yaml"

@@ -26,10 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from supervisor.config import UnitRef
 from supervisor.config.errors import ConfigError, Loc
+from supervisor.config.fields import Flag, Text
 from supervisor.config.messages import render_value
-from supervisor.config.models import EndpointKind, Flag, Text
+from supervisor.config.supervised import EndpointKind
 from supervisor.config.yamlsource import LineMap, parse_yaml
-from supervisor.core.events import Outcome
+from supervisor.core.events import ProbeOutcome
 from supervisor.judge.machine import State
 from supervisor.playbook.evidence.base import FactValue
 from supervisor.playbook.problems import Problems, RuleProblem
@@ -52,7 +53,7 @@ class EndpointCase(_Frozen):
 class ProbeCase(_Frozen):
     reason: str = ""
     check: str = "completion"
-    outcome: Outcome = Outcome.FAIL
+    outcome: ProbeOutcome = ProbeOutcome.FAIL
 
 
 class HostCase(_Frozen):

@@ -17,7 +17,13 @@ from typing import Any
 
 from supervisor.config import Endpoint, FleetConfig, Host
 from supervisor.core.events import ProbeResult, Tier
-from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, FactValue, Scope
+from supervisor.playbook.evidence.base import (
+    CollectedEvidence,
+    Collector,
+    CollectorParams,
+    FactValue,
+    Scope,
+)
 from supervisor.playbook.fixturefile import Case, LoadedFixture, load_fixture
 from supervisor.playbook.loader import Playbook, load_rule_files
 from supervisor.playbook.matching import evaluate_rule, match_rules
@@ -139,11 +145,11 @@ async def run_case(
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
+    ) -> CollectedEvidence:
         given = facts[scope.index] if scope.index < len(facts) else {}
         if item.id not in given:
-            return Evidence(collector=collector.name, error=NOT_GIVEN)
-        return Evidence(collector=collector.name, facts=given[item.id])
+            return CollectedEvidence(collector=collector.name, error=NOT_GIVEN)
+        return CollectedEvidence(collector=collector.name, facts=given[item.id])
 
     matched, _ = await match_rules(
         playbook.rules, scopes, state=state, trigger=trigger, collectors=collectors, gather=gather

@@ -14,8 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from supervisor.core.events import Outcome, ProbeResult, Tier, UnitSignal
-from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, FactValue, Scope
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier, UnitSignal
+from supervisor.playbook.evidence.base import (
+    CollectedEvidence,
+    Collector,
+    CollectorParams,
+    FactValue,
+    Scope,
+)
 from supervisor.playbook.matching import Gather
 from supervisor.playbook.model import EvidenceItem
 from supervisor.record.store import JSONValue, TimelineRow
@@ -49,7 +55,7 @@ class Round:
             endpoint=self.endpoint,
             tier=Tier(sample.tier),
             check=sample.check,
-            outcome=Outcome(sample.outcome),
+            outcome=ProbeOutcome(sample.outcome),
             reason=sample.reason,
             at=sample.at,
             latency_s=sample.latency_s,
@@ -114,7 +120,7 @@ def rounds_of(incident_id: int, rows: Sequence[TimelineRow]) -> list[Round]:
             )
             evidence = []
         elif isinstance(record, UnitHeard):
-            if record.event in DOWN_EVENTS and not record.verdict.startswith(_NOT_JUDGED):
+            if record.event in DOWN_EVENTS and record.judged:
                 event = record
         else:
             sample = _failed_probe(record)
@@ -122,9 +128,6 @@ def rounds_of(incident_id: int, rows: Sequence[TimelineRow]) -> list[Round]:
                 trigger = sample
     return rounds
 
-
-_NOT_JUDGED = ("not judged", "evidence only")
-"""How a unit event the worker did not judge begins its verdict (it never reached a diagnosis)."""
 
 _READ = frozenset({EvidenceRecord.TAG, Diagnosis.TAG, UnitHeard.TAG, Probe.TAG, Transition.TAG})
 
@@ -136,7 +139,7 @@ def _failed_probe(record: object) -> ProbeSample | None:
         sample = record.probe
     else:
         return None
-    if sample is None or sample.outcome == Outcome.OK:
+    if sample is None or sample.outcome == ProbeOutcome.OK:
         return None
     return sample
 
@@ -159,18 +162,18 @@ def stored_gather(round_: Round, missing: set[str]) -> Gather:
 
     async def gather(
         item: EvidenceItem, collector: Collector[Any], scope: Scope, params: CollectorParams
-    ) -> Evidence:
+    ) -> CollectedEvidence:
         why = collector.applies(scope, params)
         if why:  # never run where it does not apply: not missing, as the live diagnosis says
-            return Evidence(collector=collector.name, error=why)
+            return CollectedEvidence(collector=collector.name, error=why)
         found = find_record(round_.evidence, item.id, collector, scope.label, params)
         if found is None:
             missing.add(item.id)
-            return Evidence(collector=collector.name, error=NOT_GATHERED)
+            return CollectedEvidence(collector=collector.name, error=NOT_GATHERED)
         if found.error:
-            return Evidence(collector=collector.name, error=found.error)
+            return CollectedEvidence(collector=collector.name, error=found.error)
         facts = {name: fact_value(value) for name, value in found.facts.items()}
-        return Evidence(collector=collector.name, facts=facts)
+        return CollectedEvidence(collector=collector.name, facts=facts)
 
     return gather
 

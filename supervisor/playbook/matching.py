@@ -20,7 +20,7 @@ from typing import Any
 
 from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.playbook.conditions import evaluate
-from supervisor.playbook.evidence.base import Collector, CollectorParams, Evidence, Scope
+from supervisor.playbook.evidence.base import CollectedEvidence, Collector, CollectorParams, Scope
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import EvidenceItem, Rule
 from supervisor.playbook.params import ParamsError, resolve_params
@@ -29,7 +29,9 @@ from supervisor.playbook.results import RuleEvaluation, RuleMatch, ScopeResult
 from supervisor.playbook.scopes import builtin_facts
 
 #: Gathers one evidence item in one scope with checked, filled-in params.
-Gather = Callable[[EvidenceItem, Collector[Any], Scope, CollectorParams], Awaitable[Evidence]]
+Gather = Callable[
+    [EvidenceItem, Collector[Any], Scope, CollectorParams], Awaitable[CollectedEvidence]
+]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from supervisor.config.models import Count, EndpointKind, Flag, PositiveDuration, Text
+from supervisor.config.fields import Count, Flag, PositiveDuration, Text
+from supervisor.config.supervised import EndpointKind
 from supervisor.judge.machine import State
 from supervisor.playbook.actions.base import Target
 

@@ -1,9 +1,9 @@
 """The operator table: every comparison a rule's `when` may use, as pure functions.
 
 The table is the single source for evaluation, for the unknown-operator error text and for the
-README's operators table (`operators_markdown()`). An operator never raises on a fact of the
-wrong type: `check` returns false with the reason (`not a number`). A missing fact fails every
-operator except `exists`. No rule text is ever evaluated as code.
+operators table of `playbooks/README.md` (`operators_markdown()`). An operator never raises on a
+fact of the wrong type: `check` returns false with the reason (`not a number`). A missing fact
+fails every operator except `exists`. No rule text is ever evaluated as code.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def unknown_operator(name: object) -> str:
     return f"unknown operator {show(name)} (operators: {operator_names()})"
 
 
-def check(op: Operator, actual: Actual, expected: object) -> tuple[bool, str]:
+def apply_operator(op: Operator, actual: Actual, expected: object) -> tuple[bool, str]:
     """(holds, why not when the fact's type does not fit); never raises."""
     if isinstance(actual, Missing):
         return (op.name == "exists" and expected is False), ""
@@ -265,7 +265,8 @@ def show(value: object) -> str:
 
 
 def operators_markdown() -> str:
-    """The README's operators table: name, value, meaning, and an example that passes / fails."""
+    """The operators table of `playbooks/README.md`: name, value, meaning, and an example that
+    passes / fails."""
     lines = [
         "| Operator | `value:` | Holds when | Holds | Does not hold |",
         "|---|---|---|---|---|",

@@ -21,8 +21,13 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class ParamsError(Exception):
-    """Params that cannot be used in this scope: a placeholder's fact is missing, or the
-    filled-in value does not fit the field. The message is one plain line."""
+    """Params that cannot be used in this scope: a placeholder's fact is missing (`missing`
+    names it: `port.pids`), or the filled-in value does not fit the field. The message is one
+    plain line."""
+
+    def __init__(self, message: str, *, missing: str = "") -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def resolve_params(model: type[M], raw: Mapping[str, object], facts: Facts) -> M:
@@ -35,7 +40,7 @@ def resolve_params(model: type[M], raw: Mapping[str, object], facts: Facts) -> M
     try:
         filled = fill_params(dumped, facts)
     except PlaceholderError as exc:
-        raise ParamsError(str(exc)) from None
+        raise ParamsError(str(exc), missing=exc.name) from None
     if filled == dumped:
         return written
     try:

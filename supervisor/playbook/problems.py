@@ -68,16 +68,16 @@ class Problems:
         for err in exc.errors(include_url=False):
             loc = prefix + tuple(err["loc"])
             if err["type"] == "extra_forbidden":
-                self.at_key(loc, error_message(err, model))
+                self.at_key(loc, pydantic_error_text(err, model))
             else:
-                self.at(loc, error_message(err, model))
+                self.at(loc, pydantic_error_text(err, model))
 
     @property
     def errors(self) -> list[RuleProblem]:
         return [problem for problem in self.found if problem.level is Level.ERROR]
 
 
-def error_message(err: ErrorDetails, model: type[BaseModel]) -> str:
+def pydantic_error_text(err: ErrorDetails, model: type[BaseModel]) -> str:
     """One pydantic error in plain words; a placeholder where no text goes says so."""
     if err["type"] == "extra_forbidden":
         owner = model_at(model, tuple(err["loc"][:-1]))
@@ -99,5 +99,5 @@ def first_error(exc: ValidationError, model: type[BaseModel]) -> str:
     """`path: message` of the first error, for a run-time failure (params filled badly)."""
     err = exc.errors(include_url=False)[0]
     path = format_path(tuple(err["loc"]))
-    message = error_message(err, model)
+    message = pydantic_error_text(err, model)
     return f"{path}: {message}" if path else message

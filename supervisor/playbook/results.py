@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from supervisor.config import Host, UnitRef
 from supervisor.playbook.conditions import Trace, explain, first_failure
-from supervisor.playbook.evidence.base import Evidence, Scope
+from supervisor.playbook.evidence.base import CollectedEvidence, Scope
 from supervisor.playbook.evidence.restarts import Restart
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import Rule
@@ -26,7 +26,7 @@ class EvidenceRun:
     scope: str  #: `vllm-ds4-head.service@spark1`, or the endpoint name
     host: str | None
     params: Mapping[str, object]  #: as the collector received them (placeholders filled)
-    evidence: Evidence
+    evidence: CollectedEvidence
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +88,7 @@ class RuleMatch:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Diagnosis:
+class DiagnosisResult:
     endpoint: str
     state: str
     matched: RuleMatch | None

@@ -15,9 +15,9 @@ import certifi
 import httpx
 
 from supervisor import __version__
-from supervisor.core.events import Outcome, ProbeResult, Tier
-from supervisor.probe.completion import judge, slow_reason
-from supervisor.probe.context import Finding, ProbeContext, ProbeError
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.probe.completion import judge_completion, slow_reason
+from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import one_line, timed_out_reason, transport_reason
 from supervisor.probe.registry import CHECKS, Check, KindChecks
 
@@ -32,7 +32,7 @@ __all__ = [
     "KindChecks",
     "ProbeContext",
     "ProbeError",
-    "judge",
+    "judge_completion",
     "make_client",
     "run_probe",
     "slow_reason",
@@ -83,7 +83,7 @@ async def run_probe(
     )
 
 
-async def _checked(ctx: ProbeContext, tier: Tier) -> Finding:
+async def _checked(ctx: ProbeContext, tier: Tier) -> CheckFinding:
     kind = CHECKS.get(ctx.endpoint.kind)
     if kind is None:
         return _failed(ctx, f"no probe for kind '{ctx.endpoint.kind}'")
@@ -106,8 +106,8 @@ async def _checked(ctx: ProbeContext, tier: Tier) -> Finding:
 def _failed(
     ctx: ProbeContext,
     reason: str,
-    outcome: Outcome = Outcome.FAIL,
+    outcome: ProbeOutcome = ProbeOutcome.FAIL,
     http_status: int | None = None,
-) -> Finding:
+) -> CheckFinding:
     status = http_status if http_status is not None else ctx.http_status
-    return Finding(check=ctx.check, outcome=outcome, reason=reason, http_status=status)
+    return CheckFinding(check=ctx.check, outcome=outcome, reason=reason, http_status=status)

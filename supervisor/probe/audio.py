@@ -22,8 +22,8 @@ import struct
 import wave
 from functools import cache
 
-from supervisor.core.events import Outcome
-from supervisor.probe.context import Finding, ProbeContext, ProbeError
+from supervisor.core.events import ProbeOutcome
+from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import excerpt, get_ok, http_error_reason, parse_json
 
 PHRASE = "The fleet supervisor checks this voice."
@@ -33,14 +33,14 @@ MAX_SPEECH_S = 60.0  #: more is not the phrase either
 CLIP_RATE = 16000  #: what Whisper resamples to anyway
 
 
-async def health_liveness(ctx: ProbeContext) -> Finding:
+async def health_liveness(ctx: ProbeContext) -> CheckFinding:
     """`GET /health` 2xx (speech servers have no model listing in common)."""
     ctx.check = "health"
     response = await get_ok(ctx, ctx.url("/health"))
-    return Finding(check="health", outcome=Outcome.OK, http_status=response.status_code)
+    return CheckFinding(check="health", outcome=ProbeOutcome.OK, http_status=response.status_code)
 
 
-async def tts_check(ctx: ProbeContext) -> Finding:
+async def tts_check(ctx: ProbeContext) -> CheckFinding:
     ctx.check = "speech"
     payload = {
         "model": ctx.require_model(),
@@ -83,7 +83,7 @@ async def tts_check(ctx: ProbeContext) -> Finding:
                 http_status=ctx.http_status,
             )
         detail = f"{detail}; heard back: {excerpt(text)!r}"
-    return Finding(check=ctx.check, outcome=Outcome.OK, http_status=status, detail=detail)
+    return CheckFinding(check=ctx.check, outcome=ProbeOutcome.OK, http_status=status, detail=detail)
 
 
 def words(text: str) -> list[str]:
@@ -96,12 +96,12 @@ def missing_words(said: str, heard: str) -> list[str]:
     return [w for w in words(said) if w not in got]
 
 
-async def asr_check(ctx: ProbeContext) -> Finding:
+async def asr_check(ctx: ProbeContext) -> CheckFinding:
     ctx.check = "transcription"
     text = await transcribe(ctx, ctx.endpoint.url, ctx.require_model(), clip())
     heard = f"heard {excerpt(text)!r}" if text.strip() else "heard nothing (a tone)"
-    return Finding(
-        check="transcription", outcome=Outcome.OK, http_status=ctx.http_status, detail=heard
+    return CheckFinding(
+        check="transcription", outcome=ProbeOutcome.OK, http_status=ctx.http_status, detail=heard
     )
 
 

@@ -14,7 +14,7 @@ from supervisor.probe import make_client, run_probe
 
 
 class ProbeClients:
-    """`probe` is the daemon's prober (see `supervisor.worker.endpoint.Prober`)."""
+    """`probe` is the daemon's prober (see `supervisor.worker.Prober`)."""
 
     def __init__(self, tls: ssl.SSLContext, clock: Clock) -> None:
         self._tls = tls

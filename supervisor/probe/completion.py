@@ -6,12 +6,14 @@ it must bring back reasoning text (API-FACTS.md §0, §1, §3).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from supervisor.core.events import Outcome
-from supervisor.probe.context import Finding, ProbeContext, ProbeError
+from supervisor.core.events import ProbeOutcome
+from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import http_error_reason, one_line
 from supervisor.probe.transcript import Transcript, read_sse, read_whole
 
@@ -58,20 +60,20 @@ NO_REASONING = "no reasoning text"
 """The degraded reason that is not slowness (load never explains it)."""
 
 
-def judge(stats: CompletionStats, endpoint: Endpoint) -> tuple[Outcome, str]:
+def judge_completion(stats: CompletionStats, endpoint: Endpoint) -> tuple[ProbeOutcome, str]:
     reasoning, content = stats.reasoning.strip(), stats.content.strip()
     if not reasoning and not content:
-        return Outcome.FAIL, "empty completion"
+        return ProbeOutcome.FAIL, "empty completion"
     # Content may be empty only when the model was still thinking as max_tokens ran out
     # (finish_reason "length" with reasoning text): it did infer, which is what we check.
     if not content and stats.finish_reason != "length":
-        return Outcome.FAIL, f"reasoning but no content (finish_reason: {stats.finish_reason})"
+        return ProbeOutcome.FAIL, f"reasoning but no content (finish_reason: {stats.finish_reason})"
     if endpoint.expect_reasoning and not reasoning:
-        return Outcome.DEGRADED, NO_REASONING
+        return ProbeOutcome.DEGRADED, NO_REASONING
     baseline, ratio = endpoint.baseline_tok_s, endpoint.probe.min_tok_s_ratio
     if baseline is not None and stats.tok_s is not None and stats.tok_s < ratio * baseline:
-        return Outcome.DEGRADED, slow_reason(stats.tok_s, ratio, baseline)
-    return Outcome.OK, ""
+        return ProbeOutcome.DEGRADED, slow_reason(stats.tok_s, ratio, baseline)
+    return ProbeOutcome.OK, ""
 
 
 def detail_of(stats: CompletionStats) -> str:
@@ -96,7 +98,20 @@ async def _lines(text: str) -> AsyncIterator[str]:
         yield line
 
 
-async def completion_check(ctx: ProbeContext) -> Finding:
+DRAIN_S = 0.5
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read the body's end after `[DONE]` (its last chunk, already on its way), so the
+    connection goes back to the pool instead of being closed; a server that keeps the stream
+    open after `[DONE]` gets DRAIN_S, then the connection is closed as before."""
+    with suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in lines:
+                pass
+
+
+async def completion_check(ctx: ProbeContext) -> CheckFinding:
     """POST /v1/chat/completions (streamed) and judge the answer."""
     ctx.check = "completion"
     body = request_body(ctx.endpoint, ctx.require_model())
@@ -111,7 +126,9 @@ async def completion_check(ctx: ProbeContext) -> Finding:
                 http_error_reason(response.status_code, text), http_status=ctx.http_status
             )
         if "text/event-stream" in response.headers.get("content-type", ""):
-            await read_sse(response.aiter_lines(), transcript, ctx.clock.monotonic)
+            lines = response.aiter_lines()
+            await read_sse(lines, transcript, ctx.clock.monotonic)
+            await _drain(lines)
         else:
             text = (await response.aread()).decode("utf-8", "replace")
             if text.lstrip().startswith("data:"):  # SSE without its content type
@@ -119,8 +136,8 @@ async def completion_check(ctx: ProbeContext) -> Finding:
             else:
                 read_whole(text, transcript, ctx.clock.monotonic())
     stats = stats_of(transcript, sent_at)
-    outcome, reason = judge(stats, ctx.endpoint)
-    return Finding(
+    outcome, reason = judge_completion(stats, ctx.endpoint)
+    return CheckFinding(
         check="completion",
         outcome=outcome,
         reason=reason,

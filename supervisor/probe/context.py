@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from supervisor.core.events import Outcome
+from supervisor.core.events import ProbeOutcome
 
 if TYPE_CHECKING:
     from supervisor.config import Endpoint
@@ -15,11 +15,11 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Finding:
+class CheckFinding:
     """The verdict of one check, before `run_probe` stamps it with endpoint, tier and time."""
 
     check: str
-    outcome: Outcome
+    outcome: ProbeOutcome
     reason: str = ""
     http_status: int | None = None
     ttft_s: float | None = None
@@ -37,7 +37,7 @@ class ProbeError(Exception):
         reason: str,
         *,
         http_status: int | None = None,
-        outcome: Outcome = Outcome.FAIL,
+        outcome: ProbeOutcome = ProbeOutcome.FAIL,
     ) -> None:
         super().__init__(reason)
         self.reason = reason

@@ -33,7 +33,7 @@ def parse_json(text: str) -> Any:
         raise ProbeError(f"bad JSON in response: {excerpt(text) or '(empty)'}") from None
 
 
-def error_message(body: str) -> str:
+def server_error_text(body: str) -> str:
     """What the server said went wrong: `error.message`, `detail` or `message`, else the text."""
     try:
         data = json.loads(body)
@@ -52,7 +52,7 @@ def error_message(body: str) -> str:
 def http_error_reason(status: int, body: str, *, where: str | None = None) -> str:
     """`HTTP 503 from /health`, `HTTP 500: EngineCore encountered an issue. …`, `HTTP 503`."""
     head = f"HTTP {status}" if where is None else f"HTTP {status} from {where}"
-    message = error_message(body) if body.strip() else ""
+    message = server_error_text(body) if body.strip() else ""
     return f"{head}: {message}" if message else head
 
 
@@ -94,7 +94,7 @@ def _innermost_os_error(exc: BaseException) -> OSError | None:
     return found
 
 
-def where(url: str) -> str:
+def url_path(url: str) -> str:
     """The path of a URL, for `HTTP 503 from /health`."""
     return httpx.URL(url).path or "/"
 
@@ -104,7 +104,7 @@ async def get_ok(ctx: ProbeContext, url: str) -> httpx.Response:
     response = await ctx.client.get(url, timeout=ctx.http_timeout)
     ctx.http_status = response.status_code
     if not response.is_success:
-        reason = http_error_reason(response.status_code, response.text, where=where(url))
+        reason = http_error_reason(response.status_code, response.text, where=url_path(url))
         raise ProbeError(reason, http_status=response.status_code)
     return response
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.core.events import Outcome
-from supervisor.probe.context import Finding, ProbeContext, ProbeError
+from supervisor.core.events import ProbeOutcome
+from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import post_json
 
 RERANK_QUERY = "What is the capital of France?"
@@ -16,7 +16,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-async def embedding_check(ctx: ProbeContext) -> Finding:
+async def embedding_check(ctx: ProbeContext) -> CheckFinding:
     """`POST /v1/embeddings`: `data[0].embedding` must be a non-empty list of numbers."""
     ctx.check = "embedding"
     payload = {"model": ctx.require_model(), "input": ctx.endpoint.probe.prompt}
@@ -29,15 +29,15 @@ async def embedding_check(ctx: ProbeContext) -> Finding:
             "unexpected response: data[0].embedding is not a non-empty list of numbers",
             http_status=ctx.http_status,
         )
-    return Finding(
+    return CheckFinding(
         check="embedding",
-        outcome=Outcome.OK,
+        outcome=ProbeOutcome.OK,
         http_status=ctx.http_status,
         detail=f"{len(vector)} dimensions",
     )
 
 
-async def rerank_check(ctx: ProbeContext) -> Finding:
+async def rerank_check(ctx: ProbeContext) -> CheckFinding:
     """`POST /v1/rerank` with two documents: each must get a numeric `relevance_score`."""
     ctx.check = "rerank"
     payload = {
@@ -59,6 +59,9 @@ async def rerank_check(ctx: ProbeContext) -> Finding:
             http_status=ctx.http_status,
         )
     shown = ", ".join(f"{scores[i]:.3f}" for i in sorted(scores))
-    return Finding(
-        check="rerank", outcome=Outcome.OK, http_status=ctx.http_status, detail=f"scores {shown}"
+    return CheckFinding(
+        check="rerank",
+        outcome=ProbeOutcome.OK,
+        http_status=ctx.http_status,
+        detail=f"scores {shown}",
     )

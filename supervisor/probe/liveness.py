@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.core.events import Outcome
-from supervisor.probe.context import Finding, ProbeContext, ProbeError
+from supervisor.core.events import ProbeOutcome
+from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import excerpt, get_json, get_ok
 
 _LIST_CHARS = 120
@@ -27,17 +27,17 @@ def _names(data: Any, list_key: str, name_key: str, where: str) -> list[str]:
     ]
 
 
-async def models_check(ctx: ProbeContext) -> Finding:
+async def models_check(ctx: ProbeContext) -> CheckFinding:
     """`GET /v1/models` must list the endpoint's model by id."""
     ctx.check = "models"
     model = ctx.require_model()
     served = _names(await get_json(ctx, ctx.url("/v1/models")), "data", "id", "/v1/models")
     if model not in served:
         raise not_served(model, served)
-    return Finding(check="models", outcome=Outcome.OK, http_status=ctx.http_status)
+    return CheckFinding(check="models", outcome=ProbeOutcome.OK, http_status=ctx.http_status)
 
 
-async def openai_liveness(ctx: ProbeContext) -> Finding:
+async def openai_liveness(ctx: ProbeContext) -> CheckFinding:
     """`GET /health` 2xx, then `/v1/models`.
 
     vLLM with keep-alive on engine death answers /v1/models while /health says 503: /health
@@ -54,23 +54,23 @@ def ollama_name(name: str) -> str:
     return name if ":" in last else f"{name}:latest"
 
 
-async def ollama_liveness(ctx: ProbeContext) -> Finding:
+async def ollama_liveness(ctx: ProbeContext) -> CheckFinding:
     """`GET /api/tags` must list the model among `models[].name`."""
     ctx.check = "tags"
     model = ctx.require_model()
     served = _names(await get_json(ctx, ctx.url("/api/tags")), "models", "name", "/api/tags")
     if ollama_name(model) not in {ollama_name(name) for name in served}:
         raise not_served(model, served)
-    return Finding(check="tags", outcome=Outcome.OK, http_status=ctx.http_status)
+    return CheckFinding(check="tags", outcome=ProbeOutcome.OK, http_status=ctx.http_status)
 
 
-async def http_check(ctx: ProbeContext) -> Finding:
+async def http_check(ctx: ProbeContext) -> CheckFinding:
     """`GET url` must be 2xx (kind `health`: the URL is the full health URL)."""
     ctx.check = "http"
     response = await get_ok(ctx, ctx.endpoint.url)
-    return Finding(
+    return CheckFinding(
         check="http",
-        outcome=Outcome.OK,
+        outcome=ProbeOutcome.OK,
         http_status=response.status_code,
         detail=excerpt(response.text, 120),
     )

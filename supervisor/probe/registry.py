@@ -13,11 +13,11 @@ from types import MappingProxyType
 from supervisor.core.events import Tier
 from supervisor.probe.audio import asr_check, health_liveness, tts_check
 from supervisor.probe.completion import completion_check
-from supervisor.probe.context import Finding, ProbeContext
+from supervisor.probe.context import CheckFinding, ProbeContext
 from supervisor.probe.inference import embedding_check, rerank_check
 from supervisor.probe.liveness import http_check, models_check, ollama_liveness, openai_liveness
 
-Check = Callable[[ProbeContext], Awaitable[Finding]]
+Check = Callable[[ProbeContext], Awaitable[CheckFinding]]
 
 
 @dataclass(frozen=True, kw_only=True)

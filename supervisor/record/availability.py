@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import (
@@ -114,13 +115,13 @@ BOUNDARIES = ("end", *(f"start_{w}" for w, _ in WINDOWS))
 
 
 @lru_cache(maxsize=16)
-def _statement(count: int) -> TextClause:
-    """For each of `count` subjects and each boundary its latest row at or before that time: the
-    subjects and the boundaries as two VALUES lists, each pair's row found by a correlated LIMIT 1
-    read backwards on the (kind, subject, at, id) index (one statement, one plan). Plain text: a
-    VALUES list is compiled again at every call by SQLAlchemy, text is not."""
+def _statement(count: int, boundaries: tuple[str, ...] = BOUNDARIES) -> TextClause:
+    """For each of `count` subjects and each of `boundaries` its latest row at or before that
+    time: the subjects and the boundaries as two VALUES lists, each pair's row found by a
+    correlated LIMIT 1 read backwards on the (kind, subject, at, id) index (one statement, one
+    plan). Plain text: a VALUES list is compiled again at every call by SQLAlchemy, text is not."""
     wanted = ", ".join(f"(:kind_{i}, :name_{i})" for i in range(count))
-    bounds = ", ".join(f"('{b}', CAST(:b_{b} AS BIGINT))" for b in BOUNDARIES)
+    bounds = ", ".join(f"('{b}', CAST(:b_{b} AS BIGINT))" for b in boundaries)
     sums = ", ".join(f"l.{c.column}" for c in Counted)
     # only placeholders and our own names go into the text: every value is bound
     return text(
@@ -132,6 +133,26 @@ def _statement(count: int) -> TextClause:
         " AND i.subject = wanted.name AND i.at_ms <= bounds.t"
         " ORDER BY i.at_ms DESC, i.id DESC LIMIT 1)"
     )
+
+
+async def _rows(
+    store: Store, subjects: Sequence[Subject], bounds: Mapping[str, int]
+) -> dict[tuple[str, str, str], Row[Any]]:
+    """Each subject's latest row at or before each of `bounds` (boundary name -> Unix ms), by
+    (kind, name, boundary); a pair with no row yet (before the subject's first) is missing."""
+    boundaries = tuple(bounds)
+    named_bounds = {f"b_{b}": t for b, t in bounds.items()}
+    rows: dict[tuple[str, str, str], Row[Any]] = {}
+    async with store.tx(write=False) as conn:
+        for chunk in range(0, len(subjects), CHUNK):
+            part = subjects[chunk : chunk + CHUNK]
+            named: dict[str, int | str] = dict(named_bounds)
+            for i, (kind_of, called) in enumerate(part):
+                named[f"kind_{i}"], named[f"name_{i}"] = kind_of.value, called
+            statement = _statement(len(part), boundaries)
+            for row in (await conn.execute(statement, named)).all():
+                rows[(row[1], row[2], row[0])] = row
+    return rows
 
 
 def _sums(row: Row[Any] | None, at: int) -> list[float]:
@@ -156,16 +177,7 @@ async def availability(
     end = ms(now)
     params = {"end": end}
     params |= {f"start_{w}": end - round(d.total_seconds() * 1000) for w, d in WINDOWS}
-    bounds = {f"b_{b}": t for b, t in params.items()}
-    rows: dict[tuple[str, str, str], Row[Any]] = {}
-    async with store.tx(write=False) as conn:
-        for chunk in range(0, len(subjects), CHUNK):
-            part = subjects[chunk : chunk + CHUNK]
-            named: dict[str, int | str] = dict(bounds)
-            for i, (kind_of, called) in enumerate(part):
-                named[f"kind_{i}"], named[f"name_{i}"] = kind_of.value, called
-            for row in (await conn.execute(_statement(len(part)), named)).all():
-                rows[(row[1], row[2], row[0])] = row
+    rows = await _rows(store, subjects, params)
     found = {}
     for subject in subjects:
         key = (subject[0].value, subject[1])
@@ -195,14 +207,25 @@ async def availability(
 
 @dataclass(frozen=True, kw_only=True)
 class Day:
-    """One day of the history bar: the incidents that opened that day (UTC), with causes."""
+    """One day of the history bar: the incidents that opened that day (UTC), with causes, and
+    the seconds of it somebody watched the subject (serving, down or silenced). A day nobody
+    watched (before supervision began, or the daemon off all day) is `not supervised`: neither
+    up nor down."""
 
     day: date
     incidents: tuple[tuple[int, str], ...] = ()  #: (id, cause)
+    watched_s: float = 0.0
 
     @property
     def causes(self) -> str:
         return "; ".join(f"#{i} {cause}" for i, cause in self.incidents)
+
+    @property
+    def status(self) -> str:
+        """`incidents`, `not supervised` or `no incident`."""
+        if self.incidents:
+            return "incidents"
+        return "no incident" if self.watched_s > 0 else "not supervised"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,12 +317,29 @@ async def repairs(store: Store, *, now: datetime, window: timedelta = LONGEST) -
     return Repairs(by_subject=dict(by_subject), by_rule=dict(sorted(by_rule.items())))
 
 
-async def days(store: Store, subject: str, *, now: datetime, count: int = DAYS) -> list[Day]:
+async def days(
+    store: Store,
+    subject: str,
+    *,
+    now: datetime,
+    count: int = DAYS,
+    kind: SubjectKind = SubjectKind.ENDPOINT,
+) -> list[Day]:
     """The last `count` days (UTC, today last), each with the incidents of `subject` that
-    opened on it and their causes (the matched rule once there is one, else the symptom)."""
+    opened on it and their causes (the matched rule once there is one, else the symptom), and
+    the time of it somebody watched the subject: the running sums of `state_log` at each
+    midnight (one indexed read each), nothing before the subject's first row."""
     today = now.date()
     first = today - timedelta(days=count - 1)
     since = datetime.combine(first, datetime.min.time(), tzinfo=now.tzinfo)
+    starts = [ms(since + timedelta(days=i)) for i in range(count)]
+    bounds = {f"d{i}": t for i, t in enumerate(starts)} | {"end": ms(now)}
+    rows = await _rows(store, [(kind, subject)], bounds)
+    sums = [_sums(rows.get((kind.value, subject, b)), t) for b, t in bounds.items()]
+    watched = [
+        sum(later[ORDER[c]] - earlier[ORDER[c]] for c in Counted if c is not Counted.UNSUPERVISED)
+        for earlier, later in pairwise(sums)
+    ]
     query = (
         select(incidents.c.id, incidents.c.opened_at, incidents.c.cause, incidents.c.diagnosis)
         .where(incidents.c.subject == subject, incidents.c.opened_at >= since)
@@ -311,7 +351,9 @@ async def days(store: Store, subject: str, *, now: datetime, count: int = DAYS) 
             found[row.opened_at.date()].append((row.id, row.diagnosis or row.cause))
     return [
         Day(
-            day=first + timedelta(days=i), incidents=tuple(found.get(first + timedelta(days=i), ()))
+            day=(day := first + timedelta(days=i)),
+            incidents=tuple(found.get(day, ())),
+            watched_s=round(watched[i], 3),
         )
         for i in range(count)
     ]

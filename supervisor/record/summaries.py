@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from supervisor.core.actor import Actor, Via
 from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.judge.machine import Change
 from supervisor.judge.progress import Progress
@@ -44,9 +45,13 @@ def probe_data(result: ProbeResult) -> dict[str, JSONValue]:
 
 def probe_line(result: ProbeResult) -> str:
     """`deep completion ok: ttft 0.41s, 38.2 tok/s`, `liveness health fail: connection refused`."""
-    head = f"{result.tier} {result.check} {result.outcome}"
+    return f"{result.tier} {result.check} {result.outcome}: {_said(result)}"
+
+
+def _said(result: ProbeResult) -> str:
+    """Its reason, else its figures: `connection refused`, `ttft 0.41s, 38.2 tok/s`, `12 ms`."""
     if result.reason:
-        return f"{head}: {result.reason}"
+        return result.reason
     figures = []
     if result.ttft_s is not None:
         figures.append(f"ttft {result.ttft_s:.2f}s")
@@ -54,7 +59,7 @@ def probe_line(result: ProbeResult) -> str:
         figures.append(f"{result.tok_s:.1f} tok/s")
     if not figures:
         figures.append(f"{result.latency_s * 1000:.0f} ms")
-    return f"{head}: {', '.join(figures)}"
+    return ", ".join(figures)
 
 
 def resolution_text(result: ProbeResult) -> str:
@@ -67,8 +72,7 @@ def resolution_text(result: ProbeResult) -> str:
         "transcription": "transcription",
         "round trip": "speech round trip",
     }.get(result.check, "health check")
-    figures = probe_line(result).split(": ", 1)[1]
-    return f"{what} passed ({figures})"
+    return f"{what} passed ({_said(result)})"
 
 
 def progress_sample(progress: Progress | None) -> ProgressSample | None:
@@ -108,8 +112,16 @@ def probe_entry(
     return TimelineEntry(at=result.at, subject=subject, record=record)
 
 
-_FIELDS = ("host", "why", "rule", "runbook", "reason", "actor", "until")
+_FIELDS = ("host", "why", "rule", "runbook", "reason", "who", "via", "until")
 """Transition extras that are fields of their own; anything else goes to `extra`."""
+
+
+def _actor(extra: Mapping[str, str]) -> Actor | None:
+    """The person a transition's producer named (`who`, and `via` when it knows it)."""
+    who, via = extra.get("who"), extra.get("via")
+    if not who:
+        return None
+    return Actor(who=who, via=Via(via) if via else None)
 
 
 def transition_entry(
@@ -127,12 +139,12 @@ def transition_entry(
     caused it and, when it opens an incident, the whole streak of failed probes."""
     until = extra.get("until")
     record = Transition(
-        source=change.source.value,
-        dest=change.dest.value,
-        trigger=change.trigger.value,
+        source=change.source,
+        dest=change.dest,
+        trigger=change.trigger,
         note=note,
         rule=extra.get("rule") or None,
-        actor=extra.get("actor") or None,
+        actor=_actor(extra),
         probe=None if result is None else probe_sample(result),
         probes=None if streak is None else tuple(probe_sample(r) for r in streak),
         host=extra.get("host"),
@@ -150,6 +162,7 @@ def unit_entry(
     signal: UnitSignal,
     verdict: str,
     *,
+    judged: bool = True,
     count: int = 1,
     last_at: datetime | None = None,
     last_line: str | None = None,
@@ -163,6 +176,7 @@ def unit_entry(
         line=signal.line,
         message=signal.message,
         verdict=verdict,
+        judged=judged,
         lines=signal.lines,
         result=signal.result or None,
         exit_status=signal.exit_status,

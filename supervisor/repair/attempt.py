@@ -37,7 +37,7 @@ from supervisor.repair.guards import HostLocks
 from supervisor.repair.restore import read_units, restore
 from supervisor.repair.steps import StepRun, run_steps
 from supervisor.repair.verify import answers_degraded, verify
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 Scopes = Sequence[tuple[Any, Facts]]
 Note = Callable[[EndpointWorker, Record, "int | None"], Awaitable[None]]
@@ -87,7 +87,7 @@ class Attempt:
     @property
     def data(self) -> dict[str, str]:
         """What the attempt's transitions carry: the person who asked, else the rule."""
-        return {"actor": self.actor} if self.actor else {"rule": self.rule.id}
+        return {"who": self.actor} if self.actor else {"rule": self.rule.id}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,7 +141,7 @@ class AttemptRunner:
             )
             if not entered:
                 return Stopped(why="")
-            incident = worker.incident_id
+            incident = worker.record.incident_id
             attempt_id = await self.store.start_attempt(
                 endpoint=worker.name, rule_id=rule.id, incident_id=incident, at=self.clock.now()
             )
@@ -150,11 +150,11 @@ class AttemptRunner:
 
             async def record(run: StepRun) -> None:
                 entry = records.step_entry(run, worker.name, self.clock.now(), dry_run=False)
-                await worker.record(entry)
+                await worker.append(entry)
 
             async def starting(index: int, action: str, target: str) -> None:
                 began = StepStarted(index=index, action=action, target=target)
-                await worker.record(records.entry(began, worker.name, self.clock.now()))
+                await worker.append(records.entry(began, worker.name, self.clock.now()))
 
             env = self.service.env(
                 worker.endpoint,
@@ -208,7 +208,9 @@ class AttemptRunner:
         incident = acted.incident
         finished = AttemptFinished(attempt=acted.attempt_id, rule=rule.id, outcome=outcome)
         await self._note(worker, finished, incident)
-        figures = (worker.last_ttft_s, worker.last_tok_s) if verified else (None, None)
+        figures = (
+            (worker.record.last_ttft_s, worker.record.last_tok_s) if verified else (None, None)
+        )
         check = Verification(
             rule=rule.id,
             ok=verified,

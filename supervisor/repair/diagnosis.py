@@ -22,7 +22,7 @@ from supervisor.playbook.facts import Facts
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.matching import Latest
 from supervisor.playbook.model import Step
-from supervisor.playbook.results import Diagnosis
+from supervisor.playbook.results import DiagnosisResult
 from supervisor.repair.steps import StepEnv, StepRun, StepsResult, run_steps
 
 Prober = Callable[[Endpoint, Tier], Awaitable[ProbeResult]]
@@ -61,7 +61,7 @@ class DiagnosisService:
         event: UnitSignal | None = None,
         settle: bool = False,
         latest: Callable[[], Latest] | None = None,
-    ) -> Diagnosis:
+    ) -> DiagnosisResult:
         """Evidence gathered now for `endpoint` in `state` (after `trigger`, and the unit death
         systemd reported, if any), and the rule that matches, if any. With `settle`, a restart
         systemd or launchd is about to make is waited for first (`latest`: what to read then)."""

@@ -3,7 +3,7 @@ hears now is decisive enough to diagnose again.
 
 When an endpoint is escalated, the evidence in hand (its last unit death, its last `/metrics`
 verdict) is remembered as heard. Later, each unit death and each `/metrics` verdict the worker
-hears while escalated (`supervisor.worker.heard`) is decisive when its key was never heard in this
+hears while escalated (`supervisor.worker.Heard`) is decisive when its key was never heard in this
 incident: a new exit status, the first crash loop, a changed verdict. A crash loop repeating the
 same status every few seconds is heard once.
 
@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from supervisor.judge.machine import State
-from supervisor.worker.endpoint import EndpointWorker
-from supervisor.worker.heard import Heard, progress_heard, unit_heard
+from supervisor.worker import EndpointRecord, Heard, progress_heard, unit_heard
 
 MAX_LOOKS = 3
 
@@ -42,31 +41,32 @@ class Listening:
     def __init__(self) -> None:
         self._by_name: dict[str, Escalated] = {}
 
-    def escalated(self, worker: EndpointWorker, rule: str | None, *, was: State) -> None:
-        """`worker` is being escalated (for `rule`, from state `was`): what it knows is heard."""
-        known = self._by_name.get(worker.name)
-        same = known is not None and known.incident_id == worker.incident_id
+    def escalated(self, record: EndpointRecord, rule: str | None, *, was: State) -> None:
+        """`record`'s endpoint is being escalated (for `rule`, from state `was`): what it knows
+        is heard."""
+        known = self._by_name.get(record.name)
+        same = known is not None and known.incident_id == record.incident_id
         memory = (
             known
             if same and known is not None
             else Escalated(
-                incident_id=worker.incident_id,
+                incident_id=record.incident_id,
                 rule=rule,
                 state=State.DEGRADED if was is State.DEGRADED else State.DOWN,
             )
         )
         memory.rule = rule
-        if worker.last_unit_signal is not None:
-            memory.heard.add(unit_heard(worker.last_unit_signal).key)
-        if worker.last_progress is not None:
-            memory.heard.add(progress_heard(worker.last_progress).key)
-        self._by_name[worker.name] = memory
+        if record.last_unit_signal is not None:
+            memory.heard.add(unit_heard(record.last_unit_signal).key)
+        if record.last_progress is not None:
+            memory.heard.add(progress_heard(record.last_progress).key)
+        self._by_name[record.name] = memory
 
-    def decisive(self, worker: EndpointWorker, heard: Heard) -> Escalated | None:
+    def decisive(self, record: EndpointRecord, heard: Heard) -> Escalated | None:
         """The memory to look again with, when `heard` is new in this incident and looks are
         left; None otherwise. Counts the look."""
-        memory = self._by_name.get(worker.name)
-        if memory is None or memory.incident_id != worker.incident_id:
+        memory = self._by_name.get(record.name)
+        if memory is None or memory.incident_id != record.incident_id:
             return None
         if heard.key in memory.heard or memory.looks >= MAX_LOOKS:
             return None

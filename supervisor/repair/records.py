@@ -10,7 +10,7 @@ from typing import cast
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import FactValue
 from supervisor.playbook.evidence.restarts import Restart
-from supervisor.playbook.results import Diagnosis, EvidenceRun
+from supervisor.playbook.results import DiagnosisResult, EvidenceRun
 from supervisor.record.store import JSONValue, TimelineEntry
 from supervisor.record.timeline import CommandRun, Evidence, Record, Settled, StepRan
 from supervisor.record.timeline import Diagnosis as DiagnosisRecord
@@ -41,7 +41,7 @@ def entry(record: Record, subject: str, at: datetime) -> TimelineEntry:
     return TimelineEntry(at=at, subject=subject, record=record)
 
 
-def diagnosis_entry(diagnosis: Diagnosis, subject: str, at: datetime) -> TimelineEntry:
+def diagnosis_entry(diagnosis: DiagnosisResult, subject: str, at: datetime) -> TimelineEntry:
     match = diagnosis.matched
     record = DiagnosisRecord(
         endpoint=diagnosis.endpoint,

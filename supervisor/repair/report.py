@@ -7,20 +7,20 @@ from __future__ import annotations
 from datetime import datetime
 
 from supervisor.config import Endpoint
-from supervisor.core.events import Outcome, ProbeResult
-from supervisor.playbook.results import Diagnosis
+from supervisor.core.events import ProbeOutcome, ProbeResult
+from supervisor.playbook.results import DiagnosisResult
 from supervisor.repair.diagnosis import DiagnosisService
-from supervisor.repair.rulefacts import scopes_of
+from supervisor.repair.rulefacts import matched_scopes
 from supervisor.repair.steps import StepRun
 
 
 def state_of(results: list[ProbeResult]) -> tuple[str, ProbeResult | None]:
     """The state probes say (down, degraded or healthy), and the probe that says so."""
     for result in results:
-        if result.outcome is Outcome.FAIL:
+        if result.outcome is ProbeOutcome.FAIL:
             return "down", result
     for result in results:
-        if result.outcome is Outcome.DEGRADED:
+        if result.outcome is ProbeOutcome.DEGRADED:
             return "degraded", result
     return "healthy", None
 
@@ -58,7 +58,7 @@ async def report(
     return lines, diagnosis.matched is not None
 
 
-def _evidence_lines(diagnosis: Diagnosis) -> list[str]:
+def _evidence_lines(diagnosis: DiagnosisResult) -> list[str]:
     lines = ["evidence:"]
     for run in diagnosis.evidence:
         found = run.evidence
@@ -73,7 +73,7 @@ def _short(value: object, limit: int = 60) -> str:
 
 
 async def _plan(
-    service: DiagnosisService, endpoint: Endpoint, diagnosis: Diagnosis, *, dry_run: bool
+    service: DiagnosisService, endpoint: Endpoint, diagnosis: DiagnosisResult, *, dry_run: bool
 ) -> list[str]:
     match = diagnosis.matched
     assert match is not None
@@ -97,7 +97,7 @@ async def _plan(
                 lines.append(f"       [{command.host}] {command.command}")
 
     matched = [(r.scope, r.facts) for r in match.scopes]
-    scopes = scopes_of(diagnosis, rule.id)
+    scopes = matched_scopes(diagnosis, rule.id)
     await service.dry_run(endpoint, rule.actions, matched=matched, scopes=scopes, on_run=show)
     lines.append("nothing was changed (dry run)")
     return lines

@@ -20,7 +20,7 @@ from supervisor.playbook.scopes import scopes_of
 from supervisor.record.store import Store
 from supervisor.repair.attempt import RESTART, Attempt
 from supervisor.repair.guards import check_budget
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 MANUAL_RESTART = "manual-restart"
 
@@ -42,7 +42,7 @@ _REFUSED_IN = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class Answer:
+class RestartAnswer:
     """What a restart request came to, in one line for the person who asked."""
 
     ok: bool
@@ -53,7 +53,7 @@ VERIFY_AT_LEAST = timedelta(seconds=30)
 """A restart's verification lasts its startup grace, and at least this long."""
 
 
-async def refusal(
+async def restart_refusal(
     worker: EndpointWorker,
     *,
     config: FleetConfig,

@@ -15,10 +15,10 @@ from dataclasses import replace
 from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
-from supervisor.playbook.actions.declare import Stop
-from supervisor.playbook.actions.managers import UnitState
+from supervisor.playbook.actions.declare import StopSteps
 from supervisor.playbook.actions.steps import Steps
 from supervisor.playbook.actions.units import MANAGERS
+from supervisor.playbook.evidence.unitstate import UnitState
 from supervisor.record.timeline import UnitLeft, UnitsLeft
 from supervisor.repair.steps import StepEnv, action_context
 
@@ -40,7 +40,7 @@ async def _read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
         return UnitState(host=host.name, unit=unit.unit, state="", alive=False, error=why)
     try:
         return await manager.read(steps, host, unit)
-    except Stop as stop:  # a unit name that reads as an option
+    except StopSteps as stop:  # a unit name that reads as an option
         return UnitState(host=host.name, unit=unit.unit, state="", alive=False, error=stop.summary)
 
 
@@ -87,7 +87,7 @@ async def restore(
         host, unit = units[index]
         try:
             await MANAGERS[host.service_manager].start(steps, ((host, unit),), True)
-        except Stop as stop:
+        except StopSteps as stop:
             error = stop.summary
             break
     verified = None

@@ -9,11 +9,11 @@ from typing import Any
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.model import Rule
-from supervisor.playbook.results import Diagnosis
+from supervisor.playbook.results import DiagnosisResult
 from supervisor.playbook.templating import PlaceholderError, fill_params
 
 
-def scopes_of(diagnosis: Diagnosis, rule_id: str) -> list[tuple[Any, Facts]]:
+def matched_scopes(diagnosis: DiagnosisResult, rule_id: str) -> list[tuple[Any, Facts]]:
     for evaluation in diagnosis.evaluations:
         if evaluation.rule_id == rule_id:
             return [(r.scope, r.facts) for r in evaluation.scopes]

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 
 from supervisor.core.aio import wait_event
 from supervisor.core.clock import Clock
-from supervisor.core.events import Outcome, ProbeTick, Tier
+from supervisor.core.events import ProbeOutcome, ProbeTick, Tier
 from supervisor.judge.machine import State
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 
 async def verify(
@@ -26,10 +26,10 @@ async def verify(
     it left `waiting` another way)."""
     deadline = time.monotonic() + within.total_seconds()
     while worker.state is waiting and time.monotonic() < deadline:
-        worker.changed.clear()
+        worker.record.changed.clear()
         worker.submit(ProbeTick(endpoint=worker.name, tier=Tier.DEEP, at=clock.now()))
         remaining = max(0.0, deadline - time.monotonic())
-        await wait_event(worker.changed, min(every.total_seconds(), remaining))
+        await wait_event(worker.record.changed, min(every.total_seconds(), remaining))
     return worker.state is State.HEALTHY
 
 
@@ -40,9 +40,9 @@ def answers_degraded(worker: EndpointWorker, since: datetime) -> str:
     Called once verification (begun at `since`) ran out: no check passed meanwhile, so the
     latest problem is what the endpoint does now.
     """
-    problem = worker.last_problem
+    problem = worker.record.last_problem
     if problem is None or problem.at < since:
         return ""
-    if problem.tier is not Tier.DEEP or problem.outcome is not Outcome.DEGRADED:
+    if problem.tier is not Tier.DEEP or problem.outcome is not ProbeOutcome.DEGRADED:
         return ""
     return problem.reason

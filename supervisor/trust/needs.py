@@ -11,7 +11,6 @@ advance: it is listed as `unknown`, never granted. The daemon's own journal stre
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,7 +21,7 @@ from supervisor.config import Endpoint, FleetConfig, Host
 from supervisor.execute.shape import Pattern, Shape, Word, ere_literal
 from supervisor.hear.streams.journal import FIELDS
 from supervisor.playbook.actions.base import Action, ActionScope, Target
-from supervisor.playbook.actions.declare import Stop
+from supervisor.playbook.actions.declare import StopSteps
 from supervisor.playbook.evidence.base import Collector, Scope
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import Mode, Rule
@@ -32,7 +31,6 @@ from supervisor.playbook.scopes import builtin_facts, scopes_of
 #: Stands in for a fact only evidence gives (`{status.exec_start_script}`) while params are
 #: filled ahead of time; a command word holding it becomes a pattern (see `_widen`).
 EVIDENCE_VALUE = "/fleet-supervisor-evidence-value"
-_MISSING = re.compile(r"placeholder \{([a-z][a-z0-9_]*)\.([a-z0-9_]+)\}")
 STREAMS = "event streams"
 DOCTOR = "doctor"
 
@@ -46,14 +44,11 @@ class Need:
     who: str  #: `rule eaddrinuse-29501`, `event streams`, `doctor`
     what: str  #: `kill_processes`, `journal`, ...
     endpoint: str = ""
-
-    @property
-    def rule(self) -> str:
-        return self.who.removeprefix("rule ") if self.who.startswith("rule ") else ""
+    rule: str = ""  #: the rule's id, when a rule needs it
 
 
 @dataclass(frozen=True, kw_only=True)
-class Unknown:
+class UngrantedStep:
     """A step whose commands depend on evidence: not granted; `doctor` warns about it."""
 
     rule: str
@@ -65,7 +60,7 @@ class Unknown:
 @dataclass(frozen=True, kw_only=True)
 class Needs:
     needs: tuple[Need, ...]
-    unknown: tuple[Unknown, ...]
+    unknown: tuple[UngrantedStep, ...]
 
     def on(self, host: str) -> tuple[Need, ...]:
         return tuple(need for need in self.needs if need.host.name == host)
@@ -98,7 +93,7 @@ def rule_needs(
     *,
     actions: Mapping[str, Action[Any]],
     collectors: Mapping[str, Collector[Any]],
-) -> tuple[list[Need], list[Unknown]]:
+) -> tuple[list[Need], list[UngrantedStep]]:
     """What `rule` would run as root for `endpoint` (its evidence, then its steps)."""
     who = f"rule {rule.id}"
     scopes = [
@@ -106,7 +101,7 @@ def rule_needs(
         for s in scopes_of(endpoint, config)
     ]
     found: list[Need] = []
-    unknown: list[Unknown] = []
+    unknown: list[UngrantedStep] = []
     for item in rule.evidence:
         collector = collectors[item.collect]
         for scope, facts in scopes:
@@ -114,7 +109,9 @@ def rule_needs(
                 params = _resolve(collector.params, item.params, facts, rule)
             except ParamsError as exc:
                 unknown.append(
-                    Unknown(rule=rule.id, endpoint=endpoint.name, what=item.collect, why=str(exc))
+                    UngrantedStep(
+                        rule=rule.id, endpoint=endpoint.name, what=item.collect, why=str(exc)
+                    )
                 )
                 continue
             if scope.host is None:
@@ -127,7 +124,9 @@ def rule_needs(
                         "set units[].known_good (its folder is where it may read)"
                     )
                     unknown.append(
-                        Unknown(rule=rule.id, endpoint=endpoint.name, what=item.collect, why=why)
+                        UngrantedStep(
+                            rule=rule.id, endpoint=endpoint.name, what=item.collect, why=why
+                        )
                     )
                     continue
                 need = Need(
@@ -136,6 +135,7 @@ def rule_needs(
                     who=who,
                     what=item.collect,
                     endpoint=endpoint.name,
+                    rule=rule.id,
                 )
                 found.append(need)
     if rule.mode is Mode.MANUAL:
@@ -148,19 +148,30 @@ def rule_needs(
                 params = _resolve(action.params, step.params, facts, rule)
             except ParamsError as exc:
                 unknown.append(
-                    Unknown(rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc))
+                    UngrantedStep(
+                        rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc)
+                    )
                 )
                 continue
             plan = ActionScope(endpoint=endpoint, host=scope.host, unit=scope.unit, units=units)
             try:
                 privileged = action.privileged(plan, params)
-            except Stop as exc:  # no unit, no container: it says why
+            except StopSteps as exc:  # no unit, no container: it says why
                 unknown.append(
-                    Unknown(rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc))
+                    UngrantedStep(
+                        rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc)
+                    )
                 )
                 continue
             found.extend(
-                Need(host=host, shape=shape, who=who, what=step.action, endpoint=endpoint.name)
+                Need(
+                    host=host,
+                    shape=shape,
+                    who=who,
+                    what=step.action,
+                    endpoint=endpoint.name,
+                    rule=rule.id,
+                )
                 for host, shape in privileged
                 if fits(host, shape)
             )
@@ -179,10 +190,10 @@ def _resolve(model: type[M], raw: Mapping[str, object], facts: Facts, rule: Rule
         try:
             return resolve_params(model, raw, Facts(values=values))
         except ParamsError as exc:
-            missing = _MISSING.search(str(exc))
-            if missing is None or missing[1] not in evidence:
+            evidence_id, _, fact = exc.missing.partition(".")
+            if not fact or evidence_id not in evidence:
                 raise
-            values[f"{missing[1]}.{missing[2]}"] = EVIDENCE_VALUE
+            values[exc.missing] = EVIDENCE_VALUE
     return resolve_params(model, raw, Facts(values=values))
 
 
@@ -321,7 +332,7 @@ def fleet_needs(
 ) -> Needs:
     """Everything the supervisor would run as root on the fleet's hosts."""
     found: list[Need] = []
-    unknown: list[Unknown] = []
+    unknown: list[UngrantedStep] = []
     for rule in rules:
         for endpoint in config.endpoints.values():
             if not applies(rule, endpoint):

@@ -221,7 +221,7 @@ def _when(at: datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def render(report: Report, *, window: str) -> str:
+def render_report(report: Report, *, window: str) -> str:
     opened = len(report.incidents)
     still = sum(1 for i in report.incidents if i.closed_at is None)
     out = [

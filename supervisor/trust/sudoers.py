@@ -50,7 +50,7 @@ def commands_for(needs: Needs, host: Host) -> set[str]:
     return {grant.command for grant in grants(needs.on(host.name))}
 
 
-def render(
+def render_sudoers(
     config: FleetConfig, needs: Needs, *, hosts: Sequence[str], rules: int, playbook: str
 ) -> str:
     """The sudoers file for `hosts` (all of them: one file that fits every host)."""

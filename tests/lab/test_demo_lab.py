@@ -2,14 +2,14 @@
 lab, narrated, with their timelines; and a demo stopped by Ctrl-C or SIGTERM takes its own lab
 down without a trace.
 
-Only one lab can run at a time (fixed addresses and cgroup names), so the interrupt tests boot
-their own lab only while the package's `lab` fixture is not up: this file sorts before every
-other file that uses the fixture, and its interrupt tests come first. Run alone after the fixture
-booted, they skip (saying why)."""
+The interrupted demos boot their own lab on a net of their own (`FLEET_LAB_NET`, see
+`fleet_lab.network`: other loopback addresses and cgroup names), so they run whatever else is up
+(they run beside the package's lab, which they leave up) and never skip for it."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import sys
@@ -17,14 +17,21 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab import procs
+from fleet_lab import network, procs
 from fleet_lab.demo.lab import HEADLINE
-from fleet_lab.lab import ADDRESSES, Lab
+from fleet_lab.lab import Lab
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = "vllm-ds4-head.service@spark1"
+
+
+#: The net the interrupted demos boot their labs on (the package's lab is on net 0).
+NET = 121
+SPARK1 = network.address(11, NET)
+HOSTS = {"spark1": SPARK1, "spark2": network.address(12, NET), "m3ultra": network.address(13, NET)}
+CGROUPS = procs.CGROUP_ROOT.parent / network.cgroup_name(NET)
 
 
 def _answers(address: str, port: int) -> bool:
@@ -35,26 +42,25 @@ def _answers(address: str, port: int) -> bool:
         return False
 
 
-def _lab_running() -> bool:
-    return any(procs.cgroup_of(name).exists() for name in ADDRESSES) or any(
-        _answers(address, 22) for address in ADDRESSES.values()
-    )
-
-
 def _mounts() -> str:
     return Path("/proc/self/mountinfo").read_text()
+
+
+def _on_the_net() -> list[str]:
+    """What is up on the interrupted demos' net: hosts' cgroups, sshds, the DeepSeek endpoint."""
+    left = [f"cgroup {n}" for n in HOSTS if (CGROUPS / n).exists()]
+    left += [f"sshd on {a}" for a in HOSTS.values() if _answers(a, 22)]
+    return left + (["ds4 on :8000"] if _answers(SPARK1, 8000) else [])
 
 
 def _traces(folder: Path) -> list[str]:
     """What a lab under `folder` left behind: its folder, processes, cgroups, listeners."""
     left = [f"folder {folder}"] if folder.exists() else []
     left += [f"pid {p}" for p in procs.pids() if str(folder) in " ".join(procs.cmdline(p))]
-    left += [f"cgroup {n}" for n in ADDRESSES if procs.cgroup_of(n).exists()]
-    left += [f"sshd on {a}" for a in ADDRESSES.values() if _answers(a, 22)]
-    return left + (["ds4 on :8000"] if _answers(ADDRESSES["spark1"], 8000) else [])
+    return left + _on_the_net()
 
 
-async def _demo(*args: str) -> asyncio.subprocess.Process:
+async def _demo(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -62,6 +68,7 @@ async def _demo(*args: str) -> asyncio.subprocess.Process:
         "demo",
         *args,
         cwd=ROOT,
+        env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -80,17 +87,17 @@ async def _line_with(proc: asyncio.subprocess.Process, text: str, within: float)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-async def test_an_interrupted_demo_takes_its_own_lab_down(signum: signal.Signals) -> None:
-    if _lab_running():
-        pytest.skip("a lab is up (the package's fixture): the demo cannot boot its own now")
+async def test_an_interrupted_demo_takes_its_own_lab_down(signum: signal.Signals, lab: Lab) -> None:
+    assert _on_the_net() == [], f"a lab is up on net {NET} (left by a killed run?)"
     mounts_before = _mounts()
-    proc = await _demo()
+    proc = await _demo(env={**os.environ, network.VARIABLE: str(NET)})
     try:
         seen = await _line_with(proc, "fault 1 of 4", within=40)
         folder = Path(seen[0].split("booting the lab in ", 1)[1].split(":", 1)[0])
         assert folder.parent == Path("/var/lib")
         assert f"folder {folder}" in _traces(folder)  # its lab is up, the first drill under way
-        assert f"sshd on {ADDRESSES['spark1']}" in _traces(folder)
+        assert seen[0].endswith(f"spark1 ({SPARK1}) and spark2 ({HOSTS['spark2']})")
+        assert f"sshd on {SPARK1}" in _traces(folder)
         proc.send_signal(signum)
         out, err = await asyncio.wait_for(proc.communicate(), timeout=40)
     finally:
@@ -102,6 +109,7 @@ async def test_an_interrupted_demo_takes_its_own_lab_down(signum: signal.Signals
     assert out.decode().splitlines()[-1] == f"the lab is down and {folder} is removed"
     assert _traces(folder) == []
     assert _mounts() == mounts_before
+    assert all(lab.running().values())  # the package's lab, on net 0, ran beside it untouched
 
 
 async def test_the_lab_demo_heals_the_four_headline_failures(lab: Lab) -> None:

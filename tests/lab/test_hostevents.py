@@ -15,6 +15,7 @@ import pytest
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
 from supervisor.config import Host
+from supervisor.core.streamstatus import StreamPhase
 from supervisor.hear.streams import (
     Backoff,
     EventKind,
@@ -126,7 +127,7 @@ async def test_a_unit_that_dies_is_an_event_within_a_second_with_its_lines(
 ) -> None:
     watch = Watch(transport(evlab))
     try:
-        await watch.until(lambda: watch.stream.status == "streaming", "stream")
+        await watch.until(lambda: watch.stream.status.text == "streaming", "stream")
         run(clean, "systemctl", "start", UNIT)
         started = await watch.next(EventKind.STARTED)
         assert started.message == f"Started {UNIT} - dies on demand."
@@ -177,15 +178,17 @@ async def test_killing_the_ssh_session_mid_stream_loses_no_event(
     settings = StreamSettings(backoff=Backoff(base_s=2.0, cap_s=2.0, jitter=0.0))
     watch = Watch(ssh(evlab), settings)
     try:
-        await watch.until(lambda: watch.stream.status == "streaming", "stream")
+        await watch.until(lambda: watch.stream.status.text == "streaming", "stream")
         run(clean, "systemctl", "start", UNIT)
         await watch.next(EventKind.STARTED)
         cursor = watch.stream.cursor
         sessions = _sessions(clean)
         assert sessions
         run(clean, "kill", "-KILL", *sessions)
-        await watch.until(lambda: watch.stream.status.startswith("reconnecting"), "reconnect")
-        assert watch.stream.status == "reconnecting (attempt 1, next in 2.0s)"
+        await watch.until(
+            lambda: watch.stream.status.phase is StreamPhase.RECONNECTING, "reconnect"
+        )
+        assert watch.stream.status.text == "reconnecting (attempt 1, next in 2.0s)"
         run(clean, "touch", DIE)
         await watch.until(lambda: clean.state(UNIT) == "failed/failed", "death")
         assert watch.stream.sessions == 1  # it died while nothing was streaming
@@ -195,7 +198,7 @@ async def test_killing_the_ssh_session_mid_stream_loses_no_event(
         await watch.close()
     await _until_no_journalctl(clean)  # the cut session's journalctl did not linger either
     assert watch.stream.sessions == 2
-    assert watch.stream.status == "streaming"
+    assert watch.stream.status.text == "streaming"
     assert [event.kind for event in watch.seen] == [EventKind.STARTED, EventKind.FAILED]
     assert failed.cursor != cursor
     assert DYING in failed.lines
@@ -210,7 +213,7 @@ async def test_a_host_without_journalctl_is_polled_and_says_why(evlab: Lab, clea
     watch = Watch(ssh(evlab), POLLING)
     try:
         reason = "polling: journalctl failed: bash: line 1: journalctl: command not found"
-        await watch.until(lambda: watch.stream.status == reason, "polling")
+        await watch.until(lambda: watch.stream.status.text == reason, "polling")
         await asyncio.sleep(0.5)  # a first read of the units' state
         run(clean, "systemctl", "start", UNIT)
         started = await watch.next(EventKind.STARTED)
@@ -246,7 +249,7 @@ async def test_a_login_without_the_journal_is_polled_and_says_why(
     host = evlab.fleet_host(NAME).model_copy(update={"user": "watcher"})
     watch = Watch(SshTransport(host), POLLING)
     try:
-        await watch.until(lambda: watch.stream.status == reason, "polling")
+        await watch.until(lambda: watch.stream.status.text == reason, "polling")
     finally:
         await watch.close()
     assert watch.stream.sessions == 0
@@ -261,7 +264,7 @@ async def test_a_cursor_the_journal_refuses_is_dropped_for_the_newest_entry(
     watch.stream.cursor = "s=not-a-cursor"
     try:
         await watch.until(lambda: watch.stream.sessions == 2, "second session")
-        await watch.until(lambda: watch.stream.status == "streaming", "stream")
+        await watch.until(lambda: watch.stream.status.text == "streaming", "stream")
         run(clean, "systemctl", "start", UNIT)
         started = await watch.next(EventKind.STARTED)
     finally:

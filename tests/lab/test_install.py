@@ -91,7 +91,7 @@ def _copy_checkout(dest: Path) -> None:
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, dest / name)
-    for name in ("supervisor", "deploy", "playbooks", "runbooks"):
+    for name in ("supervisor", "deploy", "docs", "playbooks", "runbooks"):
         shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
 
 

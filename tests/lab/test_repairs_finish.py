@@ -163,7 +163,7 @@ async def test_a_step_that_times_out_mid_restart_leaves_the_unit_started_again(
         assert daemon.remediator is not None
         await daemon.remediator.wait()
         assert daemon.store is not None
-        incident = worker.incident_id
+        incident = worker.record.incident_id
         assert incident is not None
         records = [row.record for row in await daemon.store.timeline(incident)]
     finally:

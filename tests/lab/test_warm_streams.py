@@ -19,9 +19,10 @@ import yaml
 
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
-from supervisor.app.leader.gate import Gate
+from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.config import FleetConfig, load_config
+from supervisor.core.streamstatus import STREAMING, StreamStatus
 from supervisor.hear.streams.warm import WarmTransports
 from supervisor.record.store import Store
 from supervisor.record.store.cursors import read_streams
@@ -112,11 +113,11 @@ class Instance:
 
     def __init__(self, path: Path) -> None:
         config = load_config(path)
-        self.gate = Gate(config, lambda: Supervisor(config))
+        self.gate = LeaderGate(config, lambda: Supervisor(config))
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.gate.run(self.stop))
 
-    def streams(self) -> dict[str, str]:
+    def streams(self) -> dict[str, StreamStatus]:
         supervisor = self.gate.supervisor
         if supervisor is None or supervisor.daemon is None:
             return {}
@@ -129,7 +130,7 @@ class Instance:
         async with asyncio.timeout(30):
             await self.gate.elector.leading.wait()
         won = time.monotonic()
-        while self.streams() != {NAME: "streaming"}:
+        while self.streams() != {NAME: STREAMING}:
             assert time.monotonic() - won < 30, f"not streaming: {self.streams()}"
             await asyncio.sleep(0.005)
         return time.monotonic() - won
@@ -163,7 +164,9 @@ async def _leader_hears_the_start(
     await a.leads_and_streams()
     supervisor = a.gate.supervisor
     assert supervisor is not None
-    await eventually(lambda: supervisor.workers["m"].incident_id is not None, what="an incident")
+    await eventually(
+        lambda: supervisor.workers["m"].record.incident_id is not None, what="an incident"
+    )
     host.systemctl("start", UNIT)
 
     async def started() -> bool:
@@ -204,7 +207,7 @@ async def test_the_next_leader_delivers_the_death_from_the_stored_cursor(
     await eventually(failed, what="the death in the timeline")
     await asyncio.sleep(1.0)  # anything delivered twice would be here by now
     print(f"leading to streaming (cold): {took:.3f}s")
-    assert left.status == {NAME: "streaming"}
+    assert left.status == {NAME: STREAMING}
     assert await _heard(shared) == [STARTED, FAILED]
     await b.end()
     async with await Store.open(shared) as store:
@@ -240,7 +243,7 @@ async def test_a_follower_keeps_the_connection_the_leaders_stream_then_uses(
     print(f"leading to streaming (warm): {took:.3f}s")
     assert await _heard(shared) == [STARTED, FAILED]
     assert (transport.connects, transport.connection) == (1, connection)  # no second connect
-    assert b.streams() == {NAME: "streaming"}
+    assert b.streams() == {NAME: STREAMING}
 
 
 ROUNDS = 10
@@ -257,7 +260,7 @@ async def _to_streaming(config: FleetConfig, warm: WarmTransports | None) -> flo
     try:
         assert supervisor.daemon is not None
         events = supervisor.daemon.unit_events
-        while events.status() != {NAME: "streaming"}:
+        while events.status() != {NAME: STREAMING}:
             assert time.monotonic() - began < 30, f"not streaming: {events.status()}"
             await asyncio.sleep(0.005)
         return time.monotonic() - began

@@ -10,6 +10,7 @@ temporary folder and this process, and is cleaned up on exit and on Ctrl-C.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from fleet_lab.demo.interrupts import Interrupts
 from fleet_lab.demo.summary import SceneResult, attempts_phrase, summary
 from fleet_lab.lab import LabError, check_root
 from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
@@ -29,7 +31,7 @@ from supervisor.core import logs
 from supervisor.core.aio import poll
 from supervisor.judge.machine import State
 from supervisor.record.store import AttemptRow
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 MODELS: dict[str, tuple[str, Flavour]] = {
     "ds4": ("deepseek-v4-flash", "vllm"),
@@ -143,7 +145,7 @@ async def _reach(
     """Poll until the endpoint is in `state` with (or without) an open incident."""
 
     def reached() -> bool:
-        return worker.state is state and (worker.incident_id is not None) is incident_open
+        return worker.state is state and (worker.record.incident_id is not None) is incident_open
 
     if await poll(reached, within, every=0.05):
         return True
@@ -168,9 +170,10 @@ async def run_demo(folder: Path) -> int:
             if await _reach(
                 worker, State.HEALTHY, incident_open=False, narrator=narrator, within=20
             ):
+                ttft, tok_s = worker.record.last_ttft_s or 0, worker.record.last_tok_s or 0
                 narrator.say(
                     f"{name} is healthy: reasoning text came back, "
-                    f"ttft {worker.last_ttft_s or 0:.2f}s, {worker.last_tok_s or 0:.0f} tok/s"
+                    f"ttft {ttft:.2f}s, {tok_s:.0f} tok/s"
                 )
         for number, scene in enumerate(SCENES, 1):
             print()
@@ -196,7 +199,7 @@ async def _play(
     narrator.say(f"the demo injects fault {number}: {scene.title}. {scene.explain}")
     await scene.inject(sims)
     detected = await _reach(worker, scene.expect, incident_open=True, narrator=narrator, within=30)
-    incident = worker.incident_id if detected else None
+    incident = worker.record.incident_id if detected else None
     if detected:
         await _say_opened(daemon, scene.endpoint, incident, narrator)
     narrator.say(f"the demo undoes fault {number} itself")
@@ -260,9 +263,29 @@ def main(*, loopback: bool = False, lab: Path | None = None) -> int:
             from fleet_lab.demo.lab import main as lab_demo
 
             return lab_demo(lab)
+    interrupts = Interrupts()
+    interrupts.install()  # Ctrl-C and SIGTERM end it with 130, even a SIGINT inherited as ignored
     with tempfile.TemporaryDirectory(prefix="fleet-supervisor-demo-") as folder:
         try:
-            return asyncio.run(run_demo(Path(folder)))
+            return asyncio.run(_interruptible(run_demo(Path(folder)), interrupts))
         except KeyboardInterrupt:
             print("\ninterrupted: everything the demo started is stopped", file=sys.stderr)
             return 130
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip clean-up
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+async def _interruptible(demo: Awaitable[int], interrupts: Interrupts) -> int:
+    """`demo`, cancelled by the first signal (its clean-up runs), then `KeyboardInterrupt`."""
+    interrupts.attach()
+    try:
+        done = await demo
+    except asyncio.CancelledError:
+        if interrupts.heard is None:
+            raise
+        raise KeyboardInterrupt from None
+    finally:
+        interrupts.detach()
+    interrupts.check()  # its cancellation swallowed on the way: interrupted all the same
+    return done

@@ -1,9 +1,10 @@
-"""Ctrl-C and SIGTERM for the lab demo, heard at any point, whatever the demo inherited.
+"""Ctrl-C and SIGTERM for the demos (the lab one and the loopback one), heard at any point,
+whatever the demo inherited.
 
-Both signals get one Python handler for the whole demo (installed before the lab boots, so a
-SIGINT the demo inherited as ignored, as a job started in the background of a script does, is
-heard too, and no event loop's handler is ever removed under it). While the drills run in the
-event loop, the first signal cancels their task from the loop (so each drill's clean-up runs);
+Both signals get one Python handler for the whole demo (installed before the lab boots or the
+servers start, so a SIGINT the demo inherited as ignored, as a job started in the background of a
+script does, is heard too, and no event loop's handler is ever removed under it). While the demo
+runs in the event loop, the first signal cancels its task from the loop (so its clean-up runs);
 before and after, it raises `KeyboardInterrupt`. `heard` keeps the first signal, so that a
 cancellation some await swallowed on the way still ends the demo as interrupted.
 """

@@ -21,7 +21,7 @@ from fleet_lab import fleet
 from fleet_lab.demo.interrupts import Interrupts
 from fleet_lab.drills import run as drills
 from fleet_lab.drills.report import DrillReport
-from fleet_lab.lab import Lab, LabError
+from fleet_lab.lab import ADDRESSES, Lab, LabError
 from supervisor.cli.incidents import entry_lines
 
 #: The four failures the fleet met most, in the order the demo injects them, each told plainly.
@@ -145,7 +145,8 @@ def main(folder: Path | None = None) -> int:
     try:
         PARENT.mkdir(parents=True, exist_ok=True)
         own = Path(tempfile.mkdtemp(prefix="fleet-supervisor-demo-", dir=PARENT))
-        narrator.say(f"booting the lab in {own}: spark1 (127.0.0.11) and spark2 (127.0.0.12)")
+        spark1, spark2 = ADDRESSES["spark1"], ADDRESSES["spark2"]
+        narrator.say(f"booting the lab in {own}: spark1 ({spark1}) and spark2 ({spark2})")
         lab = fleet.create(own)
         lab.up()
         narrator.say("each is a real systemd with its own sshd; the DeepSeek pair serves on :8000")

@@ -30,7 +30,7 @@ PROBE = {
     "timeout": "2s",
     "jitter": "0s",
 }
-#: The production intervals (README): the event path must find a death without them.
+#: The production intervals (docs/config.md): the event path must find a death without them.
 PRODUCTION = {
     "liveness_interval": "60s",
     "completion_interval": "300s",

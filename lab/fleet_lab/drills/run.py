@@ -37,6 +37,7 @@ from fleet_lab.lab import Lab, LabError
 from supervisor.app.root import Supervisor
 from supervisor.config import FleetConfig, load_config
 from supervisor.core.aio import poll
+from supervisor.core.streamstatus import STREAMING
 from supervisor.judge.machine import State
 from supervisor.record.store import SubjectKind
 from supervisor.record.timeline import Decision, Diagnosis, Escalation, Outcome, Transition
@@ -111,7 +112,7 @@ async def _looked_again(daemon: Supervisor, name: str, since: datetime, within: 
     assert store is not None
 
     async def looked() -> bool:
-        rows = await store.timeline(worker.incident_id or 0)
+        rows = await store.timeline(worker.record.incident_id or 0)
         return any(
             isinstance(r.record, Decision)
             and r.record.outcome is Outcome.STILL_ESCALATED
@@ -127,9 +128,9 @@ async def _looked_again(daemon: Supervisor, name: str, since: datetime, within: 
 async def _healed(daemon: Supervisor, name: str, within: float) -> str:
     worker = daemon.workers[name]
     assert daemon.remediator is not None
-    problem = await _until(lambda: worker.incident_id is not None, within, "an incident")
+    problem = await _until(lambda: worker.record.incident_id is not None, within, "an incident")
     if not problem:
-        healed = lambda: worker.incident_id is None and worker.state is State.HEALTHY  # noqa: E731
+        healed = lambda: worker.record.incident_id is None and worker.state is State.HEALTHY  # noqa: E731
         problem = await _until(healed, within, f"{name} to heal")
     if not problem:
         await daemon.remediator.wait()
@@ -154,7 +155,7 @@ async def _streaming(daemon: Supervisor) -> str:
     assert daemon.daemon is not None
     events = daemon.daemon.unit_events
     return await _until(
-        lambda: all(s == "streaming" for s in events.status().values()), 30, "the unit events"
+        lambda: all(s == STREAMING for s in events.status().values()), 30, "the unit events"
     )
 
 

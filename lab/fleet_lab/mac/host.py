@@ -32,13 +32,14 @@ from pathlib import Path
 import httpx
 
 from fleet_lab.account import Account
+from fleet_lab import network
 from fleet_lab.boot import INSIDE
 from fleet_lab.lab import Lab, LabError, LabHost
 from supervisor.playbook.evidence.launchctl import parse_print
 
 HOST = "m3ultra"
 #: The Macs of the lab and their addresses (the Sparks' are `fleet_lab.lab.ADDRESSES`).
-ADDRESSES: Mapping[str, str] = {HOST: "127.0.0.13"}
+ADDRESSES: Mapping[str, str] = {HOST: network.address(13)}
 PORT = 8013
 MODEL = "kimi-k2.6"
 LABEL = "com.fleet.mlx-kimi"

@@ -34,7 +34,7 @@ from datetime import timedelta
 import structlog
 
 from supervisor.record.store import Store, StoreError
-from supervisor.record.store.lease import Lease, claim, current, release
+from supervisor.record.store.lease import Lease, claim, current_lease, release
 from supervisor.record.store.stuck import end_stuck_sessions
 
 log = structlog.get_logger("supervisor.leader")
@@ -159,7 +159,7 @@ class Elector:
         else None, once a frozen leader's stuck transaction is ended if the lease ran out
         (`supervisor.record.store.stuck`), and the caller claims."""
         async with self.store.tx(write=False) as conn:
-            lease = await current(conn)
+            lease = await current_lease(conn)
             others = lease is not None and lease.holder != self.me.holder
             if lease is not None and others:
                 held = not lease.expired or (not lease.released and self._store_failed_lately())

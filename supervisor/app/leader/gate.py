@@ -28,7 +28,7 @@ from supervisor.hear.units import warm_transports
 from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.listen import LEASE, Listener
-from supervisor.record.store.outbox import Draft
+from supervisor.record.store.outbox import OutboxDraft
 from supervisor.record.store.target import StoreTarget, store_target
 from supervisor.tell.web.following import FollowerHttp
 
@@ -43,7 +43,7 @@ def me_of(config: FleetConfig) -> Me:
     return Me(holder=config.store.instance or host, host=host)
 
 
-class Gate:
+class LeaderGate:
     """`run(stop)`: follow, lead, follow ... until `stop` is set; the lease is released on a
     clean stop so a follower takes over at once."""
 
@@ -156,7 +156,7 @@ class Gate:
             return
         try:
             await notifier.outbox.commit(
-                drafts=[Draft(kind="leader", text=text)],
+                drafts=[OutboxDraft(kind="leader", text=text)],
                 chat_ids=telegram.chat_ids,
                 states={},
                 at=datetime.now(UTC),

@@ -6,13 +6,10 @@ See docs/HOSTEVENTS.md. `HostEvents` runs one stream per host; each delivers `Un
 from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
 from supervisor.hear.streams.hub import HostEvents, units_by_host
+from supervisor.hear.streams.local import LocalTransport
+from supervisor.hear.streams.protocol import Transport, TransportError
+from supervisor.hear.streams.ssh import SshTransport
 from supervisor.hear.streams.stream import HostStream, StreamSettings
-from supervisor.hear.streams.transport import (
-    LocalTransport,
-    SshTransport,
-    Transport,
-    TransportError,
-)
 
 __all__ = [
     "Backoff",

@@ -13,8 +13,10 @@ from contextlib import suppress
 from pathlib import Path
 
 from supervisor.config import FleetConfig
+from supervisor.core.streamstatus import StreamStatus
+from supervisor.hear.streams.protocol import Transport
 from supervisor.hear.streams.stream import Deliver, HostStream, StreamSettings
-from supervisor.hear.streams.transport import Transport, transport_for
+from supervisor.hear.streams.transport import transport_for
 
 
 def units_by_host(config: FleetConfig) -> dict[str, tuple[str, ...]]:
@@ -61,8 +63,8 @@ class HostEvents:
                 settings=settings,
             )
 
-    def status(self) -> dict[str, str]:
-        """Each host: `streaming`, `reconnecting (attempt N, next in Xs)`, `polling: WHY`."""
+    def status(self) -> dict[str, StreamStatus]:
+        """Each host's stream: streaming, reconnecting (attempt N, next in Xs), polling (why)."""
         return {name: stream.status for name, stream in self.streams.items()}
 
     def cursors(self) -> dict[str, str]:

@@ -27,7 +27,7 @@ _CLD_CODES = {"1": "exited", "2": "killed", "3": "dumped"}  #: ExecMainCode (si_
 
 
 @dataclass(frozen=True, kw_only=True)
-class UnitState:
+class PolledUnit:
     """One unit as `systemctl show` tells it."""
 
     unit: str
@@ -50,9 +50,9 @@ def _int(text: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def parse_show(stdout: str) -> dict[str, UnitState]:
+def parse_show(stdout: str) -> dict[str, PolledUnit]:
     """`systemctl show -p ... A B` (blocks of KEY=VALUE, a blank line between units) by unit."""
-    states: dict[str, UnitState] = {}
+    states: dict[str, PolledUnit] = {}
     for block in stdout.strip().split("\n\n"):
         values = dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
         unit = values.get("Id", "")
@@ -60,7 +60,7 @@ def parse_show(stdout: str) -> dict[str, UnitState]:
             continue
         status = _int(values.get("ExecMainStatus", ""))
         code = _CLD_CODES.get(values.get("ExecMainCode", ""), "")
-        states[unit] = UnitState(
+        states[unit] = PolledUnit(
             unit=unit,
             active_state=values.get("ActiveState", ""),
             sub_state=values.get("SubState", ""),
@@ -73,20 +73,20 @@ def parse_show(stdout: str) -> dict[str, UnitState]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Change:
+class UnitChange:
     """What one poll found changed for one unit."""
 
     unit: str
     kind: EventKind
     message: str
-    state: UnitState
+    state: PolledUnit
 
 
 def changes(
-    before: Mapping[str, UnitState], after: Mapping[str, UnitState], crash_after: int
-) -> list[Change]:
+    before: Mapping[str, PolledUnit], after: Mapping[str, PolledUnit], crash_after: int
+) -> list[UnitChange]:
     """The events between two polls (none for a unit seen for the first time)."""
-    found: list[Change] = []
+    found: list[UnitChange] = []
     for unit, now in after.items():
         was = before.get(unit)
         if was is None:
@@ -99,11 +99,11 @@ def changes(
         message = f"{unit}: {was.text()} -> {now.text()}, Result={now.result}"
         if now.n_restarts != was.n_restarts:
             message += f", NRestarts {was.n_restarts} -> {now.n_restarts}"
-        found.append(Change(unit=unit, kind=kind, message=message, state=now))
+        found.append(UnitChange(unit=unit, kind=kind, message=message, state=now))
     return found
 
 
-def _kind(was: UnitState, now: UnitState) -> EventKind | None:
+def _kind(was: PolledUnit, now: PolledUnit) -> EventKind | None:
     restarted = (now.n_restarts or 0) > (was.n_restarts or 0)
     if restarted or (now.active_state == "failed" and was.active_state != "failed"):
         return EventKind.FAILED

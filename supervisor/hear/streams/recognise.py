@@ -131,52 +131,58 @@ def _group_int(match: re.Match[str] | None, group: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class Rule:
+class SignalRule:
     name: str
     message_id: str  #: systemd's catalog id (systemd >= 248 tags all of these)
     pattern: re.Pattern[str]  #: the message text, for a systemd that does not tag it
     handle: Handler
 
 
-RULES: tuple[Rule, ...] = (
-    Rule(
+RULES: tuple[SignalRule, ...] = (
+    SignalRule(
         "process-exit",
         "98e322203f7a4ed290d09fe03c09fe15",
         re.compile(r": (?:Main|Control) process exited, code=(\w+), status=(\d+)"),
         _exited,
     ),
-    Rule(
+    SignalRule(
         "failure-result",
         "d9b373ed55a64feb8242e02dbe79a49c",
         re.compile(r": Failed with result '([\w-]+)'\.$"),
         _failed,
     ),
-    Rule(
+    SignalRule(
         "success",
         "7ad2d189f7e94e70a38c781354912448",
         re.compile(r": Deactivated successfully\.$"),
         _deactivated,
     ),
-    Rule(
+    SignalRule(
         "restart-scheduled",
         "5eb03494b6584870a536b337290809b3",
         re.compile(r": Scheduled restart job, restart counter is at (\d+)\.$"),
         _restart_scheduled,
     ),
-    Rule("start-limit", "", re.compile(r": Start request repeated too quickly\.$"), _start_limit),
-    Rule(
+    SignalRule(
+        "start-limit", "", re.compile(r": Start request repeated too quickly\.$"), _start_limit
+    ),
+    SignalRule(
         "stopping",
         "de5b426a63be47a7b6ac3eaac82e2f6f",
         re.compile(r"^Stopping .*\.\.\.$"),
         _stopping,
     ),
-    Rule("stopped", "9d1aaa27d60140bd96365438aad20286", re.compile(r"^Stopped .*\.$"), _stopped),
-    Rule("started", "39f53479d3a045ac8e11786248231fbf", re.compile(r"^Started .*\.$"), _started),
+    SignalRule(
+        "stopped", "9d1aaa27d60140bd96365438aad20286", re.compile(r"^Stopped .*\.$"), _stopped
+    ),
+    SignalRule(
+        "started", "39f53479d3a045ac8e11786248231fbf", re.compile(r"^Started .*\.$"), _started
+    ),
 )
 _BY_ID = {rule.message_id: rule for rule in RULES if rule.message_id}
 
 
-def _rule(entry: JournalEntry) -> tuple[Rule, re.Match[str] | None] | None:
+def _rule(entry: JournalEntry) -> tuple[SignalRule, re.Match[str] | None] | None:
     by_id = _BY_ID.get(entry.message_id)
     if by_id is not None:
         return by_id, by_id.pattern.search(entry.message)

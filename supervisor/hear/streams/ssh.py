@@ -11,8 +11,9 @@ from pathlib import Path
 import asyncssh
 
 from supervisor.config import Host
+from supervisor.execute.base import Failure
 from supervisor.execute.local import OutputTail
-from supervisor.execute.ssh import SshConnectError, connect, where
+from supervisor.execute.ssh import SshConnectError, connect, host_where
 from supervisor.hear.streams.protocol import (
     STOP_WITHIN_S,
     Follow,
@@ -79,11 +80,11 @@ class SshTransport:
                 self._connects += 1
         except TimeoutError:
             raise TransportError(
-                f"cannot connect to {where(self.host)}: no answer within {self._connect_timeout:g}s"
+                f"cannot connect to {host_where(self.host)}: "
+                f"no answer within {self._connect_timeout:g}s"
             ) from None
         except SshConnectError as exc:
-            transient = str(exc).startswith("cannot connect to ")
-            raise TransportError(str(exc), lasting=not transient) from None
+            raise TransportError(str(exc), lasting=exc.cause is not Failure.CONNECT) from None
         return self._conn
 
     async def _start(self, argv: Sequence[str], sudo: bool) -> asyncssh.SSHClientProcess[bytes]:
@@ -93,7 +94,7 @@ class SshTransport:
             return await conn.create_process(line, encoding=None, stdin=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
             conn.close()
-            raise TransportError(f"connection to {where(self.host)} lost: {exc}") from None
+            raise TransportError(f"connection to {host_where(self.host)} lost: {exc}") from None
 
     async def run(self, argv: Sequence[str], *, timeout: float, sudo: bool = False) -> Ran:
         process = await self._start(argv, sudo)
@@ -107,7 +108,7 @@ class SshTransport:
             error = f"timed out after {timeout:g}s"
             return Ran(status=None, stdout=out.text(), stderr=err.text(), error=error)
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"connection to {where(self.host)} lost: {exc}") from None
+            raise TransportError(f"connection to {host_where(self.host)} lost: {exc}") from None
         return Ran(status=process.returncode, stdout=out.text(), stderr=err.text())
 
     async def follow(self, argv: Sequence[str], *, sudo: bool = False) -> Follow:

@@ -8,9 +8,10 @@ with `systemctl show` on the same connection, deliver the event, then move the c
 entry. The cursor only moves after the entry's event was delivered, so a session cut anywhere
 resumes at the first entry not yet delivered: nothing is missed and nothing comes twice.
 
-Status (for `status`): `connecting`, `streaming`, `reconnecting (attempt N, next in Xs)` while
-the stream comes back with backoff, `polling: <reason>` when it cannot be opened (journalctl
-missing or refused, the login refused, or `poll_after` connection attempts failed in a row):
+Status (a `StreamStatus`, for `status`): `connecting`, `streaming`, `reconnecting (attempt N,
+next in Xs)` while the stream comes back with backoff, `polling: <reason>` when it cannot be
+opened (journalctl missing or refused, the login refused, or `poll_after` connection attempts
+failed in a row):
 the units are then read with `systemctl show` every `poll_every` and the stream is tried again
 every `retry_stream_every`. Nothing here waits without a deadline but the follow itself, whose
 connection SSH keepalives watch.
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from supervisor.core.clock import utcnow
+from supervisor.core.streamstatus import CONNECTING, STREAMING, StreamPhase, StreamStatus
 from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
 from supervisor.hear.streams.journal import (
@@ -36,14 +38,11 @@ from supervisor.hear.streams.journal import (
     head_cursor,
     parse_entry,
 )
-from supervisor.hear.streams.poll import UnitState, changes, parse_show, show_argv
+from supervisor.hear.streams.poll import PolledUnit, changes, parse_show, show_argv
+from supervisor.hear.streams.protocol import Follow, Ran, Transport, TransportError
 from supervisor.hear.streams.recognise import CRASH_AFTER, Recognised, Recogniser, escalate
-from supervisor.hear.streams.transport import Follow, Ran, Transport, TransportError
 
 Deliver = Callable[[UnitEvent], None]
-
-STREAMING = "streaming"
-CONNECTING = "connecting"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,7 +74,7 @@ class HostStream:
         self.host = host
         self.units = units
         self.cursor = cursor  #: the last delivered entry's journal cursor (persist it to resume)
-        self.status = CONNECTING
+        self.status: StreamStatus = CONNECTING
         self.skipped = 0  #: malformed lines read and skipped
         self.sessions = 0  #: follows opened
         self._transport = transport
@@ -105,9 +104,11 @@ class HostStream:
             attempt += 1
             delay = self._settings.backoff.delay(attempt, self._rng)
             if attempt >= self._settings.poll_after:
-                self.status = f"polling: {reason}"
+                self.status = StreamStatus(phase=StreamPhase.POLLING, reason=reason)
             else:
-                self.status = f"reconnecting (attempt {attempt}, next in {delay:.1f}s)"
+                self.status = StreamStatus(
+                    phase=StreamPhase.RECONNECTING, reason=reason, attempt=attempt, next_in_s=delay
+                )
             self._log.warning(
                 "host event stream lost", reason=reason, attempt=attempt, delay_s=delay
             )
@@ -187,11 +188,11 @@ class HostStream:
             confirmed=True,
         )
 
-    async def _show(self, unit: str) -> UnitState | None:
+    async def _show(self, unit: str) -> PolledUnit | None:
         shown = await self._states((unit,))
         return shown.get(unit) if shown else None
 
-    async def _states(self, units: tuple[str, ...]) -> dict[str, UnitState] | None:
+    async def _states(self, units: tuple[str, ...]) -> dict[str, PolledUnit] | None:
         try:
             ran: Ran = await self._transport.run(
                 show_argv(units), timeout=self._settings.command_timeout_s
@@ -202,10 +203,10 @@ class HostStream:
 
     async def _poll(self, reason: str) -> None:
         """Poll the units' state until it is time to try the stream again."""
-        self.status = f"polling: {reason}"
+        self.status = StreamStatus(phase=StreamPhase.POLLING, reason=reason)
         self._log.warning("host event stream unavailable; polling", reason=reason)
         until = time.monotonic() + self._settings.retry_stream_every_s
-        before: dict[str, UnitState] | None = None
+        before: dict[str, PolledUnit] | None = None
         while time.monotonic() < until:
             after = await self._states(self.units)
             if after is not None and before is not None:
@@ -218,7 +219,7 @@ class HostStream:
                 min(self._settings.poll_every_s, max(0.0, until - time.monotonic()))
             )
 
-    def _polled(self, unit: str, kind: EventKind, message: str, state: UnitState) -> UnitEvent:
+    def _polled(self, unit: str, kind: EventKind, message: str, state: PolledUnit) -> UnitEvent:
         return UnitEvent(
             host=self.host,
             unit=unit,

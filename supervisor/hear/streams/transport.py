@@ -19,28 +19,11 @@ from pathlib import Path
 from supervisor.config import Host
 from supervisor.hear.streams.local import LocalTransport
 from supervisor.hear.streams.protocol import (
-    LINE_LIMIT,
-    STOP_WITHIN_S,
-    Follow,
-    Ran,
     Transport,
-    TransportError,
-    command,
 )
 from supervisor.hear.streams.ssh import SshTransport
 
-__all__ = [
-    "LINE_LIMIT",
-    "STOP_WITHIN_S",
-    "Follow",
-    "LocalTransport",
-    "Ran",
-    "SshTransport",
-    "Transport",
-    "TransportError",
-    "command",
-    "transport_for",
-]
+__all__ = ["transport_for"]
 
 
 def transport_for(host: Host, known_hosts_default: Path | None = None) -> Transport:

@@ -31,8 +31,9 @@ import structlog
 from supervisor.config import FleetConfig
 from supervisor.hear.streams.hub import units_by_host
 from supervisor.hear.streams.journal import head_argv
+from supervisor.hear.streams.protocol import TransportError
+from supervisor.hear.streams.ssh import SshTransport
 from supervisor.hear.streams.stream import StreamSettings
-from supervisor.hear.streams.transport import SshTransport, TransportError
 
 log = structlog.get_logger("supervisor.hostevents")
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 from supervisor.judge.progress.load import Load
 
 
-class Verdict(StrEnum):
+class ProgressVerdict(StrEnum):
     """What the server was doing across the window."""
 
     BUSY = "busy"  #: tokens flowing with requests running or queued
@@ -28,7 +28,7 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class Progress:
-    verdict: Verdict
+    verdict: ProgressVerdict
     reason: str  #: one line, e.g. `busy: 48 running, 20 waiting, 940 tok/s generated`
     running: float | None = None
     waiting: float | None = None
@@ -39,18 +39,18 @@ class Progress:
 
     @property
     def making_progress(self) -> bool:
-        return self.verdict is Verdict.BUSY
+        return self.verdict is ProgressVerdict.BUSY
 
 
 def unknown(reason: str) -> Progress:
-    return Progress(verdict=Verdict.UNKNOWN, reason=reason)
+    return Progress(verdict=ProgressVerdict.UNKNOWN, reason=reason)
 
 
 def _n(value: float) -> str:
     return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
 
 
-def judge(first: Load, second: Load) -> Progress:
+def judge_progress(first: Load, second: Load) -> Progress:
     """The verdict of two readings (`second` taken after `first`)."""
     window = (second.at - first.at).total_seconds()
     if window <= 0:
@@ -63,7 +63,7 @@ def judge(first: Load, second: Load) -> Progress:
         return unknown("unknown: the token counter went back (the server restarted)")
     tok_s = (after - before) / window
 
-    def seen(verdict: Verdict, reason: str) -> Progress:
+    def seen(verdict: ProgressVerdict, reason: str) -> Progress:
         return Progress(
             verdict=verdict,
             reason=reason,
@@ -77,12 +77,14 @@ def judge(first: Load, second: Load) -> Progress:
 
     load = f"{_n(running)} running, {_n(waiting)} waiting"
     if after > before and (waiting or running > 1):
-        return seen(Verdict.BUSY, f"busy: {load}, {tok_s:.0f} tok/s generated")
+        return seen(ProgressVerdict.BUSY, f"busy: {load}, {tok_s:.0f} tok/s generated")
     if after > before and running:
         # one request and nothing queued is not load: most likely our own check, just slow
         why = f"idle: {load}, {tok_s:.0f} tok/s generated (one request is not load)"
-        return seen(Verdict.IDLE, why)
+        return seen(ProgressVerdict.IDLE, why)
     if after == before and (running or waiting):
         frozen = f"generation_tokens_total frozen at {_n(after)} for {window:.1f}s"
-        return seen(Verdict.HUNG, f"hung: {load}, {frozen}")
-    return seen(Verdict.IDLE, f"idle: nothing running or waiting ({tok_s:.0f} tok/s generated)")
+        return seen(ProgressVerdict.HUNG, f"hung: {load}, {frozen}")
+    return seen(
+        ProgressVerdict.IDLE, f"idle: nothing running or waiting ({tok_s:.0f} tok/s generated)"
+    )

@@ -2,8 +2,8 @@
 
 vLLM (any `openai`-kind server that serves `/metrics` with vLLM's series): two reads of
 `/metrics`. Servers without such metrics (mlx_lm, llama.cpp without `--metrics`, Ollama, a plain
-health URL) give `unknown` with the reason: for them only time tells busy from hung (see the
-README's "Busy and hung").
+health URL) give `unknown` with the reason: for them only time tells busy from hung (see
+docs/states.md, "Detection: events, probes, busy and hung").
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import httpx
 from supervisor.config import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
-from supervisor.judge.progress.judge import Progress, judge, unknown
+from supervisor.judge.progress.judge import Progress, judge_progress, unknown
 from supervisor.judge.progress.load import Load, MetricsFormatError, parse_vllm_metrics
 
 #: the endpoint kinds whose servers may export vLLM's metrics
@@ -68,7 +68,7 @@ async def read_progress(
         second = await read_load(url, http, clock=clock, timeout=timeout)
     except LoadUnavailableError as exc:
         return unknown(f"unknown: no metrics ({exc})")
-    return judge(first, second)
+    return judge_progress(first, second)
 
 
 #: the longest one read of `/metrics` may take when the worker asks (a probe's timeout is longer)

@@ -90,7 +90,7 @@ class Action(Generic[P]):
     params: type[P]
     run: Callable[[ActionContext, P], Awaitable[ActionOutcome]]
     target: Target  #: the default target; a rule step may name another
-    doc: str  #: one line for the README's action table
+    doc: str  #: one line for playbooks/README.md's action table
     targets: frozenset[Target] = frozenset(Target)  #: targets this action accepts
     #: the commands it would run as root for one call (for sudoers and `doctor`); none by default
     privileged: Callable[[ActionScope, P], tuple[Privileged, ...]] = lambda scope, params: ()

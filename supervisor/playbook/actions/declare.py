@@ -25,7 +25,7 @@ RunFn = Callable[[ActionContext, P], Awaitable[ActionOutcome]]
 NeedsFn = Callable[[ActionScope, P], tuple[Privileged, ...]]
 
 
-class Stop(Exception):  # noqa: N818 - it is a control-flow signal, not an error type
+class StopSteps(Exception):  # noqa: N818 - it is a control-flow signal, not an error type
     """Ends an action early with ok=False: `summary` says why, `needs_person` when a person
     must decide (a guard refused), `commands` what ran until then."""
 
@@ -62,7 +62,7 @@ def action(
         async def run(ctx: ActionContext, given: P) -> ActionOutcome:
             try:
                 return await fn(ctx, given)
-            except Stop as stop:
+            except StopSteps as stop:
                 return ActionOutcome(
                     ok=False,
                     summary=stop.summary,

@@ -6,7 +6,7 @@ import shlex
 
 from pydantic import Field
 
-from supervisor.config.models import Flag
+from supervisor.config.fields import Flag
 from supervisor.execute.containers import CONTAINER_NAME, CONTAINER_SUDO
 from supervisor.execute.shape import fixed
 from supervisor.playbook.actions.base import (
@@ -17,7 +17,7 @@ from supervisor.playbook.actions.base import (
     Privileged,
     Target,
 )
-from supervisor.playbook.actions.declare import Stop, action
+from supervisor.playbook.actions.declare import StopSteps, action
 from supervisor.playbook.actions.steps import UNIT_CONTAINER, Steps, container_of, host_of, inside
 
 
@@ -59,7 +59,7 @@ async def docker_restart(ctx: ActionContext, params: RestartContainerParams) -> 
     host = host_of(ctx)
     container = container_of(ctx, params.container)
     if not CONTAINER_NAME.fullmatch(container):
-        raise Stop(f"not a container name: {container!r}")
+        raise StopSteps(f"not a container name: {container!r}")
     argv = ["docker", "restart", container]
     await steps.must(host, argv, sudo=CONTAINER_SUDO, mutating=True)
     return steps.done(f"{steps.said('restarted', 'would restart')} {container} on {host.name}")

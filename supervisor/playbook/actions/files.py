@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from supervisor.config.models import Flag
+from supervisor.config.fields import Flag
 from supervisor.execute.shape import Pattern, Shape, Word
 from supervisor.playbook.actions.base import (
     ActionContext,

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pydantic import Field
 
 from supervisor.config import Host, UnitRef
-from supervisor.config.models import Duration
+from supervisor.config.fields import Duration
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
 from supervisor.execute.shape import PID, Pattern, Shape, fixed
@@ -38,17 +38,17 @@ from supervisor.playbook.actions.base import (
     Privileged,
     Target,
 )
-from supervisor.playbook.actions.declare import Stop, action
-from supervisor.playbook.actions.managers import UnitManager, Units, UnitState
+from supervisor.playbook.actions.declare import StopSteps, action
+from supervisor.playbook.actions.managers import UnitManager, Units
 from supervisor.playbook.actions.steps import Steps, timed_out, units_of, why
 from supervisor.playbook.evidence.launchctl import (
     NotLaunchdError,
     is_not_found,
-    job_facts,
     job_target,
     parse_print,
     print_argv,
 )
+from supervisor.playbook.evidence.unitstate import UnitState, launchd_state
 
 POLL_S = 0.5  #: how often a stopping process is looked for
 #: `bootout` of a job that is not loaded: 3 "No such process", 113 "Could not find service"
@@ -59,7 +59,7 @@ def target(unit: UnitRef) -> str:
     try:
         return job_target(unit)
     except NotLaunchdError as exc:
-        raise Stop(str(exc)) from None
+        raise StopSteps(str(exc)) from None
 
 
 def needs_root(unit: UnitRef) -> bool:
@@ -94,7 +94,7 @@ async def launchctl(steps: Steps, host: Host, unit: UnitRef, *argv: str) -> Comm
     return await steps.must(host, command, sudo=needs_root(unit), mutating=True)
 
 
-async def read_job(steps: Steps, host: Host, unit: UnitRef) -> tuple[CommandResult, bool]:
+async def print_job(steps: Steps, host: Host, unit: UnitRef) -> tuple[CommandResult, bool]:
     """`launchctl print` (kept in the outcome): (the result, whether launchd holds the job)."""
     target(unit)  # a unit that is not a launchd job stops here
     argv = print_argv(unit)
@@ -110,7 +110,7 @@ async def plist_path(steps: Steps, host: Host, unit: UnitRef) -> str:
     """The unit's plist on the Mac; `~/` is the SSH user's home there (`printenv HOME`)."""
     plist = unit.plist or ""
     if not plist.startswith(("/", "~/")):
-        raise Stop(f"{unit.unit} has no plist to bootstrap: set units[].plist")
+        raise StopSteps(f"{unit.unit} has no plist to bootstrap: set units[].plist")
     if plist.startswith("/"):
         return plist
     home = await steps.must(host, ["printenv", "HOME"])
@@ -178,24 +178,12 @@ async def _read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
     except NotLaunchdError as exc:
         return UnitState(host=host.name, unit=name, state="", alive=False, error=str(exc))
     result = await steps.run(host, argv, keep=False)
-    if not result.error and is_not_found(result.exit_status, result.stderr):
-        return UnitState(host=host.name, unit=name, state="not loaded", alive=False)
-    if not result.ok:
-        return UnitState(host=host.name, unit=name, state="", alive=False, error=why(result))
-    facts = job_facts(parse_print(result.stdout))
-    pid = facts["pid"]
-    return UnitState(
-        host=host.name,
-        unit=name,
-        state=str(facts["state"]),
-        alive=facts["running"] is True,
-        pid=pid if isinstance(pid, int) else 0,
-    )
+    return launchd_state(host.name, name, result, unreadable=why(result))
 
 
 async def _start(steps: Steps, units: Units, reset_failed: bool) -> None:
     for host, unit in units:
-        _, loaded = await read_job(steps, host, unit)
+        _, loaded = await print_job(steps, host, unit)
         if loaded:
             await launchctl(steps, host, unit, "kickstart", target(unit))
         else:
@@ -237,7 +225,7 @@ async def _stop_one(steps: Steps, host: Host, unit: UnitRef, grace: timedelta) -
     """TERM, wait up to `grace`, KILL if needed: what was done, in words. `kill -s SIG PID`
     without `--` (the pid is a number we wrote, never an option), the form BSD kill, zsh's and
     bash's builtins all take."""
-    printed, loaded = await read_job(steps, host, unit)
+    printed, loaded = await print_job(steps, host, unit)
     pid = parse_print(printed.stdout).pid if loaded else 0
     name = f"{unit.unit} on {host.name}"
     if pid <= 0:

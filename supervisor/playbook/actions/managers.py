@@ -14,28 +14,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
-from supervisor.playbook.actions.declare import Stop
+from supervisor.playbook.actions.declare import StopSteps
 from supervisor.playbook.actions.steps import Steps
+from supervisor.playbook.evidence.unitstate import UnitState
 
 Units = tuple[tuple[Host, UnitRef], ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class UnitState:
-    """What one unit is doing now, as its service manager says (read, never changed)."""
-
-    host: str
-    unit: str
-    #: systemd `ActiveState/SubState` (`active/running`, `failed/failed`); launchd the job's
-    #: `state` (`running`, `not running`) or `not loaded`; '' when it could not be read
-    state: str
-    alive: bool  #: running or on its way (systemd active, activating, reloading; launchd running)
-    pid: int = 0  #: the main process (0: none)
-    error: str = ""  #: why it could not be read
-
-    @property
-    def label(self) -> str:
-        return f"{self.unit}@{self.host}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,11 +40,11 @@ def manager_of(managers: Mapping[str, UnitManager], units: Units) -> UnitManager
     kinds = sorted({host.service_manager for host, _ in units})
     if len(kinds) != 1:
         listing = ", ".join(f"{unit.unit} on {host.name}" for host, unit in units)
-        raise Stop(
+        raise StopSteps(
             f"the units ({listing}) are managed by {' and '.join(kinds)}: "
             "act on them one at a time (on: unit)"
         )
     try:
         return managers[kinds[0]]
     except KeyError:
-        raise Stop(f"no unit actions for service manager {kinds[0]!r}") from None
+        raise StopSteps(f"no unit actions for service manager {kinds[0]!r}") from None

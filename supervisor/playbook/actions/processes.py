@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from supervisor.config import Host, UnitRef
-from supervisor.config.models import Duration, Port
+from supervisor.config.fields import Duration, Port
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
 from supervisor.execute.helpers import signal_argv, signal_shape

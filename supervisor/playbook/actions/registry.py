@@ -22,9 +22,8 @@ from supervisor.playbook.actions import (
     waiting,
 )
 from supervisor.playbook.actions.base import Action
-from supervisor.playbook.actions.declare import Stop, action
 
-__all__ = ["ACTIONS", "MODULES", "Stop", "action", "build_registry"]
+__all__ = ["ACTIONS", "MODULES", "build_registry"]
 
 MODULES: tuple[ModuleType, ...] = (
     units,

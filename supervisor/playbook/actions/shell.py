@@ -6,7 +6,7 @@ import shlex
 
 from pydantic import Field
 
-from supervisor.config.models import Flag
+from supervisor.config.fields import Flag
 from supervisor.execute.shape import fixed
 from supervisor.playbook.actions.base import (
     ActionContext,

@@ -9,19 +9,17 @@ from datetime import timedelta
 
 from supervisor.config import Host, UnitRef
 from supervisor.execute import CommandResult
+from supervisor.execute.base import Failure
 from supervisor.execute.containers import ContainerNameError, in_container
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionScope
-from supervisor.playbook.actions.declare import Stop
+from supervisor.playbook.actions.declare import StopSteps
+from supervisor.playbook.evidence.declare import first_line
 
 #: What the helpers below read: a running call's context, or a planned call's scope.
 Where = ActionContext | ActionScope
 
 #: A params default meaning "the unit's container" (what the engine's templating would give).
 UNIT_CONTAINER = "{unit.container}"
-
-
-def first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def last_line(text: str) -> str:
@@ -40,7 +38,7 @@ def why(result: CommandResult, *, last: bool = False) -> str:
 
 def timed_out(result: CommandResult) -> bool:
     """The command was cut off by its deadline (it had connected and was running)."""
-    return result.error.startswith("timed out after")
+    return result.failure is Failure.TIMED_OUT
 
 
 def shorten(text: str, limit: int = 80) -> str:
@@ -93,14 +91,14 @@ class Steps:
             raise self.failed(host, argv, result)
         return result
 
-    def failed(self, host: Host, argv: Sequence[str], result: CommandResult) -> Stop:
+    def failed(self, host: Host, argv: Sequence[str], result: CommandResult) -> StopSteps:
         """`systemctl start x.service on spark1 failed: exit 1: Job for x.service failed ...`"""
         return self.stop(f"{shlex.join(argv)} on {host.name} failed: {why(result)}")
 
-    def stop(self, summary: str, *, needs_person: str = "") -> Stop:
-        return Stop(summary, commands=tuple(self.results), needs_person=needs_person)
+    def stop(self, summary: str, *, needs_person: str = "") -> StopSteps:
+        return StopSteps(summary, commands=tuple(self.results), needs_person=needs_person)
 
-    def refuse(self, reason: str) -> Stop:
+    def refuse(self, reason: str) -> StopSteps:
         """A guard said no: a person must look (`needs_person` is the reason)."""
         return self.stop(reason, needs_person=reason)
 
@@ -116,13 +114,13 @@ class Steps:
 
 def host_of(ctx: Where) -> Host:
     if ctx.host is None:
-        raise Stop(f"no host to act on for endpoint {ctx.endpoint.name}")
+        raise StopSteps(f"no host to act on for endpoint {ctx.endpoint.name}")
     return ctx.host
 
 
 def unit_of(ctx: Where) -> tuple[Host, UnitRef]:
     if ctx.unit is None or ctx.host is None:
-        raise Stop(f"no unit to act on for endpoint {ctx.endpoint.name}")
+        raise StopSteps(f"no unit to act on for endpoint {ctx.endpoint.name}")
     return ctx.host, ctx.unit
 
 
@@ -132,7 +130,7 @@ def units_of(ctx: Where) -> tuple[tuple[Host, UnitRef], ...]:
     if ctx.unit is not None and ctx.host is not None:
         return ((ctx.host, ctx.unit),)
     if not ctx.units:
-        raise Stop(f"endpoint {ctx.endpoint.name} has no units to act on")
+        raise StopSteps(f"endpoint {ctx.endpoint.name} has no units to act on")
     return ctx.units
 
 
@@ -141,9 +139,9 @@ def container_of(ctx: Where, given: str = UNIT_CONTAINER) -> str:
     if given != UNIT_CONTAINER:
         return given
     if ctx.unit is None:
-        raise Stop(f"no unit, so no container, to act on for endpoint {ctx.endpoint.name}")
+        raise StopSteps(f"no unit, so no container, to act on for endpoint {ctx.endpoint.name}")
     if not ctx.unit.container:
-        raise Stop(f"{ctx.unit.unit} has no container: set units[].container")
+        raise StopSteps(f"{ctx.unit.unit} has no container: set units[].container")
     return ctx.unit.container
 
 
@@ -152,11 +150,11 @@ def inside(container: str, argv: Sequence[str]) -> list[str]:
     try:
         return in_container(container, argv)
     except ContainerNameError as exc:
-        raise Stop(str(exc)) from None
+        raise StopSteps(str(exc)) from None
 
 
 def absolute(path: str, what: str) -> str:
     """Paths from rules must be absolute (so none can be read as an option of a command)."""
     if not path.startswith("/"):
-        raise Stop(f"{what} must be an absolute path, got {path!r}")
+        raise StopSteps(f"{what} must be an absolute path, got {path!r}")
     return path

@@ -19,7 +19,7 @@ from datetime import timedelta
 from pydantic import Field, field_validator
 
 from supervisor.config import Host, UnitRef
-from supervisor.config.models import Flag, PositiveDuration
+from supervisor.config.fields import Flag, PositiveDuration
 from supervisor.core.durations import format_duration
 from supervisor.execute import CommandResult
 from supervisor.execute.helpers import dropin_argv, dropin_shape
@@ -32,12 +32,12 @@ from supervisor.playbook.actions.base import (
     Privileged,
     Target,
 )
-from supervisor.playbook.actions.declare import Stop, action
+from supervisor.playbook.actions.declare import StopSteps, action
 from supervisor.playbook.actions.launchd import LAUNCHD, launchd_privileged
-from supervisor.playbook.actions.managers import UnitManager, Units, UnitState, manager_of
+from supervisor.playbook.actions.managers import UnitManager, Units, manager_of
 from supervisor.playbook.actions.processes import runs_as_root
 from supervisor.playbook.actions.steps import Steps, timed_out, unit_of, units_of, why
-from supervisor.playbook.evidence.systemd import parse_unit_status
+from supervisor.playbook.evidence.unitstate import UnitState, systemd_state
 
 #: `on: units` (the default: every unit of the endpoint, in order) or `on: unit` (one unit).
 UNIT_TARGETS = frozenset({Target.UNITS, Target.UNIT})
@@ -46,7 +46,6 @@ DROPIN_NAME = "50-fleet-supervisor-execstart.conf"
 
 
 #: ActiveState of a unit that runs or is on its way to
-ALIVE_STATES = frozenset({"active", "activating", "reloading"})
 #: ActiveState of a unit whose stop has not finished (its processes still run)
 STOPPING_STATES = frozenset({"active", "deactivating"})
 POLL_S = 0.25  #: how often a killed unit is read until systemd has seen it end
@@ -155,20 +154,7 @@ async def _systemd_show(steps: Steps, host: Host, unit: UnitRef) -> tuple[UnitSt
     name = unit_name(unit)
     argv = ["systemctl", "show", name, "-p", "ActiveState,SubState,MainPID", "--no-pager"]
     result = await steps.run(host, argv, keep=False)
-    facts = parse_unit_status(result.stdout) if result.ok else {}
-    active = str(facts.get("active_state", ""))
-    if not active:
-        said = why(result) if not result.ok else "systemctl show gave no ActiveState"
-        return UnitState(host=host.name, unit=name, state="", alive=False, error=said), result
-    pid = facts.get("main_pid", 0)
-    state = UnitState(
-        host=host.name,
-        unit=name,
-        state=f"{active}/{facts.get('sub_state', '')}",
-        alive=active in ALIVE_STATES,
-        pid=pid if isinstance(pid, int) else 0,
-    )
-    return state, result
+    return systemd_state(host.name, name, result, unreadable=why(result)), result
 
 
 async def _systemd_read(steps: Steps, host: Host, unit: UnitRef) -> UnitState:
@@ -233,7 +219,7 @@ def split_command(command: str) -> list[str]:
     try:
         return shlex.split(command)
     except ValueError:
-        raise Stop(f"the known-good command is not well quoted: {command!r}") from None
+        raise StopSteps(f"the known-good command is not well quoted: {command!r}") from None
 
 
 def _dropin_privileged(scope: ActionScope, params: DropInParams) -> tuple[Privileged, ...]:
@@ -251,7 +237,7 @@ def unit_name(unit: UnitRef, *, file: bool = False) -> str:
     """The unit's name, refused when it could be read as an option (or, for a `file` name, as
     a path)."""
     if unit.unit.startswith("-") or (file and ("/" in unit.unit or unit.unit.startswith("."))):
-        raise Stop(f"not a unit name: {unit.unit!r}")
+        raise StopSteps(f"not a unit name: {unit.unit!r}")
     return unit.unit
 
 

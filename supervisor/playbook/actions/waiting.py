@@ -7,10 +7,10 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from supervisor.config.models import PositiveDuration
+from supervisor.config.fields import PositiveDuration
 from supervisor.core.durations import format_duration
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionParams, Target
-from supervisor.playbook.actions.declare import Stop, action
+from supervisor.playbook.actions.declare import StopSteps, action
 
 
 class WaitParams(ActionParams):
@@ -49,7 +49,7 @@ async def wait_healthy(ctx: ActionContext, params: WaitParams) -> ActionOutcome:
                 summary=f"{name} is healthy: {result.check} passed after {took} ({_probes(count)})",
             )
         if now >= deadline:
-            raise Stop(
+            raise StopSteps(
                 f"{name} is still not healthy after {within} ({_probes(count)}); "
                 f"last {result.check} check: {result.reason or result.outcome}"
             )

@@ -57,7 +57,7 @@ class CollectContext:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Evidence:
+class CollectedEvidence:
     collector: str
     facts: Mapping[str, FactValue] = field(default_factory=dict)
     commands: tuple[CommandResult, ...] = ()  #: what was run, for the timeline
@@ -70,7 +70,7 @@ class CollectorParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class NoParams(CollectorParams):
+class NoEvidenceParams(CollectorParams):
     pass
 
 
@@ -81,8 +81,8 @@ P = TypeVar("P", bound=CollectorParams)
 class Collector(Generic[P]):
     name: str
     params: type[P]
-    run: Callable[[CollectContext, P], Awaitable[Evidence]]
-    doc: str  #: one line for the README's collector table
+    run: Callable[[CollectContext, P], Awaitable[CollectedEvidence]]
+    doc: str  #: one line for playbooks/README.md's collector table
     facts: Mapping[str, str]  #: fact name -> meaning; rules may only name these
     needs_host: bool = True  #: False for collectors that only talk HTTP to the endpoint
     #: why it does not apply to a scope with these params ('' when it does): a launchd collector

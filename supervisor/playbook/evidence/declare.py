@@ -28,9 +28,9 @@ from supervisor.execute.containers import CONTAINER_SUDO, ContainerNameError, in
 from supervisor.execute.shape import Shape, Word
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     Collector,
     CollectorParams,
-    Evidence,
     FactValue,
     P,
     Scope,
@@ -42,7 +42,7 @@ NO_CONTAINER = "no container in this scope"
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
-RunFunction = Callable[[CollectContext, P], Awaitable[Evidence]]
+RunFunction = Callable[[CollectContext, P], Awaitable[CollectedEvidence]]
 NeedsFunction = Callable[[Scope, P], tuple[Shape, ...]]
 
 
@@ -91,14 +91,14 @@ def collector(
         return ""
 
     def declare(function: RunFunction[P]) -> Collector[P]:
-        async def run(ctx: CollectContext, parsed: P) -> Evidence:
+        async def run(ctx: CollectContext, parsed: P) -> CollectedEvidence:
             why = applies(ctx.scope, parsed)
             if why:
-                return Evidence(collector=name, error=why)
+                return CollectedEvidence(collector=name, error=why)
             try:
                 evidence = await function(ctx, parsed)
             except ScopeError as exc:
-                return Evidence(collector=name, error=str(exc))
+                return CollectedEvidence(collector=name, error=str(exc))
             return replace(evidence, collector=name)
 
         def needs(scope: Scope, parsed: P) -> tuple[Shape, ...]:
@@ -126,14 +126,14 @@ def collector(
     return declare
 
 
-def found(facts: Mapping[str, FactValue], *commands: CommandResult) -> Evidence:
+def found(facts: Mapping[str, FactValue], *commands: CommandResult) -> CollectedEvidence:
     """Evidence with facts (`@collector` fills in the collector's name)."""
-    return Evidence(collector="", facts=MappingProxyType(dict(facts)), commands=commands)
+    return CollectedEvidence(collector="", facts=MappingProxyType(dict(facts)), commands=commands)
 
 
-def failed(error: str, *commands: CommandResult) -> Evidence:
+def failed(error: str, *commands: CommandResult) -> CollectedEvidence:
     """Evidence without facts, and why."""
-    return Evidence(collector="", error=error, commands=commands)
+    return CollectedEvidence(collector="", error=error, commands=commands)
 
 
 def first_line(text: str) -> str:

@@ -45,7 +45,7 @@ def _name(word: str) -> str:
     return PurePosixPath(word).name
 
 
-def docker_exec(argv: list[str]) -> tuple[str, list[str]]:
+def split_docker_exec(argv: list[str]) -> tuple[str, list[str]]:
     """`(CONTAINER, inner argv)` for `docker exec [flags] CONTAINER CMD...`, else `('', argv)`."""
     if len(argv) < 3 or _name(argv[0]) != "docker" or argv[1] != "exec":
         return "", argv
@@ -123,7 +123,7 @@ def parse_exec_start(value: str) -> ExecStart:
         argv_text = text.strip("{} ")
         path = ""
     argv = split_argv(argv_text)
-    container, inner = docker_exec(argv)
+    container, inner = split_docker_exec(argv)
     script = (container and script_of(inner)) or script_of(argv)
     return ExecStart(
         path=path or (argv[0] if argv else ""),

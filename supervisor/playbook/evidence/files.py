@@ -17,8 +17,8 @@ from supervisor.execute import CommandResult
 from supervisor.execute.shape import Shape
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     CollectorParams,
-    Evidence,
     FactValue,
     Scope,
 )
@@ -102,7 +102,7 @@ def _text_privileged(scope: Scope, params: FileTextParams) -> tuple[Shape, ...]:
     },
     privileged=_grep_privileged,
 )
-async def grep_count(ctx: CollectContext, params: GrepCountParams) -> Evidence:
+async def grep_count(ctx: CollectContext, params: GrepCountParams) -> CollectedEvidence:
     argv = ["grep", "-c", "-F", "-e", params.pattern, "--", params.path]
     result = await run_read(ctx, argv, inside=params.in_container)
     facts = grep_facts(result)
@@ -127,7 +127,7 @@ def exists_fact(result: CommandResult) -> dict[str, FactValue] | None:
     facts={"exists": "whether the path exists (a file, a folder, anything)"},
     privileged=_exists_privileged,
 )
-async def path_exists(ctx: CollectContext, params: PathParams) -> Evidence:
+async def path_exists(ctx: CollectContext, params: PathParams) -> CollectedEvidence:
     result = await run_read(ctx, ["test", "-e", params.path], inside=params.in_container)
     facts = exists_fact(result)
     if facts is None:
@@ -154,7 +154,7 @@ def text_facts(result: CommandResult) -> dict[str, FactValue] | None:
     },
     privileged=_text_privileged,
 )
-async def file_text(ctx: CollectContext, params: FileTextParams) -> Evidence:
+async def file_text(ctx: CollectContext, params: FileTextParams) -> CollectedEvidence:
     argv = ["head", "-c", str(params.max_bytes), "--", params.path]
     result = await run_read(ctx, argv, inside=params.in_container)
     facts = text_facts(result)

@@ -16,8 +16,8 @@ from pydantic import Field
 from supervisor.execute.shape import Pattern, Shape
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     CollectorParams,
-    Evidence,
     FactValue,
     Scope,
 )
@@ -92,7 +92,7 @@ def _journal_privileged(scope: Scope, params: JournalParams) -> tuple[Shape, ...
     service_manager="systemd",
     privileged=_journal_privileged,
 )
-async def journal(ctx: CollectContext, params: JournalParams) -> Evidence:
+async def journal(ctx: CollectContext, params: JournalParams) -> CollectedEvidence:
     unit = scope_unit(ctx)
     since = journal_since(ctx.last_ok_at)
     result = await run_read(ctx, journal_argv(unit.unit, params.lines, since), sudo=True)

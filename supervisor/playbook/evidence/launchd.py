@@ -16,14 +16,14 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from supervisor.config.models import Flag
+from supervisor.config.fields import Flag
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     CollectorParams,
-    Evidence,
     FactValue,
-    NoParams,
+    NoEvidenceParams,
 )
 from supervisor.playbook.evidence.declare import (
     ScopeError,
@@ -135,7 +135,7 @@ def _print_failed(result: CommandResult) -> bool:
 
 @collector(
     "launchd_job",
-    params=NoParams,
+    params=NoEvidenceParams,
     doc="the launchd job's state, pid, last exit or signal, runs, program arguments and log "
     "paths: `launchctl print DOMAIN/LABEL` (no root); whether it is kept alive: its plist, "
     "`plutil -convert xml1 -o - PATH`",
@@ -143,7 +143,7 @@ def _print_failed(result: CommandResult) -> bool:
     needs_unit=True,
     service_manager="launchd",
 )
-async def launchd_job(ctx: CollectContext, params: NoParams) -> Evidence:
+async def launchd_job(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     result, job = await read_job(ctx)
     if _print_failed(result):
         return failed(failure("launchctl print", result), result)
@@ -186,7 +186,7 @@ def modified_epoch(result: CommandResult) -> int | None:
     needs_unit=True,
     service_manager="launchd",
 )
-async def launchd_log(ctx: CollectContext, params: LogParams) -> Evidence:
+async def launchd_log(ctx: CollectContext, params: LogParams) -> CollectedEvidence:
     printed, job = await read_job(ctx)
     if _print_failed(printed):
         return failed(failure("launchctl print", printed), printed)

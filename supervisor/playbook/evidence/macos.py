@@ -30,14 +30,14 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from supervisor.config.models import Flag
+from supervisor.config.fields import Flag
 from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     CollectorParams,
-    Evidence,
     FactValue,
-    NoParams,
+    NoEvidenceParams,
 )
 from supervisor.playbook.evidence.declare import collector, failed, failure, found, run_read
 from supervisor.playbook.evidence.launchctl import NotLaunchdError, parse_print, print_argv
@@ -78,7 +78,7 @@ def parse_lsof(text: str) -> list[tuple[int, str, str]]:
     return sockets
 
 
-def listener_facts(
+def macos_listener_facts(
     sockets: list[tuple[int, str, str]], args: Mapping[int, str], job_pid: int | None
 ) -> dict[str, FactValue]:
     owners: dict[int, tuple[str, str]] = {}
@@ -136,7 +136,7 @@ async def _job_pid(ctx: CollectContext) -> tuple[CommandResult | None, int | Non
     },
     service_manager="launchd",
 )
-async def mac_listeners(ctx: CollectContext, params: MacListenersParams) -> Evidence:
+async def mac_listeners(ctx: CollectContext, params: MacListenersParams) -> CollectedEvidence:
     port = params.port or endpoint_port(ctx.scope.endpoint.url)
     if port is None:
         return failed(f"no port in {ctx.scope.endpoint.url}: give `port`")
@@ -158,7 +158,7 @@ async def mac_listeners(ctx: CollectContext, params: MacListenersParams) -> Evid
         if ps.error or ps.exit_status not in (0, 1):  # 1: none of them is alive any more
             return failed(failure("ps", ps), *results)
         args = parse_pid_args(ps.stdout)
-    return found(listener_facts(sockets, args, job_pid), *results)
+    return found(macos_listener_facts(sockets, args, job_pid), *results)
 
 
 def parse_memory_pressure(text: str) -> dict[str, FactValue]:
@@ -197,7 +197,7 @@ def parse_vm_stat(text: str) -> dict[str, FactValue]:
 
 @collector(
     "mac_memory",
-    params=NoParams,
+    params=NoEvidenceParams,
     doc="a Mac's memory (launchd hosts only): `memory_pressure -Q`, "
     "`sysctl -n kern.memorystatus_vm_pressure_level`, "
     "`vm_stat` (no root)",
@@ -215,7 +215,7 @@ def parse_vm_stat(text: str) -> dict[str, FactValue]:
     },
     service_manager="launchd",
 )
-async def mac_memory(ctx: CollectContext, params: NoParams) -> Evidence:
+async def mac_memory(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     pressure = await run_read(ctx, ["memory_pressure", "-Q"])
     if not pressure.ok:
         return failed(failure("memory_pressure", pressure), pressure)

@@ -10,7 +10,12 @@ from typing import Annotated
 
 from pydantic import Field
 
-from supervisor.playbook.evidence.base import CollectContext, CollectorParams, Evidence, FactValue
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectedEvidence,
+    CollectorParams,
+    FactValue,
+)
 from supervisor.playbook.evidence.declare import collector, failed, failure, found, run_read
 
 KIB_PER_GIB = 1024 * 1024
@@ -67,7 +72,7 @@ def parse_meminfo(text: str) -> dict[str, FactValue]:
         "cache_gib": "Cached + Buffers, GiB: what `drop_caches` can give back",
     },
 )
-async def meminfo(ctx: CollectContext, params: MeminfoParams) -> Evidence:
+async def meminfo(ctx: CollectContext, params: MeminfoParams) -> CollectedEvidence:
     result = await run_read(ctx, ["cat", "--", params.path])
     if not result.ok:
         return failed(failure("cat", result), result)

@@ -16,7 +16,12 @@ import httpx
 
 from supervisor.core.durations import format_duration
 from supervisor.judge.progress.load import MetricsFormatError, parse_vllm_metrics
-from supervisor.playbook.evidence.base import CollectContext, Evidence, FactValue, NoParams
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectedEvidence,
+    FactValue,
+    NoEvidenceParams,
+)
 from supervisor.playbook.evidence.declare import collector, found
 
 
@@ -38,13 +43,13 @@ def parse_metrics(text: str) -> dict[str, FactValue]:
     return facts
 
 
-def _unavailable(reason: str) -> Evidence:
+def _unavailable(reason: str) -> CollectedEvidence:
     return found({"available": False, "reason": reason})
 
 
 @collector(
     "metrics",
-    params=NoParams,
+    params=NoEvidenceParams,
     doc="vLLM's load and token counters: `GET {endpoint.url}/metrics` (no host needed)",
     facts={
         "available": "whether /metrics answered 200",
@@ -58,7 +63,7 @@ def _unavailable(reason: str) -> Evidence:
     },
     needs_host=False,
 )
-async def metrics(ctx: CollectContext, params: NoParams) -> Evidence:
+async def metrics(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     url = f"{ctx.scope.endpoint.url}/metrics"
     seconds = ctx.timeout.total_seconds()
     try:

@@ -18,8 +18,8 @@ from pydantic import Field
 from supervisor.execute.shape import Shape, fixed
 from supervisor.playbook.evidence.base import (
     CollectContext,
+    CollectedEvidence,
     CollectorParams,
-    Evidence,
     FactValue,
     Scope,
 )
@@ -85,7 +85,7 @@ def _listeners_privileged(scope: Scope, params: ListenersParams) -> tuple[Shape,
     service_manager="systemd",
     privileged=_listeners_privileged,
 )
-async def listeners(ctx: CollectContext, params: ListenersParams) -> Evidence:
+async def listeners(ctx: CollectContext, params: ListenersParams) -> CollectedEvidence:
     ss = await run_read(ctx, ["ss", "-Hltnp", "sport", "=", f":{params.port}"], sudo=True)
     if not ss.ok:
         return failed(failure("ss", ss), ss)

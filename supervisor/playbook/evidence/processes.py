@@ -14,7 +14,12 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from supervisor.playbook.evidence.base import CollectContext, CollectorParams, Evidence, FactValue
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectedEvidence,
+    CollectorParams,
+    FactValue,
+)
 from supervisor.playbook.evidence.declare import collector, failed, failure, found, run_read
 
 PS_ARGV = ("ps", "-ww", "-eo", "pid=,user=,args=")
@@ -62,7 +67,7 @@ def same_user(listed: str, wanted: str) -> bool:
     return listed.endswith("+") and len(wanted) > len(listed) and wanted.startswith(listed[:-1])
 
 
-def select(processes: list[Process], pattern: str, user: str | None) -> list[Process]:
+def select_processes(processes: list[Process], pattern: str, user: str | None) -> list[Process]:
     """The processes whose command line matches `pattern` (`re.search`), of `user` if given."""
     regex = re.compile(pattern)
     return [
@@ -92,9 +97,9 @@ def process_facts(processes: list[Process]) -> dict[str, FactValue]:
         "commands": "their command lines, in the order of `pids`",
     },
 )
-async def processes(ctx: CollectContext, params: ProcessesParams) -> Evidence:
+async def processes(ctx: CollectContext, params: ProcessesParams) -> CollectedEvidence:
     result = await run_read(ctx, list(PS_ARGV))
     if not result.ok:
         return failed(failure("ps", result), result)
-    chosen = select(parse_ps(result.stdout), params.pattern, params.user)
+    chosen = select_processes(parse_ps(result.stdout), params.pattern, params.user)
     return found(process_facts(chosen), result)

@@ -8,9 +8,14 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from supervisor.config.models import PositiveDuration
+from supervisor.config.fields import PositiveDuration
 from supervisor.judge.progress.read import read_progress
-from supervisor.playbook.evidence.base import CollectContext, CollectorParams, Evidence, FactValue
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectedEvidence,
+    CollectorParams,
+    FactValue,
+)
 from supervisor.playbook.evidence.declare import collector, found
 
 
@@ -36,7 +41,7 @@ class ProgressParams(CollectorParams):
     },
     needs_host=False,
 )
-async def progress(ctx: CollectContext, params: ProgressParams) -> Evidence:
+async def progress(ctx: CollectContext, params: ProgressParams) -> CollectedEvidence:
     endpoint = ctx.scope.endpoint
     seen = await read_progress(
         endpoint.url,

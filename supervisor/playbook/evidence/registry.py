@@ -25,7 +25,6 @@ from supervisor.playbook.evidence import (
     systemd,
 )
 from supervisor.playbook.evidence.base import Collector
-from supervisor.playbook.evidence.declare import collector
 
 MODULES: tuple[ModuleType, ...] = (
     systemd,
@@ -58,4 +57,4 @@ def collectors_of(modules: Iterable[ModuleType]) -> Mapping[str, Collector[Any]]
 
 COLLECTORS: Mapping[str, Collector[Any]] = collectors_of(MODULES)
 
-__all__ = ["COLLECTORS", "MODULES", "collector", "collectors_of"]
+__all__ = ["COLLECTORS", "MODULES", "collectors_of"]

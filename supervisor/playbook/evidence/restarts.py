@@ -23,7 +23,6 @@ A unit whose host cannot be asked (an error) is not waited for: the diagnosis go
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -32,20 +31,17 @@ from supervisor.execute import CommandResult
 from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
 from supervisor.playbook.evidence.launchctl import (
     NotLaunchdError,
-    is_not_found,
-    job_facts,
-    parse_print,
     print_argv,
 )
 from supervisor.playbook.evidence.settling import MOVING, PAUSE, RESTING, SETTLE, attempt_of
-from supervisor.playbook.evidence.systemd import show_properties
+from supervisor.playbook.evidence.unitstate import (
+    LAUNCHD_THROTTLE,
+    START_CAP,
+    launchd_facts,
+    systemd_facts,
+)
 
-#: the start timeout counted into the bound at most (`TimeoutStartSec=infinity`, or 90 s of a
-#: unit whose start never ends: a live process is `running` after SETTLE anyway)
-START_CAP = 30.0
 SLACK = 1.0
-#: launchd's throttle interval when `launchctl print` does not say (`minimum runtime`)
-LAUNCHD_THROTTLE = 10.0
 
 SHOW = (
     "ActiveState",
@@ -63,23 +59,10 @@ SHOW = (
 #: signals after which `Restart=on-failure` does not restart (systemd.service(5): "clean")
 _CLEAN_SIGNALS = frozenset({1, 2, 13, 15})
 _EXITED, _KILLED, _DUMPED = 1, 2, 3  # ExecMainCode: CLD_EXITED, CLD_KILLED, CLD_DUMPED
-_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|w|y|month)?")
-_UNITS = {
-    None: 1.0,
-    "us": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "min": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 604800.0,
-    "month": 2629800.0,
-    "y": 31557600.0,
-}
 SPAWN_SCHEDULED = "spawn scheduled"
 
 
-class Outcome(StrEnum):
+class RestartOutcome(StrEnum):
     """How the restart a diagnosis waited for turned out."""
 
     RUNNING = "running"  #: the new attempt lived SETTLE
@@ -97,7 +80,7 @@ class Restart:
     host: str
     unit: str
     before: str  #: `signal 9, auto-restart, 0 restarts`
-    outcome: Outcome
+    outcome: RestartOutcome
     after: str  #: `status=127, auto-restart, 1 restart`
     waited_s: float
     bound_s: float
@@ -107,44 +90,6 @@ class Restart:
             f"waited {self.waited_s:.1f}s (of up to {self.bound_s:.1f}s) for the restart of "
             f"{self.scope}: {self.outcome}: {self.after} (before: {self.before})"
         )
-
-
-def timespan_s(text: str) -> float | None:
-    """systemd's `1min 30s`, `3s`, `100ms` in seconds; None for `infinity` or nonsense."""
-    text = text.strip()
-    if not text or text == "infinity":
-        return None
-    total, end = 0.0, 0
-    for match in _SPAN.finditer(text):
-        if text[end : match.start()].strip():
-            return None
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        end = match.end()
-    return total if text[end:].strip() == "" and end else None
-
-
-def _int(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        return 0
-
-
-def _systemd_facts(text: str) -> dict[str, FactValue]:
-    found = {key: values[0] for key, values in show_properties(text).items()}
-    return {
-        "active_state": found.get("ActiveState", ""),
-        "sub_state": found.get("SubState", ""),
-        "result": found.get("Result", ""),
-        "exec_main_code": _int(found.get("ExecMainCode", "")),
-        "exec_main_status": _int(found.get("ExecMainStatus", "")),
-        "main_pid": _int(found.get("MainPID", "")),
-        "n_restarts": _int(found.get("NRestarts", "")),
-        "active_enter_monotonic_us": _int(found.get("ActiveEnterTimestampMonotonic", "")),
-        "restart": found.get("Restart", "no"),
-        "restart_s": timespan_s(found.get("RestartUSec", "")) or 0.0,
-        "start_timeout_s": timespan_s(found.get("TimeoutStartUSec", "")) or START_CAP,
-    }
 
 
 def policy_fires(facts: Mapping[str, FactValue]) -> bool:
@@ -203,22 +148,22 @@ class _Watch:
         self.first = first  #: the sample that found the unit about to be restarted
         self._alive: tuple[object, float] | None = None  #: the attempt seen alive, since when
 
-    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> RestartOutcome | None:
         raise NotImplementedError
 
-    def _lived(self, attempt: object, at: float) -> Outcome | None:
+    def _lived(self, attempt: object, at: float) -> RestartOutcome | None:
         """`running` once the same attempt has been seen alive for SETTLE."""
         if self._alive is None or self._alive[0] != attempt:
             self._alive = (attempt, at)
             return None
-        return Outcome.RUNNING if at - self._alive[1] >= SETTLE else None
+        return RestartOutcome.RUNNING if at - self._alive[1] >= SETTLE else None
 
 
 class _SystemdWatch(_Watch):
-    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> RestartOutcome | None:
         active = facts.get("active_state")
         if active in ("inactive", "failed"):
-            return Outcome.STOPPED
+            return RestartOutcome.STOPPED
         base = self.first.get("n_restarts")
         now = facts.get("n_restarts")
         restarted = isinstance(now, int) and isinstance(base, int) and now > base
@@ -226,29 +171,29 @@ class _SystemdWatch(_Watch):
         first = self.first
         fresh = first.get("sub_state") not in RESTING and first.get("active_state") == "activating"
         if facts.get("sub_state") in RESTING:
-            return Outcome.FAILED if restarted or fresh else None
+            return RestartOutcome.FAILED if restarted or fresh else None
         if active in MOVING and active != "deactivating" and (restarted or fresh):
             return self._lived(attempt_of(facts), at)
         return None
 
 
 class _LaunchdWatch(_Watch):
-    def outcome(self, facts: Mapping[str, FactValue], at: float) -> Outcome | None:
+    def outcome(self, facts: Mapping[str, FactValue], at: float) -> RestartOutcome | None:
         if not facts.get("loaded"):
-            return Outcome.STOPPED
+            return RestartOutcome.STOPPED
         base, now = self.first.get("runs"), facts.get("runs")
         restarted = isinstance(now, int) and isinstance(base, int) and now > base
         if not restarted:
             return None
         if facts.get("running"):
             return self._lived(facts.get("pid"), at)
-        return Outcome.FAILED
+        return RestartOutcome.FAILED
 
 
 class _SystemdReading:
     @staticmethod
     def read(result: CommandResult) -> dict[str, FactValue] | None:
-        return _systemd_facts(result.stdout) if result.ok else None
+        return systemd_facts(result.stdout) if result.ok else None
 
     @staticmethod
     def pending(facts: Mapping[str, FactValue]) -> bool:
@@ -274,15 +219,7 @@ class _SystemdReading:
 class _LaunchdReading:
     @staticmethod
     def read(result: CommandResult) -> dict[str, FactValue] | None:
-        if result.ok:
-            job = parse_print(result.stdout)
-            facts = job_facts(job)
-            throttle = timespan_s(job.keys.get("minimum runtime", ""))
-            facts["throttle_s"] = throttle if throttle is not None else LAUNCHD_THROTTLE
-            return facts
-        if not result.error and is_not_found(result.exit_status, result.stderr):
-            return {"loaded": False, "state": "", "runs": 0, "last_exit": "not loaded"}
-        return None
+        return launchd_facts(result)
 
     @staticmethod
     def pending(facts: Mapping[str, FactValue]) -> bool:
@@ -336,15 +273,15 @@ async def _settle_one(ctx: CollectContext) -> Restart | None:
     bound = reading.bound(first)
     watch = reading.watch(first)
     last: Mapping[str, FactValue] = first
-    outcome: Outcome | None = None
+    outcome: RestartOutcome | None = None
     while outcome is None:
         if ctx.clock.monotonic() + PAUSE > began + bound:
-            outcome = Outcome.NO_OUTCOME
+            outcome = RestartOutcome.NO_OUTCOME
             break
         await ctx.pause(PAUSE)
         facts = await sample()
         if facts is None:
-            outcome = Outcome.UNREADABLE
+            outcome = RestartOutcome.UNREADABLE
             break
         last = facts
         outcome = watch.outcome(facts, ctx.clock.monotonic())

@@ -43,7 +43,7 @@ def may_be_mid_attempt(facts: Mapping[str, FactValue]) -> bool:
 
 
 @dataclass(frozen=True)
-class Attempt:
+class SettleAttempt:
     """One run of the unit's main process, as systemd numbers it."""
 
     n_restarts: int
@@ -51,8 +51,8 @@ class Attempt:
     active_enter: int
 
 
-def attempt_of(facts: Mapping[str, FactValue]) -> Attempt:
-    return Attempt(
+def attempt_of(facts: Mapping[str, FactValue]) -> SettleAttempt:
+    return SettleAttempt(
         n_restarts=_count(facts.get("n_restarts")),
         main_pid=_count(facts.get("main_pid")),
         active_enter=_count(facts.get("active_enter_monotonic_us")),
@@ -64,7 +64,7 @@ class Settling:
 
     def __init__(self, settle: float = SETTLE) -> None:
         self._settle = settle
-        self._seen: tuple[Attempt, float] | None = None  #: the attempt, when first seen
+        self._seen: tuple[SettleAttempt, float] | None = None  #: the attempt, when first seen
 
     def settled(self, facts: Mapping[str, FactValue], at: float) -> bool:
         if not may_be_mid_attempt(facts):

@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from supervisor.execute import CommandResult
-from supervisor.playbook.evidence.base import CollectContext, Evidence, FactValue, NoParams
+from supervisor.playbook.evidence.base import (
+    CollectContext,
+    CollectedEvidence,
+    FactValue,
+    NoEvidenceParams,
+)
 from supervisor.playbook.evidence.declare import (
     collector,
     failed,
@@ -129,7 +134,7 @@ def parse_unit_status(text: str) -> dict[str, FactValue]:
 
 @collector(
     "unit_status",
-    params=NoParams,
+    params=NoEvidenceParams,
     doc="the unit's state, last exit and ExecStart: `systemctl show UNIT -p ...` (no root), "
     "sampled again (every 0.5 s, up to the evidence timeout) while a unit systemd restarted "
     "may be caught mid-attempt in a crash loop",
@@ -137,7 +142,7 @@ def parse_unit_status(text: str) -> dict[str, FactValue]:
     needs_unit=True,
     service_manager="systemd",
 )
-async def unit_status(ctx: CollectContext, params: NoParams) -> Evidence:
+async def unit_status(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     unit = scope_unit(ctx)
     argv = ["systemctl", "show", unit.unit, "-p", ",".join(PROPERTIES), "--no-pager"]
     settling = Settling()
@@ -162,7 +167,7 @@ def parse_main_pid(text: str) -> int | None:
     return number if number is not None and number >= 0 else None
 
 
-def parse_args(text: str) -> Mapping[str, FactValue]:
+def parse_ps_args(text: str) -> Mapping[str, FactValue]:
     """`ps -ww -o args= -p PID`: the command line, or not running for an empty answer."""
     args = text.strip()
     return {"args": args, "running": bool(args)}
@@ -170,7 +175,7 @@ def parse_args(text: str) -> Mapping[str, FactValue]:
 
 @collector(
     "command_line",
-    params=NoParams,
+    params=NoEvidenceParams,
     doc="the running main process's command line: `systemctl show -p MainPID`, `ps` (no root)",
     facts={
         "args": "the main process's command line ('' when it is not running)",
@@ -179,7 +184,7 @@ def parse_args(text: str) -> Mapping[str, FactValue]:
     needs_unit=True,
     service_manager="systemd",
 )
-async def command_line(ctx: CollectContext, params: NoParams) -> Evidence:
+async def collect_command_line(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
     unit = scope_unit(ctx)
     show = await run_read(ctx, ["systemctl", "show", unit.unit, "-p", "MainPID", "--value"])
     if not show.ok:
@@ -188,8 +193,8 @@ async def command_line(ctx: CollectContext, params: NoParams) -> Evidence:
     if pid is None:
         return failed(f"systemctl show gave no MainPID: {show.stdout.strip()!r}", show)
     if pid == 0:
-        return found(parse_args(""), show)
+        return found(parse_ps_args(""), show)
     ps = await run_read(ctx, ["ps", "-ww", "-o", "args=", "-p", str(pid)])
     if ps.error or ps.exit_status not in (0, 1):  # 1: the process is already gone
         return failed(failure("ps", ps), show, ps)
-    return found(parse_args(ps.stdout if ps.exit_status == 0 else ""), show, ps)
+    return found(parse_ps_args(ps.stdout if ps.exit_status == 0 else ""), show, ps)

@@ -6,9 +6,7 @@ One SQLite file (WAL), written by the daemon and read beside it by the CLI.
 from supervisor.record.store.errors import StoreError, StoreRefusedError
 from supervisor.record.store.records import (
     AttemptRow,
-    EntryKind,
     IncidentRow,
-    JSONValue,
     SampleRow,
     Snapshot,
     SubjectKind,
@@ -16,6 +14,7 @@ from supervisor.record.store.records import (
     TimelineRow,
 )
 from supervisor.record.store.store import Store
+from supervisor.record.timeline import EntryKind, JSONValue
 
 __all__ = [
     "AttemptRow",

@@ -15,7 +15,7 @@ from sqlalchemy import Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-from supervisor.record.store.records import JSONValue
+from supervisor.record.timeline import JSONValue
 
 
 def format_utc(value: datetime) -> str:

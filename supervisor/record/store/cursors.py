@@ -3,7 +3,8 @@
 The leader writes them (under its fence, like every store write: a deposed leader cannot put
 its older cursor over the new leader's), every few seconds when they moved and at stop; the next
 leader reads them when it starts and resumes each host's stream there, and `status` reads the
-status column. A host whose stream has not read an entry yet has no cursor (None).
+status column (a `StreamStatus` as JSON; an older release's words are kept as words). A host
+whose stream has not read an entry yet has no cursor (None).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import datetime
 
 from sqlalchemy import select
 
+from supervisor.core.streamstatus import StreamStatus
 from supervisor.record.store.dialect import upsert
 from supervisor.record.store.schema import journal_cursors
 from supervisor.record.store.store import Store
@@ -24,7 +26,7 @@ class Streams:
     """What the store holds: each host's cursor (hosts that have one) and stream status."""
 
     cursors: dict[str, str]
-    status: dict[str, str]
+    status: dict[str, StreamStatus]
 
 
 async def read_streams(store: Store) -> Streams:
@@ -32,12 +34,12 @@ async def read_streams(store: Store) -> Streams:
         rows = (await conn.execute(select(journal_cursors))).all()
     return Streams(
         cursors={r.host: r.cursor for r in rows if r.cursor is not None},
-        status={r.host: r.status for r in rows if r.status},
+        status={r.host: StreamStatus.loads(r.status) for r in rows if r.status},
     )
 
 
 async def save_streams(
-    store: Store, cursors: Mapping[str, str], status: Mapping[str, str], *, at: datetime
+    store: Store, cursors: Mapping[str, str], status: Mapping[str, StreamStatus], *, at: datetime
 ) -> None:
     """Upsert every named host's row in one transaction. A host without a cursor keeps the one
     stored (a stream that has read nothing yet must not forget where the last leader was)."""
@@ -46,7 +48,8 @@ async def save_streams(
         return
     async with store.tx(write=True) as conn:
         for host in hosts:
-            values = {"status": status.get(host, ""), "updated_at": at}
+            said = status.get(host)
+            values = {"status": said.dumps() if said is not None else "", "updated_at": at}
             if host in cursors:
                 values["cursor"] = cursors[host]
             statement = upsert(conn, journal_cursors).values(host=host, **values)

@@ -14,7 +14,12 @@ Upsert = sqlite.Insert | postgresql.Insert
 
 def upsert(conn: AsyncConnection, table: Table) -> Upsert:
     """An INSERT that can take ``on_conflict_do_update`` / ``on_conflict_do_nothing``."""
-    if conn.dialect.name == "postgresql":
+    return upsert_for(conn.dialect.name, table)
+
+
+def upsert_for(dialect: str, table: Table) -> Upsert:
+    """`upsert` for a dialect's name (for statements built once and cached per dialect)."""
+    if dialect == "postgresql":
         return postgresql.insert(table)
     return sqlite.insert(table)
 

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import URL, Connection, event
 from sqlalchemy.exc import StatementError
@@ -21,7 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from supervisor.record.store import revise, schema
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.migrate import migrate
-from supervisor.record.store.pgengine import open_pg_engine
+from supervisor.record.store.pgengine import closed_words, make_pg_engine, open_pg_engine
+from supervisor.record.store.room import unwritable
 from supervisor.record.store.target import PgTarget, StoreTarget
 
 BUSY_TIMEOUT_MS = 5000
@@ -50,20 +52,42 @@ def make_engine(path: Path) -> AsyncEngine:
     return engine
 
 
+def make_any_engine(where: StoreTarget) -> AsyncEngine:
+    """An engine on a store already checked (`open_engine` checks and creates)."""
+    return make_pg_engine(where) if isinstance(where, PgTarget) else make_engine(where)
+
+
 def reason(err: BaseException) -> str:
-    """The driver's own words for what went wrong (e.g. 'database is locked')."""
+    """The driver's own words for what went wrong (e.g. 'database is locked'; a connection the
+    PostgreSQL server ended: `pgengine.closed_words`)."""
     if isinstance(err, StatementError):
-        return str(err.orig) if err.orig is not None else str(err)
+        return closed_words(str(err.orig) if err.orig is not None else str(err))
     return str(err) or type(err).__name__
+
+
+_BEGINS: WeakKeyDictionary[AsyncEngine, dict[bool, AsyncEngine]] = WeakKeyDictionary()
+
+
+def _begins(engine: AsyncEngine) -> dict[bool, AsyncEngine]:
+    """The engine for reads and for writes (by `write`): on SQLite, views of it (the same
+    pool) that BEGIN DEFERRED and IMMEDIATE, made once per engine rather than set on each
+    connection (that costs a call per transaction)."""
+    found = _BEGINS.get(engine)
+    if found is None:
+        if engine.dialect.name == "sqlite":
+            modes = {False: "DEFERRED", True: "IMMEDIATE"}
+            found = {w: engine.execution_options(**{_BEGIN: m}) for w, m in modes.items()}
+        else:
+            found = {False: engine, True: engine}
+        _BEGINS[engine] = found
+    return found
 
 
 @asynccontextmanager
 async def transaction(engine: AsyncEngine, *, write: bool) -> AsyncIterator[AsyncConnection]:
     """One transaction on a pooled connection: committed on success, rolled back on error
     (PostgreSQL: READ COMMITTED, SQLAlchemy's own BEGIN)."""
-    async with engine.connect() as conn:
-        if engine.dialect.name == "sqlite":
-            await conn.execution_options(**{_BEGIN: "IMMEDIATE" if write else "DEFERRED"})
+    async with _begins(engine)[write].connect() as conn:
         begun = await conn.begin()
         try:
             yield conn
@@ -75,17 +99,12 @@ async def transaction(engine: AsyncEngine, *, write: bool) -> AsyncIterator[Asyn
             # the next caller's. The connection is closed, never given back to the pool.
             await _discard(conn)
             raise
-        except BaseException as err:
-            if _busy(err):  # the same, met by this call: discard, do not roll back
-                await _discard(conn)
-            elif begun.is_active:
+        except BaseException:
+            # a connection the server ended is already invalidated (a disconnect, see
+            # `pgengine.ENDED`): nothing to roll back on it
+            if begun.is_active:
                 await begun.rollback()
             raise
-
-
-def _busy(err: BaseException) -> bool:
-    """The driver says its connection is still in another operation."""
-    return "another operation is in progress" in str(err)
 
 
 async def _discard(conn: AsyncConnection) -> None:
@@ -113,7 +132,7 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
     try:
         async with transaction(engine, write=create) as conn:
             older = await _check_or_create(conn, path, create=create)
-            behind = older is None and await conn.run_sync(revise.current) != revise.head()
+            behind = older is None and await conn.run_sync(revise.current_revision) != revise.HEAD
         if older is not None or behind:
             async with transaction(engine, write=True) as conn:
                 await _bring_up(conn, older)
@@ -122,7 +141,9 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
         raise
     except StatementError as err:
         await engine.dispose()
-        raise StoreError(f"cannot open store {path}: {reason(err)}") from None
+        why = await asyncio.to_thread(unwritable, path)  # SQLite's words do not say why
+        said = f" ({why})" if why else ""
+        raise StoreError(f"cannot open store {path}: {reason(err)}{said}") from None
     return engine
 
 

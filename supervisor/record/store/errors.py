@@ -35,6 +35,7 @@ _CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
             "connection refused",
             "could not connect",
             "connection was closed",
+            "closed the connection",
             "shutting down",
             "terminating connection",
             "timed out",

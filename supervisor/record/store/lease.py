@@ -94,7 +94,7 @@ class Lease:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JournalEntry:
+class LeaseJournalEntry:
     id: int
     at_ms: int
     epoch: int
@@ -129,10 +129,17 @@ def _lease(row: Any, now_ms: int, **kw: Any) -> Lease:
     )
 
 
+_ROW = select(leader_lease).where(leader_lease.c.id == LEASE_ID)
+#: the lease row, as each dialect locks it, by `share`: built once, since every write of a
+#: leader's store reads it (the fence), and a statement built per call costs more CPU than
+#: reading the row
+_LOCKED_ROW = {
+    "postgresql": {share: _ROW.with_for_update(read=share) for share in (False, True)},
+}
+
+
 async def _locked_row(conn: AsyncConnection, *, share: bool = False) -> Any:
-    query = select(leader_lease).where(leader_lease.c.id == LEASE_ID)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update(read=share)
+    query = _LOCKED_ROW.get(conn.dialect.name, {}).get(share, _ROW)
     return (await conn.execute(query)).one_or_none()
 
 
@@ -256,7 +263,7 @@ async def release(conn: AsyncConnection, *, holder: str, epoch: int) -> bool:
     return True
 
 
-async def check(conn: AsyncConnection, *, epoch: int, what: str) -> None:
+async def check_epoch(conn: AsyncConnection, *, epoch: int, what: str) -> None:
     """The fence: raise `StaleEpochError` unless `epoch` is the lease's (row locked shared,
     so a takeover waits for this transaction, or this transaction sees the takeover)."""
     row = await _locked_row(conn, share=True)
@@ -269,7 +276,7 @@ async def check(conn: AsyncConnection, *, epoch: int, what: str) -> None:
         )
 
 
-async def current(conn: AsyncConnection) -> Lease | None:
+async def current_lease(conn: AsyncConnection) -> Lease | None:
     now = await db_now_ms(conn)
     row = (
         await conn.execute(select(leader_lease).where(leader_lease.c.id == LEASE_ID))
@@ -295,6 +302,6 @@ async def write_journal(
     )
 
 
-async def journal(conn: AsyncConnection) -> list[JournalEntry]:
+async def lease_journal(conn: AsyncConnection) -> list[LeaseJournalEntry]:
     found = await conn.execute(select(leader_journal).order_by(leader_journal.c.id))
-    return [JournalEntry(**m) for m in found.mappings().all()]
+    return [LeaseJournalEntry(**m) for m in found.mappings().all()]

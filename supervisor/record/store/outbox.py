@@ -5,7 +5,7 @@ composer remembers about each incident, and refused chat users.
 A thin layer over `Store.tx`: every call is one transaction, so the cursor and the messages it
 produced are written together (a restart neither loses nor repeats one). While a
 `ResilientStore` cannot take writes, what would be written is kept in memory and queued behind
-its other writes (`supervisor.record.store.outbox_memory`).
+its other writes (`supervisor.record.store.held_outbox`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from supervisor.record.store import queries
 from supervisor.record.store.dialect import schema_lock, upsert
 from supervisor.record.store.errors import StoreRefusedError
-from supervisor.record.store.outbox_memory import MemoryOutbox
-from supervisor.record.store.records import IncidentRow, JSONValue, OutboxRow, TimelineRow
+from supervisor.record.store.held_outbox import MemoryOutbox
+from supervisor.record.store.records import IncidentRow, OutboxRow, TimelineRow
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.schema import (
     NOTIFY_TABLES,
@@ -36,6 +36,7 @@ from supervisor.record.store.schema import (
 )
 from supervisor.record.store.store import Store
 from supervisor.record.store.writes import new_id
+from supervisor.record.timeline import JSONValue
 
 State = Mapping[str, JSONValue]
 """What the composer remembers about one incident (JSON)."""
@@ -44,7 +45,7 @@ _CURSOR = "composer"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Draft:
+class OutboxDraft:
     """A message to queue for every chat."""
 
     kind: str  #: opened, diagnosis, plan, repair, escalated, resolved, flapping, reminder, test
@@ -53,7 +54,7 @@ class Draft:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Refusal:
+class OutboxRefusal:
     id: int
     at: datetime
     user_id: int | None
@@ -191,7 +192,7 @@ class OutboxStore:
     async def commit(
         self,
         *,
-        drafts: Sequence[Draft],
+        drafts: Sequence[OutboxDraft],
         chat_ids: Sequence[int],
         states: Mapping[int, tuple[State, bool]],
         at: datetime,
@@ -214,7 +215,7 @@ class OutboxStore:
     def _commit_in_memory(
         self,
         store: ResilientStore,
-        drafts: Sequence[Draft],
+        drafts: Sequence[OutboxDraft],
         chat_ids: Sequence[int],
         states: Mapping[int, tuple[State, bool]],
         at: datetime,
@@ -276,7 +277,7 @@ class OutboxStore:
 
     async def _commit(
         self,
-        drafts: Sequence[Draft],
+        drafts: Sequence[OutboxDraft],
         chat_ids: Sequence[int],
         states: Mapping[int, tuple[State, bool]],
         at: datetime,
@@ -449,10 +450,10 @@ class OutboxStore:
                 )
             )
 
-    async def refusals(self) -> list[Refusal]:
+    async def refusals(self) -> list[OutboxRefusal]:
         async with self.store.tx(write=False) as conn:
             found = await conn.execute(select(notify_refusals).order_by(notify_refusals.c.id))
-            return [Refusal(**m) for m in found.mappings().all()]
+            return [OutboxRefusal(**m) for m in found.mappings().all()]
 
 
 def _real(store: ResilientStore, incident_id: int | None) -> int | None:

@@ -28,6 +28,21 @@ store_meta = Table(
 )
 
 
+ENDED = "another operation (2) is in progress"
+"""asyncpg's words when the server ended a session while its connection sat idle (a frozen
+daemon's open transaction, by the idle-in-transaction timeout; a pooled one, by a follower's
+`end_stuck_sessions` or a restart). The driver reads the server's FATAL message while it expects
+nothing, holds the connection in its error state (2) until it reads the connection's end, and
+answers the next statement in between with `cannot switch to state N; another operation (2) is
+in progress`; it then aborts the connection. No second operation shares it (one connection, no
+concurrency, gives the same words: tests/test_store_pg_concurrent.py): it is a disconnect, and
+SQLAlchemy drops it as one (its pre-ping connects afresh at checkout; in a transaction, the
+transaction fails)."""
+
+CLOSED = "the database server closed the connection"
+"""What a person reads for a connection the server ended (`closed_words`)."""
+
+
 def make_pg_engine(target: PgTarget) -> AsyncEngine:
     return create_async_engine(
         target.sqlalchemy_url(),
@@ -47,9 +62,24 @@ def make_pg_engine(target: PgTarget) -> AsyncEngine:
     )
 
 
+_MIDWAY = "connection was closed in the middle of operation"
+
+
+def closed_words(text: str) -> str:
+    """The driver's words for a connection the server ended, as a person reads them: `CLOSED`,
+    with the server's own reason when it sent one (``(terminating connection due to
+    idle-in-transaction timeout)``); any other text as it is."""
+    if ENDED in text:
+        return CLOSED
+    if text.startswith(_MIDWAY):
+        said = text.removeprefix(_MIDWAY).removeprefix(":").strip()
+        return f"{CLOSED} ({said})" if said else CLOSED
+    return text
+
+
 def pg_reason(err: BaseException) -> str:
     if isinstance(err, StatementError) and err.orig is not None:
-        return str(err.orig).strip().splitlines()[0]
+        return closed_words(str(err.orig).strip().splitlines()[0])
     return str(err) or type(err).__name__
 
 

@@ -10,8 +10,6 @@ from functools import cached_property
 
 from supervisor.record.timeline import EntryKind, JSONValue, Record, decode, encode
 
-__all__ = ["EntryKind", "JSONValue"]
-
 
 class SubjectKind(StrEnum):
     """What a snapshot or an incident is about."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +32,7 @@ from supervisor.core.aio import wait_event
 from supervisor.core.events import ProbeResult
 from supervisor.record.store.engine import open_engine
 from supervisor.record.store.errors import StoreError, StoreRefusedError, unwritable_cause
+from supervisor.record.store.history import Subject
 from supervisor.record.store.records import IncidentRow, Snapshot, TimelineEntry, TimelineRow
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
@@ -48,8 +49,9 @@ def refused(err: StoreError) -> bool:
 MAX_QUEUED = 20_000
 """Writes held in memory at most, before the oldest samples are dropped."""
 
-_DROPPABLE = frozenset({"add_sample", "save_snapshot", "prune_samples"})
-"""Writes whose loss loses no record (a probe sample; a snapshot the next one replaces)."""
+_DROPPABLE = frozenset({"add_sample", "save_snapshot", "prune_samples", "supervised"})
+"""Writes whose loss loses no record (a probe sample; a snapshot, or a run's heartbeat, the next
+one replaces)."""
 
 
 @dataclass(frozen=True)
@@ -387,6 +389,14 @@ class ResilientStore(Store):
             if incident is not None:
                 self._hold(incident, entry)
         return _id(row_id)
+
+    async def supervising(self, started: datetime, subjects: Sequence[Subject]) -> None:
+        parent = super().supervising
+        await self._write("supervising", lambda: _none(parent(started, subjects)), returns_id=False)
+
+    async def supervised(self, started: datetime, at: datetime) -> None:
+        parent = super().supervised
+        await self._write("supervised", lambda: _none(parent(started, at)), returns_id=False)
 
     async def add_sample(self, result: ProbeResult) -> None:
         parent = super().add_sample

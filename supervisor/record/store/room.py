@@ -1,6 +1,7 @@
 """Whether a SQLite store's file can be written, as its filesystem says (what `status` prints
 beside the stored state, since a daemon whose store cannot be written cannot record that
-either): its disk full, or no permission. PostgreSQL: the server is asked by opening the store."""
+either; and what a store that cannot be opened adds to its error): its filesystem read-only,
+its disk full, or no permission. PostgreSQL: the server is asked by opening the store."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def unwritable(target: StoreTarget) -> str:
         room = os.statvfs(folder)
     except OSError as err:
         return f"cannot look at {folder}: {err.strerror or err}"
+    if room.f_flag & os.ST_RDONLY:
+        return f"the filesystem holding {target} is read-only"
     free = room.f_bavail * room.f_frsize
     if free < MIN_FREE_BYTES:
         return f"the disk holding {target} is full ({free} bytes free)"

@@ -13,7 +13,7 @@ from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from supervisor.record.store import lease
-from supervisor.record.store.engine import reason, transaction
+from supervisor.record.store.engine import make_any_engine, reason, transaction
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.target import StoreTarget
@@ -31,9 +31,27 @@ class StoreTransactions:
         self.fence_host = ""
         #: called once with the error when the fence refused us (we are deposed)
         self.on_deposed: list[Callable[[StaleEpochError], None]] = []
+        self.closed = False
 
     async def close(self) -> None:
+        self.closed = True
         await self._engine.dispose()
+
+    @asynccontextmanager
+    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        """On the store's engine while it is open. Once closed (the daemon stopped), on an
+        engine of its own, disposed when the transaction ends: the closed engine would open a
+        connection again and nobody would close it (a read of a stopped daemon's store)."""
+        if not self.closed:
+            async with transaction(self._engine, write=write) as conn:
+                yield conn
+            return
+        engine = make_any_engine(self.path)
+        try:
+            async with transaction(engine, write=write) as conn:
+                yield conn
+        finally:
+            await engine.dispose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -50,9 +68,9 @@ class StoreTransactions:
     async def _tx(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
         """One transaction; driver errors become a StoreError naming the file."""
         try:
-            async with transaction(self._engine, write=write) as conn:
+            async with self._transaction(write=write) as conn:
                 if write and self.fence_epoch is not None:
-                    await lease.check(conn, epoch=self.fence_epoch, what="a store write")
+                    await lease.check_epoch(conn, epoch=self.fence_epoch, what="a store write")
                 yield conn
         except StaleEpochError as err:
             await self._refused(err)
@@ -67,13 +85,13 @@ class StoreTransactions:
         if self.fence_epoch is None:
             return
         async with self._tx(write=False) as conn:
-            await lease.check(conn, epoch=self.fence_epoch, what=what)
+            await lease.check_epoch(conn, epoch=self.fence_epoch, what=what)
 
     async def _refused(self, err: StaleEpochError) -> None:
         """Write the refusal to the journal (its own transaction: the refused one rolled back;
         if the store cannot take it either, the refusal still stands), then tell listeners."""
         with suppress(StatementError, OSError, TimeoutError):
-            async with transaction(self._engine, write=True) as conn:
+            async with self._transaction(write=True) as conn:
                 await lease.write_journal(
                     conn,
                     epoch=err.mine,

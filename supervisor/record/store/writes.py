@@ -4,6 +4,7 @@ each run inside a transaction the `Store` opened (the reads are
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from sqlalchemy import insert, update
@@ -11,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.core.events import ProbeResult
 from supervisor.record.store import queries
-from supervisor.record.store.dialect import upsert
+from supervisor.record.store.dialect import Upsert, upsert_for
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.listen import TIMELINE, notify
 from supervisor.record.store.records import Snapshot, TimelineEntry
@@ -53,6 +54,36 @@ async def insert_entry(conn: AsyncConnection, incident_id: int, entry: TimelineE
     return entry_id
 
 
+#: the snapshot's columns, in the order the upsert names them; (kind, name) is its key
+_SNAPSHOT_KEY = ("kind", "name")
+_SNAPSHOT_COLUMNS = (
+    *_SNAPSHOT_KEY,
+    "state",
+    "since",
+    "incident_id",
+    "fail_streak",
+    "degraded_streak",
+    "grace_until",
+    "last_ok_at",
+    "last_ttft_s",
+    "last_tok_s",
+    "last_reason",
+    "updated_at",
+)
+
+
+@cache
+def _snapshot_upsert(dialect: str) -> Upsert:
+    """Built once per dialect and executed with each snapshot's values as parameters: a
+    statement built per call costs more CPU than SQLite spends writing the row (its
+    `excluded` columns and cache key are made anew each time)."""
+    statement = upsert_for(dialect, snapshots)
+    return statement.on_conflict_do_update(
+        index_elements=[snapshots.c.kind, snapshots.c.name],
+        set_={k: statement.excluded[k] for k in _SNAPSHOT_COLUMNS if k not in _SNAPSHOT_KEY},
+    )
+
+
 async def upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
     values = {
         "kind": snapshot.kind.value,
@@ -69,29 +100,27 @@ async def upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
         "last_reason": snapshot.last_reason,
         "updated_at": snapshot.updated_at,
     }
-    statement = upsert(conn, snapshots).values(values)
-    keys = ("kind", "name")
-    await conn.execute(
-        statement.on_conflict_do_update(
-            index_elements=[snapshots.c.kind, snapshots.c.name],
-            set_={k: statement.excluded[k] for k in values if k not in keys},
-        )
-    )
+    await conn.execute(_snapshot_upsert(conn.dialect.name), values)
+
+
+#: built once (see `_snapshot_upsert`)
+_INSERT_SAMPLE = insert(samples)
 
 
 async def insert_sample(conn: AsyncConnection, result: ProbeResult) -> None:
     await conn.execute(
-        insert(samples).values(
-            endpoint=result.endpoint,
-            at=result.at,
-            tier=result.tier.value,
-            check=result.check,
-            outcome=result.outcome.value,
-            reason=result.reason,
-            latency_s=result.latency_s,
-            http_status=result.http_status,
-            ttft_s=result.ttft_s,
-            tok_s=result.tok_s,
-            tokens=result.tokens,
-        )
+        _INSERT_SAMPLE,
+        {
+            "endpoint": result.endpoint,
+            "at": result.at,
+            "tier": result.tier.value,
+            "check": result.check,
+            "outcome": result.outcome.value,
+            "reason": result.reason,
+            "latency_s": result.latency_s,
+            "http_status": result.http_status,
+            "ttft_s": result.ttft_s,
+            "tok_s": result.tok_s,
+            "tokens": result.tokens,
+        },
     )

@@ -9,6 +9,7 @@ back. `at` and `subject` are not part of a record: they belong to the entry that
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, TypeAlias, TypeVar
@@ -64,6 +65,13 @@ class Record:
     @property
     def summary(self) -> str:
         raise NotImplementedError
+
+    @classmethod
+    def upgrade(cls, version: int, payload: Mapping[str, JSONValue]) -> Mapping[str, JSONValue]:
+        """A payload stored at an older `version` in the shape of this one (keys renamed, values
+        nested): a record class whose payload changed overrides it. Stored rows are never
+        rewritten (the timeline is append-only): an old row is upgraded each time it is read."""
+        return payload
 
 
 REGISTRY: dict[str, type[Record]] = {}

@@ -94,7 +94,9 @@ def decode(
         problem = f"{tag} version {version} is newer than this code reads ({cls.VERSION})"
     else:
         try:
-            record = _build(cls, payload)
+            record = _build(
+                cls, cls.upgrade(version, payload) if version < cls.VERSION else payload
+            )
         except (PayloadError, TypeError, ValueError) as err:
             problem = f"{tag}: {err}"
         else:
@@ -159,7 +161,10 @@ def decode_value(tp: Any, value: object) -> object:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value)
     if isinstance(tp, type) and issubclass(tp, Enum):
-        return tp(value)
+        try:
+            return tp(value)
+        except ValueError:
+            raise PayloadError(f"{value!r} is not a valid {tp.__name__}") from None
     if tp is datetime:
         if not isinstance(value, str):
             raise PayloadError(f"expected a time, got {value!r}")

@@ -1,7 +1,7 @@
 """What people and the notifier did: silences, pauses, acks, messages sent, notes.
 
-The control records are general on purpose (who, why, until, a matcher, an endpoint or None):
-the persisted control API writes them."""
+The control API writes them: who (an `Actor`, or a name for pauses and acks), why, until, what
+they are about."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from supervisor.core.actor import Actor
 from supervisor.record.timeline.base import EntryKind, JSONValue, Record, kind_of, register
 
 
@@ -16,41 +17,44 @@ def _by(who: str, why: str) -> str:
     return f" by {who}" + (f": {why}" if why else "")
 
 
-def _what(matcher: str, endpoint: str | None) -> str:
-    return endpoint or matcher or "everything"
-
-
 @register
 @dataclass(frozen=True, kw_only=True)
 class Silenced(Record):
+    """A person silenced what `target` names until `until` (written in the open incident of
+    each endpoint it put in maintenance, beside the transition)."""
+
     TAG = "silenced"
     KIND = EntryKind.NOTE
-    who: str
-    why: str = ""
+    actor: Actor
+    target: str  #: as given: an endpoint, a glob, `host:NAME` or `all`
     until: datetime
-    matcher: str = ""  #: what it silences, e.g. "endpoint=ds4" or "host=spark1"
-    endpoint: str | None = None  #: the one endpoint, when it is about one
+    why: str = ""
+    silence: int | None = None  #: the stored silence's id
 
     @property
     def summary(self) -> str:
         until = self.until.strftime("%Y-%m-%d %H:%M:%SZ")
-        what = _what(self.matcher, self.endpoint)
-        return f"silenced {what} until {until}{_by(self.who, self.why)}"
+        number = f" (#{self.silence})" if self.silence is not None else ""
+        return f"silenced {self.target}{number} until {until}{_by(str(self.actor), self.why)}"
 
 
 @register
 @dataclass(frozen=True, kw_only=True)
 class Unsilenced(Record):
+    """A person ended the silences covering what `target` names."""
+
     TAG = "unsilenced"
     KIND = EntryKind.NOTE
-    who: str
+    actor: Actor
+    target: str
     why: str = ""
-    matcher: str = ""
-    endpoint: str | None = None
+    silences: tuple[int, ...] = ()  #: the stored silences it ended
 
     @property
     def summary(self) -> str:
-        return f"unsilenced {_what(self.matcher, self.endpoint)}{_by(self.who, self.why)}"
+        ended = ", ".join(f"#{n}" for n in self.silences)
+        number = f" ({ended})" if ended else ""
+        return f"unsilenced {self.target}{number}{_by(str(self.actor), self.why)}"
 
 
 @register

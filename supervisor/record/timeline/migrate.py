@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from supervisor.core.actor import Actor
 from supervisor.core.durations import parse_duration
+from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.record.timeline.base import Record
 from supervisor.record.timeline.codec import PayloadError, decode_value
 from supervisor.record.timeline.control import Acked, Legacy, Note, Notification
@@ -54,21 +56,23 @@ def _transition(summary: str, data: Data) -> Record:
     of_host = summary.startswith("host ")
     head, _, note = summary.removeprefix("host ").partition(": ")
     source, _, dest = head.partition(" -> ")
-    trigger = str(data.get("trigger", ""))
+    states: type[State] | type[HostState] = HostState if of_host else State
     if of_host:
-        trigger = "host_back" if dest == "reachable" else "host_lost"
+        trigger = Trigger.HOST_BACK if dest == HostState.REACHABLE else Trigger.HOST_LOST
+    else:
+        trigger = Trigger(str(data.get("trigger", "")))
     until = _str(data, "until")
     failures = data.get("failures")
     rule, actor = _str(data, "rule"), None
-    if trigger == "remediate" and note.startswith("applying "):
+    if trigger is Trigger.REMEDIATE and note.startswith("applying "):
         rule = note.removeprefix("applying ").partition(" ")[0]
-    elif trigger == "verify" and " done: " in note:
+    elif trigger is Trigger.VERIFY and " done: " in note:
         rule = note.partition(" done: ")[0]
-    elif trigger == "restarted" and note.startswith("restarted by "):
-        actor = note.removeprefix("restarted by ")
+    elif trigger is Trigger.RESTARTED and note.startswith("restarted by "):
+        actor = Actor(who=note.removeprefix("restarted by "))
     return Transition(
-        source=source,
-        dest=dest,
+        source=states(source),
+        dest=states(dest),
         trigger=trigger,
         note=note,
         of_host=of_host,
@@ -180,6 +184,12 @@ def _notification(_summary: str, data: Data) -> Record:
         chat_id=int(data["chat_id"]),
         outbox_id=int(data["outbox_id"]),
     )
+
+
+def judged_v1(verdict: str) -> bool:
+    """Whether a unit event of a version-1 entry was judged: its verdict's first words said
+    (`not judged: remediating`, `evidence only`) when it was not."""
+    return not verdict.startswith(("not judged", "evidence only"))
 
 
 READERS: dict[str, Callable[[str, Data], Record]] = {

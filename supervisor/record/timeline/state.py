@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from supervisor.record.timeline.base import EntryKind, Record, register
+from supervisor.core.actor import Actor, Via
+from supervisor.judge.machine import HostState, State, Trigger
+from supervisor.record.timeline.base import EntryKind, JSONValue, Record, register
 from supervisor.record.timeline.parts import ProbeSample, ProgressSample
 
 
@@ -14,17 +16,23 @@ from supervisor.record.timeline.parts import ProbeSample, ProgressSample
 @dataclass(frozen=True, kw_only=True)
 class Transition(Record):
     """The subject moved from `source` to `dest` by `trigger` (an endpoint's machine trigger, or
-    `host_lost`/`host_back` for a host). `note` says why in plain words."""
+    `host_lost`/`host_back` for a host, whose states are `HostState`s). `note` says why in plain
+    words; the fields say it for code.
+
+    Version 2 (issue 22): the states and the trigger are the machine's enums (stored as their
+    values, as before) and `actor` is who and through what (version 1 kept a name in `actor`,
+    or a silence's `who`/`via` in `extra`: `upgrade` moves them)."""
 
     TAG = "transition"
+    VERSION = 2
     KIND = EntryKind.TRANSITION
-    source: str
-    dest: str
-    trigger: str
+    source: State | HostState
+    dest: State | HostState
+    trigger: Trigger
     note: str
     of_host: bool = False  #: a host's own reachability, not an endpoint's state
     rule: str | None = None  #: the rule a repair or an escalation is about
-    actor: str | None = None  #: the person who caused it (a silence, a /restart)
+    actor: Actor | None = None  #: the person who caused it (a silence, a /restart)
     probe: ProbeSample | None = None  #: the probe that caused it
     probes: tuple[ProbeSample, ...] | None = None  #: when it opens an incident: the failed streak
     host: str | None = None  #: the host lost or back, for an endpoint
@@ -36,6 +44,13 @@ class Transition(Record):
     progress: ProgressSample | None = None  #: what the server was doing (busy, hung) when judged
     extra: Mapping[str, str] = field(default_factory=dict)  #: anything else a producer added
 
+    def __post_init__(self) -> None:
+        # a host's states share two values with an endpoint's ("unknown", "unreachable"): the
+        # codec reads a stored value as the first enum it fits, `of_host` says which it is
+        states: type[State] | type[HostState] = HostState if self.of_host else State
+        object.__setattr__(self, "source", states(self.source))
+        object.__setattr__(self, "dest", states(self.dest))
+
     @property
     def summary(self) -> str:
         head = f"host {self.source}" if self.of_host else self.source
@@ -45,6 +60,26 @@ class Transition(Record):
     def opens(self) -> bool:
         """It opened (or reopened) an incident: it carries the streak of failed probes."""
         return self.probes is not None
+
+    @classmethod
+    def upgrade(cls, version: int, payload: Mapping[str, JSONValue]) -> Mapping[str, JSONValue]:
+        """Version 1 -> 2: a restart's `actor` name, or a silence's `who`/`via` in `extra`,
+        become the typed `actor` (`via` None where it was not kept)."""
+        if version >= 2:
+            return payload
+        out = dict(payload)
+        extra = out.get("extra")
+        extra = dict(extra) if isinstance(extra, dict) else {}
+        name = out.get("actor")
+        who, via = extra.pop("who", None), extra.pop("via", None)
+        if isinstance(name, str):
+            out["actor"] = {"who": name}
+        elif isinstance(who, str):
+            known = isinstance(via, str) and via in {v.value for v in Via}
+            out["actor"] = {"who": who, "via": via} if known else {"who": who}
+        if extra or "extra" in out:
+            out["extra"] = extra
+        return out
 
 
 @register

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from supervisor.record.timeline.base import EntryKind, Record, register
+from supervisor.record.timeline.base import EntryKind, JSONValue, Record, register
+from supervisor.record.timeline.migrate import judged_v1
 
 
 @register
@@ -17,6 +19,7 @@ class UnitHeard(Record):
     `last_line`."""
 
     TAG = "unit_event"
+    VERSION = 2
     KIND = EntryKind.EVIDENCE
     host: str
     unit: str
@@ -24,6 +27,7 @@ class UnitHeard(Record):
     line: str  #: `vllm.service failed: status=127, 2 restarts (exit-code)`
     message: str  #: systemd's own message that made the event
     verdict: str  #: e.g. `down: probe confirms: connection refused`, `ignored: remediating`
+    judged: bool = True  #: the policy judged it (False: kept as evidence only, or ignored)
     lines: tuple[str, ...] = ()  #: what the unit and systemd logged about it, oldest first
     result: str | None = None
     exit_status: int | None = None
@@ -33,6 +37,14 @@ class UnitHeard(Record):
     count: int = 1  #: identical events in this entry (repeats of the one written before)
     last_at: datetime | None = None  #: when the last of them was seen (count > 1)
     last_line: str | None = None  #: what the last of them said (count > 1)
+
+    @classmethod
+    def upgrade(cls, version: int, payload: Mapping[str, JSONValue]) -> Mapping[str, JSONValue]:
+        """Version 1 -> 2: whether it was judged, which version 1 said only in its verdict's
+        words (read once more here, by the migration's reader)."""
+        if version >= 2 or not isinstance(payload.get("verdict"), str):
+            return payload
+        return {**payload, "judged": judged_v1(str(payload["verdict"]))}
 
     @property
     def summary(self) -> str:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 
 REFUSAL = "Sorry, you are not allowed to use this bot."
 

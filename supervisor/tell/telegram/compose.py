@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
-from supervisor.record.store.outbox import Draft
+from supervisor.record.store.outbox import OutboxDraft
 from supervisor.record.timeline import (
     Decision,
     Diagnosis,
@@ -34,12 +35,12 @@ from supervisor.record.timeline import (
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.memory import Memory, Settings
 
-_PROBLEMS = ("down", "degraded")
+_PROBLEMS = (State.DOWN, State.DEGRADED)
 _SEEN_MAX = 50
 
-__all__ = ["Memory", "Result", "Settings", "compose", "tick"]
+__all__ = ["Result", "compose", "tick"]
 
-Result = tuple[list[Draft], Memory]
+Result = tuple[list[OutboxDraft], Memory]
 
 
 def compose(row: TimelineRow, incident: IncidentRow, memory: Memory, settings: Settings) -> Result:
@@ -54,13 +55,26 @@ def compose(row: TimelineRow, incident: IncidentRow, memory: Memory, settings: S
         return [], _step(record, memory)
     line = record.summary
     if isinstance(record, Diagnosis):
-        return _once(memory, "diagnosis", line, texts.diagnosis(name, line), incident)
-    if _is_plan(record):
-        return _once(memory, "plan", line, texts.plan(name, line), incident)
+        key = _identity(record.state, record.rule, *record.scopes)
+        return _once(memory, "diagnosis", key, texts.diagnosis(name, line), incident)
+    if isinstance(record, Decision | Escalation) and _is_plan(record):
+        return _once(memory, "plan", _plan(record), texts.plan(name, line), incident)
     if isinstance(record, Verification):
         text = texts.repair_result(name, record.ok, line)
-        return _once(memory, "repair", line, text, incident)
+        return _once(memory, "repair", _identity(record.rule, record.ok), text, incident)
     return [], memory
+
+
+def _identity(*parts: object) -> str:
+    """What makes two records the same news for a person (`_once`): their ids (a rule, a row)
+    and typed fields (a reason as it was given), never the line they render."""
+    return "|".join("" if part is None else str(part) for part in parts)
+
+
+def _plan(record: Decision | Escalation) -> str:
+    if isinstance(record, Decision):
+        return _identity(record.outcome, record.rule, record.budget, *record.plan)
+    return _identity("escalation", record.rule, record.why)
 
 
 def _is_plan(record: object) -> bool:
@@ -76,21 +90,21 @@ def _transition(
     source, dest, note = record.source, record.dest, record.note
     name = incident.subject
     if incident.subject_kind is SubjectKind.HOST:
-        if dest == "unreachable":
+        if dest is HostState.UNREACHABLE:
             endpoints = list(settings.host_endpoints.get(name, ()))
             text = texts.host_opened(name, note, endpoints, incident.id)
             return _problem(row, incident, memory, settings, text)
-        if dest == "reachable":
+        if dest is HostState.REACHABLE:
             return _resolve(row, memory, texts.host_resolved(name, row.at - incident.opened_at))
         return [], memory
     trigger = record.trigger
-    if dest == "busy" or source == "busy":
+    if State.BUSY in (dest, source):
         busy = _busy(row, record, incident, memory)
         if busy is not None:
             return busy
         memory = replace(memory, busy_since=None)
-    if dest == "healthy":
-        fixed_by = memory.fixed_by if source in ("verifying", "starting") else ""
+    if dest is State.HEALTHY:
+        fixed_by = memory.fixed_by if source in (State.VERIFYING, State.STARTING) else ""
         memory = replace(memory, repair="", steps=(), fixed_by="")
         took = row.at - incident.opened_at
         text = texts.resolved(name, took, _how(record), fixed_by, memory.downs)
@@ -99,18 +113,19 @@ def _transition(
     if dest in _PROBLEMS and record.opens:
         text = texts.opened(name, dest, _symptom(record, incident), incident.id)
         return _problem(row, incident, memory, settings, text)
-    if trigger == "remediate":
-        return _once(memory, "repairing", note, texts.repairing(name, note), incident)
-    if trigger == "reconsider":  # no more reminders: it is being repaired again
+    if trigger is Trigger.REMEDIATE:  # each is a new attempt: the row is its identity
+        return _once(memory, "repairing", f"#{row.id}", texts.repairing(name, note), incident)
+    if trigger is Trigger.RECONSIDER:  # no more reminders: it is being repaired again
         memory = replace(memory, escalated_at=None, reminded_at=None)
-        return _once(memory, "reconsidered", note, texts.reconsidered(name, note), incident)
-    if trigger == "escalate":
+        text = texts.reconsidered(name, note)
+        return _once(memory, "reconsidered", f"#{row.id}", text, incident)
+    if trigger is Trigger.ESCALATE:
         why = record.why or note
         memory = replace(
             memory, escalated_at=row.at, why=why, reminded_at=None, acked_by="", closed=False
         )
         text = texts.escalated(name, why, record.runbook or "", incident.id)
-        return _once(memory, "escalated", why, text, incident)
+        return _once(memory, "escalated", _identity(record.rule, why), text, incident)
     return [], memory
 
 
@@ -119,16 +134,16 @@ def _busy(
 ) -> Result | None:
     """Going busy: nothing yet (`tick` tells a person if it lasts). Busy -> healthy with nothing
     but load in the incident: quiet, unless a person was told it is busy. None: go on as usual."""
-    if record.dest == "busy":
+    if record.dest is State.BUSY:
         return [], replace(memory, busy_since=memory.busy_since or row.at, closed=False)
-    if record.dest != "healthy":
+    if record.dest is not State.HEALTHY:
         return None
     lasted = row.at - (memory.busy_since or incident.opened_at)
     after = replace(memory, busy_since=None, closed=True)
     if not memory.busy_told:
         return [], after
     text = texts.busy_over(incident.subject, lasted)
-    return [Draft(kind="busy_over", text=text, incident_id=incident.id)], after
+    return [OutboxDraft(kind="busy_over", text=text, incident_id=incident.id)], after
 
 
 def _attempt(record: Transition, memory: Memory) -> Memory:
@@ -136,12 +151,12 @@ def _attempt(record: Transition, memory: Memory) -> Memory:
     (`verify`), or a person's restart; any other move (verification ran out, an escalation, a
     restart nobody here asked for) means nothing we did is under way."""
     trigger = record.trigger
-    if trigger == "remediate":
+    if trigger is Trigger.REMEDIATE:
         return replace(memory, repair=record.rule or record.note, steps=(), fixed_by="")
-    if trigger == "verify":
+    if trigger is Trigger.VERIFY:
         return replace(memory, fixed_by=_did(memory.repair, memory.steps), repair="", steps=())
-    if trigger == "restarted" and record.actor:
-        fixed_by = _did(f"/restart by {record.actor}", memory.steps)
+    if trigger is Trigger.RESTARTED and record.actor is not None:
+        fixed_by = _did(f"/restart by {record.actor.who}", memory.steps)
         return replace(memory, fixed_by=fixed_by, repair="", steps=())
     if memory.repair or memory.steps or memory.fixed_by:
         return replace(memory, repair="", steps=(), fixed_by="")
@@ -168,13 +183,13 @@ def _in_host(row: TimelineRow, incident: IncidentRow, memory: Memory) -> Result:
     record = row.record
     if incident.subject_kind is not SubjectKind.HOST or not isinstance(record, Transition):
         return [], memory
-    if record.trigger != "escalate":
+    if record.trigger is not Trigger.ESCALATE:
         return [], memory
     why = record.why or record.note
     rule = record.rule or ""
     runbook = record.runbook or ""
     text = texts.escalated(row.subject, why, runbook, incident.id, host=incident.subject)
-    drafts, after = _once(memory, "escalated", rule or why, text, incident)
+    drafts, after = _once(memory, "escalated", _identity(rule or why), text, incident)
     if not drafts:
         return [], memory
     after = replace(
@@ -188,7 +203,7 @@ def _problem(
 ) -> Result:
     if memory.downs == 0:
         memory = replace(memory, downs=1, first_down=row.at, closed=False)
-        return [Draft(kind="opened", text=text, incident_id=incident.id)], memory
+        return [OutboxDraft(kind="opened", text=text, incident_id=incident.id)], memory
     if not memory.closed:
         return [], memory  # e.g. degraded, then down: the thread already says it is a problem
     downs = memory.downs + 1
@@ -198,7 +213,7 @@ def _problem(
         return [], memory
     first = memory.first_down or incident.opened_at
     text = texts.flapping(incident.subject, downs, row.at - first)
-    draft = Draft(kind="flapping", text=text, incident_id=incident.id)
+    draft = OutboxDraft(kind="flapping", text=text, incident_id=incident.id)
     return [draft], replace(memory, flap_sent_at=row.at)
 
 
@@ -207,40 +222,40 @@ def _resolve(row: TimelineRow, memory: Memory, text: str) -> Result:
     memory = replace(memory, closed=True, escalated_at=None, reminded_at=None)
     if memory.downs > 1:
         return [], replace(memory, held=text, held_at=row.at)
-    return [Draft(kind="resolved", text=text, incident_id=incident_id)], memory
+    return [OutboxDraft(kind="resolved", text=text, incident_id=incident_id)], memory
 
 
 def tick(incident: IncidentRow, memory: Memory, now: datetime, settings: Settings) -> Result:
     """What time releases: a held "resolved" once it stayed up, reminders while escalated."""
-    drafts: list[Draft] = []
+    drafts: list[OutboxDraft] = []
     since = memory.busy_since
     lasted = now - since if since is not None else None
     if lasted is not None and lasted >= settings.busy_after and not memory.busy_told:
         if incident.closed_at is None:
             text = texts.busy(incident.subject, incident.symptom, lasted, incident.id)
-            drafts.append(Draft(kind="busy", text=text, incident_id=incident.id))
+            drafts.append(OutboxDraft(kind="busy", text=text, incident_id=incident.id))
         memory = replace(memory, busy_told=True)
     if memory.held and memory.held_at is not None and now - memory.held_at >= settings.settle:
         if incident.closed_at is not None:
-            drafts.append(Draft(kind="resolved", text=memory.held, incident_id=incident.id))
+            drafts.append(OutboxDraft(kind="resolved", text=memory.held, incident_id=incident.id))
         memory = replace(memory, held="", held_at=None)
     if memory.escalated_at is not None and not memory.acked_by and not memory.closed:
         last = memory.reminded_at or memory.escalated_at
         if incident.closed_at is None and now - last >= settings.remind_every:
             waiting = now - memory.escalated_at
             text = texts.reminder(incident.subject, memory.why, incident.id, waiting)
-            drafts.append(Draft(kind="reminder", text=text, incident_id=incident.id))
+            drafts.append(OutboxDraft(kind="reminder", text=text, incident_id=incident.id))
             memory = replace(memory, reminded_at=now)
     return drafts, memory
 
 
 def _once(memory: Memory, kind: str, key: str, text: str, incident: IncidentRow) -> Result:
-    """An informational message, at most once per incident for the same words."""
+    """An informational message, at most once per incident for the same `key` (`_identity`)."""
     seen_key = f"{kind}:{key}"
     if seen_key in memory.seen:
         return [], memory
     memory = replace(memory, seen=(*memory.seen, seen_key)[-_SEEN_MAX:])
-    return [Draft(kind=kind, text=text, incident_id=incident.id)], memory
+    return [OutboxDraft(kind=kind, text=text, incident_id=incident.id)], memory
 
 
 def _symptom(record: Transition, incident: IncidentRow) -> str:

@@ -13,8 +13,9 @@ import structlog
 from supervisor.core.aio import wait_event
 from supervisor.core.clock import Clock
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.record.store.outbox import Draft, OutboxStore, State
-from supervisor.tell.telegram.compose import Memory, Settings, compose, tick
+from supervisor.record.store.outbox import OutboxDraft, OutboxStore, State
+from supervisor.tell.telegram.compose import compose, tick
+from supervisor.tell.telegram.memory import Memory, Settings
 
 log = structlog.get_logger("supervisor.notify")
 
@@ -69,7 +70,7 @@ class Composer:
                 if not batch.rows:
                     break
                 memories = {i: Memory.from_json(s) for i, s in batch.states.items()}
-                drafts: list[Draft] = []
+                drafts: list[OutboxDraft] = []
                 for row in batch.rows:
                     incident = batch.incidents.get(row.incident_id)
                     if incident is None:
@@ -85,7 +86,7 @@ class Composer:
 
     async def _tick(self) -> None:
         states, incidents = await self._outbox.active()
-        drafts: list[Draft] = []
+        drafts: list[OutboxDraft] = []
         memories: dict[int, Memory] = {}
         now = self._clock.now()
         for incident_id, state in states.items():
@@ -101,7 +102,7 @@ class Composer:
             await self._commit(drafts, memories, None)
 
     async def _commit(
-        self, drafts: list[Draft], memories: dict[int, Memory], cursor: int | None
+        self, drafts: list[OutboxDraft], memories: dict[int, Memory], cursor: int | None
     ) -> None:
         states: dict[int, tuple[State, bool]] = {
             i: (m.to_json(), m.active) for i, m in memories.items()

@@ -16,7 +16,7 @@ from telegram.error import TelegramError
 from telegram.ext import ApplicationBuilder
 
 from supervisor.config import FleetConfig
-from supervisor.config.models import TelegramConfig
+from supervisor.config.sections import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.core.tenure import Tenure
@@ -24,18 +24,18 @@ from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.model import Rule
 from supervisor.record.store import Store
 from supervisor.record.store.errors import unwritable_cause
-from supervisor.record.store.outbox import Draft, OutboxStore
+from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.store.resilient import ResilientStore
-from supervisor.repair.runner import Remediator
+from supervisor.repair import Remediator
 from supervisor.tell.telegram.auth import quiet_http_logs
 from supervisor.tell.telegram.bot import App, Commands
-from supervisor.tell.telegram.compose import Settings
 from supervisor.tell.telegram.composer import Composer
+from supervisor.tell.telegram.memory import Settings
 from supervisor.tell.telegram.request import TenuredRequest, polling_failed
 from supervisor.tell.telegram.sender import Sender
 from supervisor.tell.telegram.texts import h
 from supervisor.tell.telegram.timing import Timing
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.notify")
 
@@ -156,7 +156,7 @@ class Notifier:
 
     def _store_outage(self, error: str) -> None:
         """The store stopped (or started again) taking writes: say so in the chats, from
-        memory (`supervisor.record.store.outbox_memory`)."""
+        memory (`supervisor.record.store.held_outbox`)."""
         store = self._store
         if error:
             text = (
@@ -167,10 +167,12 @@ class Notifier:
         else:
             saved = store.saved if isinstance(store, ResilientStore) else 0
             text = f"✅ <b>the store takes writes again</b>: {saved} records kept in memory written"
-        task = asyncio.create_task(self._say(Draft(kind="store", text=text)), name="notify:store")
+        task = asyncio.create_task(
+            self._say(OutboxDraft(kind="store", text=text)), name="notify:store"
+        )
         self._tasks.append(task)
 
-    async def _say(self, draft: Draft) -> None:
+    async def _say(self, draft: OutboxDraft) -> None:
         await self.outbox.commit(
             drafts=[draft], chat_ids=self._telegram.chat_ids, states={}, at=self._clock.now()
         )

@@ -15,11 +15,11 @@ from supervisor.core.clock import Clock
 from supervisor.core.tenure import Tenure
 from supervisor.hear.reachability import HostWatcher
 from supervisor.record.store import Store
+from supervisor.repair import Remediator
 from supervisor.repair.report import report
-from supervisor.repair.runner import Remediator
 from supervisor.tell.telegram.auth import NotifyError, load_token
 from supervisor.tell.telegram.timing import Timing
-from supervisor.worker.endpoint import EndpointWorker
+from supervisor.worker import EndpointWorker
 
 if TYPE_CHECKING:
     from supervisor.tell.telegram.notifier import Notifier
@@ -60,7 +60,7 @@ def make_notifier(
         if remediator is None or worker is None:
             return [f"no endpoint {name!r}"]
         lines, _ = await report(
-            remediator.diagnosis, worker.endpoint, dry_run=True, last_ok_at=worker.last_ok_at
+            remediator.diagnosis, worker.endpoint, dry_run=True, last_ok_at=worker.record.last_ok_at
         )
         return lines
 

@@ -16,7 +16,7 @@ def h(value: object) -> str:
     return escape(str(value), quote=False)
 
 
-def ago(delta: timedelta) -> str:
+def rounded(delta: timedelta) -> str:
     return format_duration(timedelta(seconds=max(0, round(delta.total_seconds()))))
 
 
@@ -71,7 +71,7 @@ def escalated(name: str, why: str, runbook: str, incident_id: int, *, host: str 
 
 
 def resolved(name: str, took: timedelta, how: str, fixed_by: str, downs: int) -> str:
-    head = f"✅ <b>{h(name)}</b> is healthy again after {ago(took)}"
+    head = f"✅ <b>{h(name)}</b> is healthy again after {rounded(took)}"
     if downs > 1:
         head += f" (it went down {downs} times)"
     return f"{head}: {h(how)}\nfixed by: {h(fixed_by or 'nothing we did: it recovered by itself')}"
@@ -79,23 +79,23 @@ def resolved(name: str, took: timedelta, how: str, fixed_by: str, downs: int) ->
 
 def busy(name: str, reason: str, lasted: timedelta, incident_id: int) -> str:
     return (
-        f"🟡 <b>{h(name)}</b> has been busy for {ago(lasted)}: {h(reason)}\n"
+        f"🟡 <b>{h(name)}</b> has been busy for {rounded(lasted)}: {h(reason)}\n"
         "not restarted: a saturated server is load, not a fault (add capacity or shed load)\n"
         f"incident {number(incident_id)}"
     )
 
 
 def busy_over(name: str, lasted: timedelta) -> str:
-    return f"🟢 {h(name)} is no longer busy (it was for {ago(lasted)})"
+    return f"🟢 {h(name)} is no longer busy (it was for {rounded(lasted)})"
 
 
 def host_resolved(host: str, took: timedelta) -> str:
-    return f"✅ host <b>{h(host)}</b> answers again after {ago(took)}"
+    return f"✅ host <b>{h(host)}</b> answers again after {rounded(took)}"
 
 
 def flapping(name: str, downs: int, over: timedelta) -> str:
     return (
-        f"🔁 {h(name)} is flapping: down {downs} times in {ago(over)} "
+        f"🔁 {h(name)} is flapping: down {downs} times in {rounded(over)} "
         "(one incident; next update when it settles)"
     )
 
@@ -103,7 +103,7 @@ def flapping(name: str, downs: int, over: timedelta) -> str:
 def reminder(name: str, why: str, incident_id: int, waiting: timedelta) -> str:
     return (
         f"⏰ still needs a person: {h(name)} (incident {number(incident_id)}, escalated "
-        f"{ago(waiting)} ago): {h(why)}\n/ack {incident_id} stops these reminders"
+        f"{rounded(waiting)} ago): {h(why)}\n/ack {incident_id} stops these reminders"
     )
 
 

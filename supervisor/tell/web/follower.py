@@ -26,7 +26,7 @@ from aiohttp import web
 
 from supervisor.control.model import Code
 from supervisor.control.routes import PREFIX
-from supervisor.record.store.lease_view import LeaderView, leadership_document
+from supervisor.record.store.who_leads import LeaderView, leadership_document
 from supervisor.tell.web import metrics
 from supervisor.tell.web.leadership import LeadershipCollector
 from supervisor.tell.web.page.app import mount_page
@@ -91,7 +91,9 @@ class FollowerServer(HttpSite):
 
     async def _metrics(self, request: web.Request) -> web.Response:
         view = await gather(self.fleet, self._started_at)
-        response = web.Response(body=metrics.render(view, LeadershipCollector(self._leader())))
+        response = web.Response(
+            body=metrics.render_metrics(view, LeadershipCollector(self._leader()))
+        )
         response.headers["Content-Type"] = metrics.CONTENT_TYPE
         return response
 

@@ -23,11 +23,10 @@ from supervisor.control import routes as control_routes
 from supervisor.core.tenure import Tenure
 from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.errors import StoreError
-from supervisor.record.store.lease_view import leader_view, leadership_document
 from supervisor.record.store.resilient import ResilientStore
+from supervisor.record.store.who_leads import leader_view, leadership_document
 from supervisor.tell.web import metrics
 from supervisor.tell.web.leadership import LeadershipCollector
-from supervisor.tell.web.listen import ListenError, parse_listen
 from supervisor.tell.web.page.app import mount_page
 from supervisor.tell.web.page.peers import is_loopback
 from supervisor.tell.web.site import (
@@ -44,12 +43,12 @@ from supervisor.tell.web.view import gather, status_document
 
 if TYPE_CHECKING:
     from supervisor.control import ControlApi
-    from supervisor.runtime.daemon import Daemon
+    from supervisor.runtime import Daemon
 
 STORE_DEADLINE = 2.0
 """Seconds the store has to answer /healthz."""
 
-__all__ = ["ListenError", "OpsServer", "health_problem", "parse_listen", "worker_task"]
+__all__ = ["OpsServer", "health_problem", "worker_task"]
 
 
 class OpsServer(HttpSite):
@@ -121,7 +120,7 @@ class OpsServer(HttpSite):
     async def _metrics(self, request: web.Request) -> web.Response:
         view = await gather(self._daemon, self._started_at)
         leader = LeadershipCollector(await leader_view(self._daemon.store))  # [leadership]
-        response = web.Response(body=metrics.render(view, leader))
+        response = web.Response(body=metrics.render_metrics(view, leader))
         response.headers["Content-Type"] = metrics.CONTENT_TYPE
         return response
 

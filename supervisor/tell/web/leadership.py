@@ -1,5 +1,5 @@
 """Leadership for scrapers: three gauges, a `prometheus_client` collector beside the fleet's (what
-it reads is `supervisor.record.store.lease_view`)."""
+it reads is `supervisor.record.store.who_leads`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from supervisor.record.store.lease_view import LeaderView
+from supervisor.record.store.who_leads import LeaderView
 
 
 class LeadershipCollector(Collector):

@@ -135,7 +135,7 @@ class FleetCollector(Collector):
         yield from (state, latency, ttft, toks, streak, last_ok, incident)
 
 
-def render(view: FleetView, *more: Collector) -> bytes:
+def render_metrics(view: FleetView, *more: Collector) -> bytes:
     """The /metrics body: the fleet's families, then those of `more` collectors (leadership)."""
     registry = CollectorRegistry(auto_describe=False)
     for collector in (FleetCollector(view), *more):

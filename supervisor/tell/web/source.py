@@ -1,4 +1,4 @@
-"""What the ops side reads the fleet from: the running daemon (`supervisor.runtime.daemon.Daemon`,
+"""What the ops side reads the fleet from: the running daemon (`supervisor.runtime.Daemon`,
 while this instance leads) or the store's last word (`supervisor.tell.web.stored.StoredFleet`, while
 it follows). The views (`ops.view`), the board and the fleet page need only this much of either."""
 
@@ -11,6 +11,7 @@ from typing import Protocol
 from supervisor.config import Endpoint, FleetConfig
 from supervisor.control.model import JournalRow, PauseRow, SilenceRow
 from supervisor.core.clock import Clock
+from supervisor.core.streamstatus import StreamStatus
 from supervisor.playbook.loader import Playbook
 from supervisor.record.store import Snapshot, Store
 
@@ -41,8 +42,8 @@ class HostSource(Protocol):
 
 
 class StreamsSource(Protocol):
-    def status(self) -> Mapping[str, str]:
-        """Each host's unit-event stream: `streaming`, `polling: WHY`, ..."""
+    def status(self) -> Mapping[str, StreamStatus]:
+        """Each host's unit-event stream: streaming, polling (why), ..."""
         ...
 
 
@@ -71,7 +72,7 @@ class FleetSource(Protocol):
 
 class ControlReads(Protocol):
     """What the page reads of the control API: the leader's `ControlApi`, or a follower's
-    `supervisor.tell.web.stored_control.StoredControl`."""
+    `supervisor.tell.web.follower_control.StoredControl`."""
 
     async def journal(
         self, subject: str | None = None, *, latest: int | None = None

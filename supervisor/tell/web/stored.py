@@ -22,11 +22,12 @@ from functools import partial
 
 from supervisor.config import Endpoint, FleetConfig
 from supervisor.core.clock import Clock, SystemClock
+from supervisor.core.streamstatus import StreamStatus
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.cursors import read_streams
-from supervisor.record.store.lease_view import LeaderView, leader_view
-from supervisor.tell.web.stored_control import StoredControl
+from supervisor.record.store.who_leads import LeaderView, leader_view
+from supervisor.tell.web.follower_control import StoredControl
 
 STORE_DEADLINE = 2.0
 """Seconds the store has to answer a request's read (as the leader's /healthz)."""
@@ -53,9 +54,9 @@ class StoredHost:
 class StoredStreams:
     """The hosts' unit-event streams as the leader last saved them (`journal_cursors`)."""
 
-    saved: Mapping[str, str]
+    saved: Mapping[str, StreamStatus]
 
-    def status(self) -> Mapping[str, str]:
+    def status(self) -> Mapping[str, StreamStatus]:
         return self.saved
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from supervisor.core.streamstatus import StreamStatus, events_fields
 from supervisor.core.timefmt import iso
-from supervisor.hear.reachability import UNREACHABLE
+from supervisor.judge.machine import HostState
 from supervisor.record.availability import Availability, Repair, Repairs, availability, repairs
 from supervisor.record.store import Snapshot, Store, SubjectKind
 
@@ -42,11 +43,11 @@ class HostView:
     since: datetime | None
     incident_id: int | None
     last_reason: str
-    events: str | None = None  #: its unit-event stream: `streaming`, `polling: WHY`, ...
+    events: StreamStatus | None = None  #: its unit-event stream: streaming, polling (why), ...
 
     @property
     def reachable(self) -> bool:
-        return self.state != UNREACHABLE
+        return self.state != HostState.UNREACHABLE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,7 +150,7 @@ def status_document(view: FleetView) -> dict[str, Any]:
             "since": iso(h.since),
             "incident_id": h.incident_id,
             "last_reason": h.last_reason,
-            "events": h.events,
+            **events_fields(h.events),
             "availability": view.availability[(SubjectKind.HOST, h.name)].document(),
         }
         for h in view.hosts

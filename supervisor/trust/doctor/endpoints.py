@@ -11,7 +11,7 @@ from datetime import timedelta
 import httpx
 
 from supervisor.config import Endpoint, Host, UnitRef
-from supervisor.core.events import Outcome
+from supervisor.core.events import ProbeOutcome
 from supervisor.judge.progress.load import MetricsFormatError, parse_vllm_metrics
 from supervisor.judge.progress.read import METRICS_KINDS
 from supervisor.playbook.evidence.execstart import parse_exec_start, script_of, split_argv
@@ -55,7 +55,7 @@ async def _probe(ctx: DoctorContext, endpoint: Endpoint, deep: bool) -> tuple[bo
     except httpx.HTTPError as exc:
         return False, one_line(str(exc)) or type(exc).__name__, ""
     said = found.reason or found.detail or found.check
-    return found.outcome is Outcome.OK, said, found.reasoning_field
+    return found.outcome is ProbeOutcome.OK, said, found.reasoning_field
 
 
 @check("liveness", over=Over.ENDPOINT, doc="/health, /v1/models or /api/tags answers")
@@ -149,7 +149,7 @@ def _launchd_only(ctx: DoctorContext, endpoint: Endpoint) -> bool:
 
 
 @check("metrics", over=Over.ENDPOINT, doc="the /metrics series the busy/hung judge reads")
-async def metrics(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
+async def check_metrics(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
     if endpoint.kind not in METRICS_KINDS:
         return []
     name = endpoint.name

@@ -77,7 +77,7 @@ def _units_on(ctx: DoctorContext, host: Host) -> list[str]:
 
 
 @check("journal", over=Over.HOST, doc="the user can follow the units' journal (event streams)")
-async def journal(ctx: DoctorContext, login: Login) -> list[Finding]:
+async def check_journal(ctx: DoctorContext, login: Login) -> list[Finding]:
     host = login.host
     units = _units_on(ctx, host)
     if host.service_manager != "systemd" or not units:

@@ -33,7 +33,7 @@ from supervisor.config import load_config
 from supervisor.core.clock import utcnow
 from supervisor.judge.machine import State
 from supervisor.record.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.runtime.daemon import Daemon, close_interrupted
+from supervisor.runtime import Daemon, close_interrupted
 from tests.helpers import eventually, write_fleet
 
 RULE = """\
@@ -86,7 +86,7 @@ async def _run(folder: Path, port: int, mode: str, sim: VllmSim) -> None:
         if mode == "auto":
             await eventually(marker.exists, within=20, what="the step")
             await sim.start("127.0.0.1", port)
-            await eventually(lambda: worker.incident_id is None, within=20, what="healed")
+            await eventually(lambda: worker.record.incident_id is None, within=20, what="healed")
         else:
             await eventually(lambda: worker.state is State.ESCALATED, within=20, what="escalated")
         assert daemon.remediator is not None

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
-from supervisor.control.api import ControlApi
-from supervisor.control.model import Actor, Answer, Code
+from supervisor.control import ControlApi
+from supervisor.control.model import Answer, Code
+from supervisor.core.actor import Actor
 from supervisor.core.durations import DurationError, parse_duration
 
 Form = Mapping[str, str]

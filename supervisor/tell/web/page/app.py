@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from supervisor.control.matchers import MatchError, select
+from supervisor.control.matchers import MatchError, covers, select
 from supervisor.control.model import Code
 from supervisor.control.routes import STATUS
 from supervisor.control.tables import ControlStore
@@ -38,14 +38,22 @@ from supervisor.core.timefmt import stamp
 from supervisor.record.availability import Repair, availability, days, repairs
 from supervisor.record.store import SubjectKind
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
-from supervisor.tell.web.page.auth import COOKIE, Gate, RefusedError, Session, same_origin
+from supervisor.tell.web.page.auth import COOKIE, ActionGate, RefusedError, Session, same_origin
 from supervisor.tell.web.page.board import History, board
+from supervisor.tell.web.page.doctor import doctor_panel
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.icon import ico, png
 from supervisor.tell.web.page.items import item
 from supervisor.tell.web.page.peers import is_loopback
 from supervisor.tell.web.page.rules import WINDOW, rule_histories, rule_rows
-from supervisor.tell.web.page.states import TONES, Tone, stylesheet, tone_of, worst
+from supervisor.tell.web.page.states import (
+    DAY_TONES,
+    TONES,
+    Tone,
+    stylesheet,
+    tone_of,
+    worst,
+)
 from supervisor.tell.web.view import host_views
 
 if TYPE_CHECKING:
@@ -59,7 +67,7 @@ EXPIRED_SHOWN = 50  #: ended silences listed on /silences
 SILENCE_PRESETS = ("30m", "1h", "2h", "4h", "8h", "1d", "3d", "1w")
 
 
-def ago(value: datetime | None, now: datetime) -> str:
+def ago_span(value: datetime | None, now: datetime) -> str:
     """How long before `now`, in the two largest units: `3m 12s`, `2h 5m`, `4d 1h`."""
     if value is None:
         return "–"
@@ -89,11 +97,12 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["ago"] = ago
+    env.filters["ago"] = ago_span
     env.filters["span"] = span
     env.filters["num"] = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)
     env.filters["iso"] = stamp
     env.filters["tone"] = tone_of
+    env.globals["DAY_TONES"] = DAY_TONES
     return env
 
 
@@ -124,7 +133,7 @@ class Page:
     daemon: FleetSource
     api: ControlApi | None
     started_at: datetime
-    gate: Gate
+    gate: ActionGate
     feed: Feed
     env: Environment
     follows: Callable[[], str] | None = None  #: a follower's `this instance follows: ...`
@@ -172,6 +181,7 @@ class Page:
             "silences": await reads.silences() if reads else [],
             "pauses": reads.pauses() if reads else [],
             "journal": journal,
+            "doctor": await doctor_panel(self.daemon.store),
         }
 
     # -- pages -----------------------------------------------------------------------------
@@ -226,6 +236,12 @@ class Page:
         if worker is None:
             raise web.HTTPNotFound(text=f"no endpoint {name!r}\n")
         journal = (await self.reads.journal(name))[::-1] if self.reads else []
+        hosts = {name: worker.endpoint.hosts()}
+        silenced = [
+            s
+            for s in (await self.reads.silences() if self.reads else [])
+            if covers(s.target, name, hosts)
+        ]
         incidents = await self.daemon.store.incidents(subject=name, limit=20)
         paused = self.reads.paused(name) if self.reads else ""
         now = self.daemon.clock.now()
@@ -241,6 +257,7 @@ class Page:
             "incidents": incidents,
             "journal": journal,
             "paused": paused,
+            "silenced": silenced,
         }
 
     async def endpoint(self, request: web.Request) -> web.Response:
@@ -410,7 +427,7 @@ def mount_page(
     """Add the page's routes to `app`; the live feed follows the store while `app` runs. A
     follower's page (`follows`: who leads) is read-only: it says who leads, actions refused."""
     http = daemon.config.http
-    gate = Gate(token_file=http.token_file, loopback_actions=http.loopback_actions)
+    gate = ActionGate(token_file=http.token_file, loopback_actions=http.loopback_actions)
     page = Page(
         daemon,
         control,

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from supervisor.control.model import Actor, Via
+from supervisor.core.actor import Actor, Via
 from supervisor.tell.web.page.peers import is_loopback
 
 COOKIE = "fleet_session"
@@ -35,7 +35,7 @@ class Session:
         return Actor(who=self.who, via=Via.WEB)
 
 
-class Gate:
+class ActionGate:
     def __init__(self, *, token_file: Path | None, loopback_actions: bool) -> None:
         self.token_file = token_file
         self.loopback_actions = loopback_actions

@@ -47,6 +47,9 @@ class Feed:
         self._hooked = False
         self._wake()
 
+    def _stops(self) -> bool:
+        return self._tenure.stops("the page's event streams")
+
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """GET /events: `Last-Event-ID` (sent by a reconnecting browser) resumes after it."""
         response = web.StreamResponse(
@@ -59,8 +62,14 @@ class Feed:
         self._waiting.add(event)
         try:
             await response.write(b"retry: 2000\n\n")
-            while self._hooked and not self._tenure.stops("the page's event streams"):
-                for row in await entries_after(self._store, after):
+            while self._hooked and not self._stops():
+                rows = await entries_after(self._store, after)
+                # a read that spanned a freeze (the process stopped while it waited for its
+                # connection) returns what the new leader wrote meanwhile: asked again before
+                # anything is sent
+                if rows and self._stops():
+                    break
+                for row in rows:
                     await response.write(frame(row))
                     after = row.id
                 with suppress(TimeoutError):
@@ -68,7 +77,7 @@ class Feed:
                         await event.wait()
                         event.clear()
                         continue
-                if self._tenure.stops("the page's event streams"):
+                if self._stops():
                     break
                 await response.write(b"event: tick\ndata: {}\n\n")
         except ConnectionError:

@@ -26,7 +26,7 @@ from supervisor.record.timeline import (
 
 
 @dataclass(frozen=True, kw_only=True)
-class Command:
+class StepCommand:
     host: str
     command: str
     exit_status: str  #: the exit code, or what stopped it
@@ -42,7 +42,7 @@ class Item:
     headline: str
     tone: str = ""
     facts: tuple[tuple[str, str], ...] = ()
-    commands: tuple[Command, ...] = ()
+    commands: tuple[StepCommand, ...] = ()
     lines: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -50,9 +50,9 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
-def _commands(runs: tuple[CommandRun, ...]) -> tuple[Command, ...]:
+def _commands(runs: tuple[CommandRun, ...]) -> tuple[StepCommand, ...]:
     return tuple(
-        Command(
+        StepCommand(
             host=run.host,
             command=run.command,
             exit_status=(
@@ -81,9 +81,18 @@ def _sample_facts(sample: ProbeSample) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in pairs if v)
 
 
+def _by(r: Transition) -> str | None:
+    """Who caused it (the person who set or ended a silence, asked for a restart), and how."""
+    if r.actor is None:
+        return None
+    return f"{r.actor.who} ({r.actor.via})" if r.actor.via is not None else r.actor.who
+
+
 def _transition(row: TimelineRow, r: Transition) -> Item:
-    facts = [("trigger", r.trigger)]
-    facts += [(k, v) for k, v in (("rule", r.rule), ("by", r.actor), ("why", r.why)) if v]
+    facts = [("trigger", r.trigger.value)]
+    facts += [(k, v) for k, v in (("rule", r.rule), ("by", _by(r)), ("why", r.why)) if v]
+    if r.extra.get("silence"):
+        facts.append(("silence", f"#{r.extra['silence']} on {r.extra.get('target', '?')}"))
     if r.until is not None:
         facts.append(("until", r.until.isoformat(timespec="seconds")))
     if r.probe is not None:

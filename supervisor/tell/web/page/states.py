@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from supervisor.hear.reachability import REACHABLE, UNREACHABLE
-from supervisor.judge.machine import State
+from supervisor.judge.machine import HostState, State
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,12 +50,19 @@ STATES: Mapping[str, str] = {
     State.ESCALATED: "bad",
     State.MAINTENANCE: "maint",
     # a host's (`supervisor.hear.reachability`); `unknown` as above
-    REACHABLE: "good",
-    UNREACHABLE: "bad",
+    HostState.REACHABLE: "good",
+    HostState.UNREACHABLE: "bad",
 }
 """state -> the name of its tone."""
 
 UNLISTED = "muted"
+
+DAY_TONES: Mapping[str, str] = {
+    "incidents": "bad",
+    "no incident": "good",
+    "not supervised": "muted",  # neither up nor down: nobody watched that day
+}
+"""A day of the history bar (`supervisor.record.availability.Day.status`) -> its tone."""
 
 
 def tone_of(state: str) -> str:

@@ -1,0 +1,87 @@
+"""The notifier's tables while the store cannot take writes (a full disk, the PostgreSQL server
+down): what the composer and the sender would have written is kept here, in memory, and queued
+behind the store's other writes (`ResilientStore.queue`), so alerts go on and nothing is lost.
+
+- Outbox rows composed meanwhile get negative ids; the sender delivers them like any other, and
+  what it marks (parts sent, failures, threads) lands on the row in memory. When the store
+  takes the queued write, each row is inserted as it stands then (sent rows as sent), its
+  incident's placeholder mapped to the real id.
+- The composer's memories of incidents are kept over the stored ones.
+- The timeline entries the store has not taken (`ResilientStore.held`) are composed from memory;
+  the queued write then moves the composer's cursor past them, so they are not composed again.
+- Rows that were in the store already and are sent or given up meanwhile are remembered as such
+  (and their marks queued), so they are not sent twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from supervisor.record.store.records import OutboxRow
+from supervisor.record.timeline import JSONValue
+
+State = Mapping[str, JSONValue]
+
+
+MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it returns)</i>"
+"""Said under each message composed while the store cannot be written."""
+
+
+@dataclass
+class MemoryOutbox:
+    rows: dict[int, OutboxRow] = field(default_factory=dict)  #: not yet in the store
+    ids: dict[int, int] = field(default_factory=dict)  #: a memory row's id -> the store's
+    states: dict[int, tuple[State, bool]] = field(default_factory=dict)
+    threads: dict[tuple[int, int], int] = field(default_factory=dict)
+    done: set[int] = field(default_factory=set)  #: stored rows sent or given up meanwhile
+    held_seen: int = 0  #: the last held entry composed (held ids go -1, -2, ...)
+    held_batch: int = 0  #: the last held entry of the batch being composed
+    floor: int = 0  #: the composer's cursor is at least this (moved by a queued write)
+    _next: itertools.count[int] = field(default_factory=lambda: itertools.count(-1, -1))
+
+    def add(
+        self,
+        *,
+        at: datetime,
+        chat_ids: Sequence[int],
+        drafts: Sequence[tuple[str, str, int | None]],
+        epoch: int | None,
+    ) -> list[int]:
+        made = []
+        for kind, text, incident_id in drafts:
+            for chat_id in chat_ids:
+                row = OutboxRow(
+                    id=next(self._next),
+                    created_at=at,
+                    chat_id=chat_id,
+                    incident_id=incident_id,
+                    kind=kind,
+                    text=text + MARK,
+                    parts_sent=0,
+                    attempts=0,
+                    last_error="",
+                    sent_at=None,
+                    message_id=None,
+                    given_up=False,
+                    epoch=epoch,
+                )
+                self.rows[row.id] = row
+                made.append(row.id)
+        return made
+
+    def pending(self) -> list[OutboxRow]:
+        return [r for r in self.rows.values() if r.sent_at is None and not r.given_up]
+
+    def update(self, row_id: int, **values: object) -> None:
+        row = self.rows.get(row_id)
+        if row is not None:
+            self.rows[row_id] = replace(row, **values)  # type: ignore[arg-type]
+
+    def cleared(self) -> None:
+        """The store took every queued write: memory has nothing the store lacks."""
+        self.states.clear()
+        self.threads.clear()
+        self.done.clear()
