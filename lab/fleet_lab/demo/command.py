@@ -145,9 +145,13 @@ async def _reach(
     """Poll until the endpoint is in `state` with (or without) an open incident."""
 
     def reached() -> bool:
+        if _INTERRUPTS.heard is not None:
+            return True
         return worker.state is state and (worker.record.incident_id is not None) is incident_open
 
     if await poll(reached, within, every=0.05):
+        if _INTERRUPTS.heard is not None:  # its cancellation was swallowed on the way (a
+            raise asyncio.CancelledError  # server's stop, a timeout ending at the same time)
         return True
     narrator.say(f"{worker.name} did not become {state} within {within:.0f}s")
     return False
@@ -263,7 +267,7 @@ def main(*, loopback: bool = False, lab: Path | None = None) -> int:
             from fleet_lab.demo.lab import main as lab_demo
 
             return lab_demo(lab)
-    interrupts = Interrupts()
+    interrupts = _INTERRUPTS
     interrupts.install()  # Ctrl-C and SIGTERM end it with 130, even a SIGINT inherited as ignored
     with tempfile.TemporaryDirectory(prefix="fleet-supervisor-demo-") as folder:
         try:
@@ -274,6 +278,11 @@ def main(*, loopback: bool = False, lab: Path | None = None) -> int:
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip clean-up
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+#: The demo's signals: its waits stop at once when one came, also if the task's cancellation
+#: was swallowed by what it was awaiting then.
+_INTERRUPTS = Interrupts()
 
 
 async def _interruptible(demo: Awaitable[int], interrupts: Interrupts) -> int:

@@ -172,7 +172,7 @@ def install_sudoers(lab: Lab, config: FleetConfig) -> None:
     for `config` (the rules in force, the lab's user), accepted by `visudo -c`, installed as
     `deploy/install.sh --sudoers FILE` does. Nothing for a lab that logs in as root."""
     from supervisor.trust.load import in_force  # (the playbook and asyncssh: only here)
-    from supervisor.trust.sudoers import render
+    from supervisor.trust.sudoers import render_sudoers
 
     if lab.user == "root":
         return
@@ -180,7 +180,7 @@ def install_sudoers(lab: Lab, config: FleetConfig) -> None:
     for name, host in lab.hosts.items():
         if host.pid is None or name not in config.hosts:
             continue
-        text = render(
+        text = render_sudoers(
             config,
             found.needs,
             hosts=[name],
