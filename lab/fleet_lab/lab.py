@@ -21,8 +21,7 @@ from pathlib import Path
 
 import asyncssh
 
-from fleet_lab import account
-from fleet_lab import network
+from fleet_lab import account, network
 from fleet_lab.host import SSH_PORT, LabError, LabHost
 from supervisor.config import Host
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import httpx
 
-from fleet_lab.account import Account
 from fleet_lab import network
+from fleet_lab.account import Account
 from fleet_lab.boot import INSIDE
 from fleet_lab.lab import Lab, LabError, LabHost
 from supervisor.playbook.evidence.launchctl import parse_print
