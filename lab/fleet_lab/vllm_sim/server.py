@@ -173,7 +173,9 @@ class VllmSim:
         await self._closed.wait()
 
     async def stop(self) -> None:
-        """Close the listener and every open connection, hung ones included. Idempotent."""
+        """Close the listener and every open connection, hung ones included. Idempotent; a
+        caller cancelled while it waits does not cut the closing short (it goes on in its own
+        task, which the next caller waits for)."""
         if not self._running:
             return
         if self._stopping:
@@ -181,6 +183,10 @@ class VllmSim:
             return
         self._stopping = True
         current = asyncio.current_task()
+        closing = asyncio.ensure_future(self._close(current))
+        await asyncio.shield(closing)
+
+    async def _close(self, current: asyncio.Task[object] | None) -> None:
         for task in list(self._background):
             if task is not current:
                 task.cancel()
