@@ -2,8 +2,10 @@
 made with initdb and started with pg_ctl on a free loopback port, as an unprivileged user (the
 `postgres` system user via runuser when the tests run as root). Trust auth on 127.0.0.1 only.
 
-`PgServer.database()` makes a fresh database per test; `restart()` stops and starts the server
-(the chaos specs); `stop()` at the end of the session.
+`PgServer.database()` makes a fresh database per test, starting the server again first when a
+spec stopped it and failed before it started it (one failed chaos spec must not fail every later
+spec); `restart()` stops and starts the server (the chaos specs); `close()` at the end of the
+session.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class PgServer:
         self.data = self.root / "data"
         self.port = _free_port()
         self._names = itertools.count(1)
+        self.running = False
         if os.geteuid() == 0:
             user = pwd.getpwnam(RUN_AS)
             os.chown(self.root, user.pw_uid, user.pw_gid)
@@ -81,9 +84,11 @@ class PgServer:
             "-w",
             "start",
         )
+        self.running = True
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+        self.running = False
 
     def restart(self) -> None:
         self.stop()
@@ -94,12 +99,15 @@ class PgServer:
 
     def database(self) -> PgTarget:
         """A new, empty database and the target naming it."""
+        if not self.running:
+            self.start()
         name = f"t{os.getpid()}_{next(self._names)}"
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "fleet", name)
         return PgTarget(url=self.url(name))
 
     def close(self) -> None:
         try:
-            self.stop("immediate")
+            if self.running:
+                self.stop("immediate")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -365,13 +365,13 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
     warning = next(t for t in bot_a.texts(CHAT) if "the store cannot be written</b>" in t)
     assert warning.startswith(
         "⚠️ <b>the store cannot be written</b>: the database server is down or unreachable ("
-    )
+    ), warning
     async with httpx.AsyncClient() as client:
         health = await client.get(fleet.urls["a"] + "/healthz")
     assert health.status_code == 503
     assert health.text.startswith(
         "unhealthy: the store cannot be written: the database server is down or unreachable ("
-    )
+    ), health.text
     await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))
     assert fleet.events("a", "leadership lost") == []
     assert (fleet.steps("step1"), fleet.steps("step2")) == (1, 1)  # the repair waits

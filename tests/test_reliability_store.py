@@ -29,6 +29,7 @@ from supervisor.record.store import (
     TimelineEntry,
 )
 from supervisor.record.store import engine as store_engine
+from supervisor.record.store.errors import unwritable_cause
 from supervisor.record.store.history import ms
 from supervisor.record.store.resilient import ResilientStore, refused
 from supervisor.record.store.schema import supervision
@@ -271,3 +272,37 @@ async def test_a_runs_start_and_heartbeat_queue_while_the_store_refuses(tmp_path
     await store.close()
     minute = 60_000
     assert [tuple(r) for r in rows] == [(ms(started), ms(started) + minute)]
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        ("cannot write to store s.db: database or disk is full", "the disk is full"),
+        (
+            "cannot write to store s.db: attempt to write a readonly database",
+            "no permission to write it",
+        ),
+        ("cannot write to store s.db: database is locked", "another process holds its write lock"),
+        (
+            "cannot write to store pg://db/f: [Errno 111] Connect call failed",
+            "the database server is down or unreachable",
+        ),
+        (
+            "cannot write to store pg://db/f: [Errno 104] Connection reset by peer",
+            "the database server is down or unreachable",
+        ),
+        (
+            "cannot write to store pg://db/f: [Errno 32] Broken pipe",
+            "the database server is down or unreachable",
+        ),
+        (
+            "cannot write to store pg://db/f: the database system is shutting down",
+            "the database server is down or unreachable",
+        ),
+        ("cannot write to store s.db: something new", "cannot write to store s.db: something new"),
+    ],
+)
+def test_why_the_store_cannot_be_written_in_a_few_words(error: str, cause: str) -> None:
+    """The cause a person reads in the chat, /healthz and `status`: the driver's words mapped
+    to a few plain ones; words it does not know are shown as they are."""
+    assert unwritable_cause(error) == cause

@@ -342,10 +342,12 @@ async def test_a_booted_out_launchd_job_is_bootstrapped_and_kickstarted(
     assert report.diagnosis == f"kimi (down): launchd-job-dead matched on {KIMI}"
     (step,) = report.steps
     assert step.summary.startswith("step 1 start_units on kimi: ok: ")
+    account = lab.hosts["m3ultra"].account
+    home = account.home if lab.user != "root" and account is not None else "/root"
     assert step.commands == (
         PRINT,
         "[m3ultra] printenv HOME",
-        f"[m3ultra] launchctl bootstrap gui/501 /root/Library/LaunchAgents/{mac_host.LABEL}.plist",
+        f"[m3ultra] launchctl bootstrap gui/501 {home}/Library/LaunchAgents/{mac_host.LABEL}.plist",
         f"[m3ultra] launchctl kickstart {JOB}",
     )
     assert step.exit_statuses == (113, 0, 0, 0)  # 113: launchd does not hold the job

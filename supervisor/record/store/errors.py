@@ -33,6 +33,11 @@ _CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
         (
             "connect call failed",
             "connection refused",
+            "connection reset",
+            "connection aborted",
+            "broken pipe",
+            "network is unreachable",
+            "cannot assign requested address",
             "could not connect",
             "connection was closed",
             "closed the connection",
