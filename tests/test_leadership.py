@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.app.leader.elector import Elector, Me
@@ -23,10 +25,13 @@ from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config import load_config
 from supervisor.core.tenure import Tenure
-from supervisor.record.store import Store, StoreRefusedError
+from supervisor.record.store import Store, StoreRefusedError, TimelineRow
 from supervisor.record.store.lease import Lease, lease_journal
+from supervisor.tell.web.page.feed import Feed
+from supervisor.tell.web.page.reads import entries_after
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
+from tests.test_store import open_incident_at
 
 
 def _config(tmp_path: Path, instance: str, port: int) -> Path:
@@ -242,3 +247,35 @@ async def test_a_refused_renewal_keeps_the_lead_but_a_freeze_does_not(tmp_path: 
         clock.now += 0.31  # a whole lease of answers
         await follower.step()
         assert follower.leading.is_set()
+
+
+async def test_an_event_read_before_the_deadline_is_not_streamed_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's event stream checks the lease's deadline again just before it sends each
+    event: an entry committed while this instance led, read by a stream whose read spanned the
+    deadline (frozen while it waited for its connection), is not sent; the stream ends."""
+    clock = Clock()
+    deadline = clock.now + 1
+    tenure = Tenure(lambda: clock() < deadline)
+
+    async def read_across_the_deadline(store: Store, after: int) -> list[TimelineRow]:
+        rows = await entries_after(store, after)
+        if rows:
+            clock.now = deadline  # woken past the deadline with the rows in hand
+        return rows
+
+    monkeypatch.setattr(f"{Feed.__module__}.entries_after", read_across_the_deadline)
+    async with await Store.open(tmp_path / "s.db") as store:
+        feed = Feed(store, tenure)
+        feed.attach()
+        app = web.Application()
+        app.router.add_get("/events", feed.stream)
+        async with TestClient(TestServer(app)) as client:
+            response = await client.get("/events")
+            assert await response.content.readuntil(b"\n\n") == b"retry: 2000\n\n"
+            await open_incident_at(store, "m", 0)  # queued for the stream while it leads
+            rest = await asyncio.wait_for(response.content.read(), 10)
+        feed.detach()
+    assert rest == b""  # not the entry (nor a tick): the stream ended at the deadline
+    assert tenure.stops("the page's event streams")

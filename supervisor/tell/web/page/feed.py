@@ -63,13 +63,13 @@ class Feed:
         try:
             await response.write(b"retry: 2000\n\n")
             while self._hooked and not self._stops():
-                rows = await entries_after(self._store, after)
-                # a read that spanned a freeze (the process stopped while it waited for its
-                # connection) returns what the new leader wrote meanwhile: asked again before
-                # anything is sent
-                if rows and self._stops():
-                    break
-                for row in rows:
+                for row in await entries_after(self._store, after):
+                    # the lease's deadline again just before each event: a read that spanned a
+                    # freeze (the process stopped while it waited for its connection) returns
+                    # what the new leader wrote meanwhile, and a slow browser's write of the
+                    # event before can outlast the lease
+                    if self._stops():
+                        return response
                     await response.write(frame(row))
                     after = row.id
                 with suppress(TimeoutError):
