@@ -4,6 +4,7 @@ goes on, the error is reported, and every queued write lands, in order, once it 
 from __future__ import annotations
 
 import asyncio
+import errno
 import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
@@ -29,7 +31,7 @@ from supervisor.record.store import (
     TimelineEntry,
 )
 from supervisor.record.store import engine as store_engine
-from supervisor.record.store.errors import unwritable_cause
+from supervisor.record.store.errors import SERVER_DOWN, server_unreachable, unwritable_cause
 from supervisor.record.store.history import ms
 from supervisor.record.store.resilient import ResilientStore, refused
 from supervisor.record.store.schema import supervision
@@ -306,3 +308,45 @@ def test_why_the_store_cannot_be_written_in_a_few_words(error: str, cause: str) 
     """The cause a person reads in the chat, /healthz and `status`: the driver's words mapped
     to a few plain ones; words it does not know are shown as they are."""
     assert unwritable_cause(error) == cause
+
+
+class _PgError(Exception):
+    """A PostgreSQL error as SQLAlchemy's asyncpg adapter hands it on: with its SQLSTATE."""
+
+    def __init__(self, words: str, sqlstate: str) -> None:
+        super().__init__(words)
+        self.sqlstate = sqlstate
+
+
+def _wrapped(orig: BaseException) -> BaseException:
+    return DBAPIError("SELECT 1", None, orig)
+
+
+@pytest.mark.parametrize(
+    ("error", "unreachable"),
+    [
+        (ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 5)"), True),
+        (ConnectionResetError(errno.ECONNRESET, "words never seen before"), True),
+        (BrokenPipeError(errno.EPIPE, "?"), True),
+        (ConnectionError("unexpected connection_lost() call"), True),  # asyncpg, mid-handshake
+        (OSError(errno.EHOSTUNREACH, "?"), True),
+        (TimeoutError(), True),
+        (_wrapped(_PgError("the database system is starting up", "57P03")), True),
+        (_wrapped(_PgError("terminating connection due to administrator command", "57P01")), True),
+        (_wrapped(_PgError("connection was closed in the middle of operation", "08003")), True),
+        (OSError(errno.ENOSPC, "No space left on device"), False),
+        (_wrapped(_PgError("duplicate key value violates unique constraint", "23505")), False),
+        (_wrapped(sqlite3.OperationalError("database is locked")), False),
+    ],
+)
+def test_a_server_down_is_known_by_the_errors_type(error: BaseException, unreachable: bool) -> None:
+    """Whether the database server is down or unreachable comes from the driver's error's type
+    (errno, SQLSTATE), not its words: a refusal that says so by type reads as that cause,
+    whatever the words."""
+    assert server_unreachable(error) is unreachable
+    refusal = StoreRefusedError(
+        f"cannot write to store pg://db/f: {error}",
+        cause=SERVER_DOWN if server_unreachable(error) else "",
+    )
+    if unreachable:
+        assert unwritable_cause(refusal) == SERVER_DOWN

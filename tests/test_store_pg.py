@@ -19,6 +19,7 @@ from supervisor.control.model import PauseRow
 from supervisor.control.tables import ControlStore
 from supervisor.judge.machine import State, Trigger
 from supervisor.record.store import Snapshot, Store, StoreError, SubjectKind, TimelineEntry
+from supervisor.record.store.errors import SERVER_DOWN, StoreRefusedError
 from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.store.target import PgTarget, StoreTarget, store_target
 from supervisor.record.timeline import Note, Transition
@@ -106,6 +107,22 @@ async def test_opening_errors_in_plain_words(pg_server: PgServer) -> None:
     with pytest.raises(StoreError) as foreign:
         await Store.open(other)
     assert str(foreign.value) == f"store {other} is not a fleet-supervisor database"
+
+
+async def test_a_stopped_server_is_named_down_by_the_errors_type(pg_server: PgServer) -> None:
+    """PostgreSQL stopped (`pg_ctl stop -m fast`) under an open store: a write that fails says
+    the server is down or unreachable from the driver's error's type (a refused or reset
+    connection, the server's SQLSTATE), whatever its words."""
+    async with await Store.open(pg_server.database()) as store:
+        await store.snapshots()  # a pooled connection, which the stop ends
+        pg_server.stop()
+        try:
+            with pytest.raises(StoreRefusedError) as caught:
+                await store.save_snapshot(_down("m"))
+        finally:
+            pg_server.start()
+    assert caught.value.cause == SERVER_DOWN
+    assert str(caught.value).startswith(f"cannot write to store {store.path}: ")
 
 
 @pytest.fixture

@@ -86,6 +86,7 @@ class ResilientStore(Store):
         self.retry_every = retry_every
         self.max_queued = max_queued
         self.outage = ""  #: the error that made writes queue, '' while they go through
+        self.outage_cause = ""  #: why, in a few words (`unwritable_cause`)
         self.outages = 0  #: how many times writes started queueing
         self.dropped = 0  #: samples dropped because the queue was full
         self.saved = 0  #: queued writes the store took once it cleared (this outage's)
@@ -118,7 +119,7 @@ class ResilientStore(Store):
             return ""
         dropped = f"; {self.dropped} oldest samples dropped" if self.dropped else ""
         return (
-            f"the store cannot be written: {unwritable_cause(self.outage)} ({self.outage}); "
+            f"the store cannot be written: {self.outage_cause} ({self.outage}); "
             f"{self.queued} records kept in memory, written when it returns{dropped}"
         )
 
@@ -155,7 +156,7 @@ class ResilientStore(Store):
             except StoreError as err:
                 if not refused(err):
                     raise
-                self._begin_outage(str(err))
+                self._begin_outage(err)
         placeholder = next(self._next) if returns_id else None
         self._enqueue(_Write(what, run, placeholder))
         return placeholder, True
@@ -190,15 +191,16 @@ class ResilientStore(Store):
         """Wait (at most `within` seconds) until writes go through again; whether they do."""
         return await wait_event(self._writable, within)
 
-    def _begin_outage(self, error: str) -> None:
+    def _begin_outage(self, refusal: str | StoreError) -> None:
         self._writable.clear()
-        self.outage = error
+        error = str(refusal)
+        self.outage, self.outage_cause = error, unwritable_cause(refusal)
         self.outages += 1
         self.saved = 0
         log.warning(
             "store refuses writes: queueing them in memory",
             error=error,
-            cause=unwritable_cause(error),
+            cause=self.outage_cause,
         )
         for listener in list(self.on_outage):
             listener(error)
@@ -218,7 +220,7 @@ class ResilientStore(Store):
                 result = await head.run()
             except StoreError as err:
                 if refused(err):
-                    self.outage = str(err)
+                    self.outage, self.outage_cause = str(err), unwritable_cause(err)
                     return
                 if getattr(err, "expected_end", False):  # deposed: every queued write is stale
                     self._drop_stale(str(err))

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from supervisor.record.store import lease
 from supervisor.record.store.engine import make_any_engine, reason, transaction
-from supervisor.record.store.errors import StoreRefusedError
+from supervisor.record.store.errors import SERVER_DOWN, StoreRefusedError, server_unreachable
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.target import StoreTarget
 
@@ -77,7 +77,10 @@ class StoreTransactions:
             raise
         except (StatementError, OSError, TimeoutError) as err:  # OSError: a server gone
             verb = "write to" if write else "read"
-            raise StoreRefusedError(f"cannot {verb} store {self.path}: {reason(err)}") from None
+            raise StoreRefusedError(
+                f"cannot {verb} store {self.path}: {reason(err)}",
+                cause=SERVER_DOWN if server_unreachable(err) else "",
+            ) from None
 
     async def check_fence(self, what: str) -> None:
         """Before an outside effect (a command, a message): raise `StaleEpochError` (recorded

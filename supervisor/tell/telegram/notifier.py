@@ -159,8 +159,9 @@ class Notifier:
         memory (`supervisor.record.store.held_outbox`)."""
         store = self._store
         if error:
+            cause = store.outage_cause if isinstance(store, ResilientStore) else ""
             text = (
-                f"⚠️ <b>the store cannot be written</b>: {h(unwritable_cause(error))} "
+                f"⚠️ <b>the store cannot be written</b>: {h(cause or unwritable_cause(error))} "
                 f"({h(error)}). Alerts go on from memory; records are kept in memory and written "
                 "when it returns; repairs wait for it."
             )
