@@ -234,17 +234,49 @@ async def test_a_refused_renewal_keeps_the_lead_but_a_freeze_does_not(tmp_path: 
         await elector.step()
         assert elector.lost.is_set()
         assert elector.lost_why == "lease not renewed in time"
-        # a follower the store failed lately does not take the ran-out lease at once: its
-        # leader, which could not reach the store either, renews first
+        # a follower the store failed does not take the ran-out lease at once: it counts the
+        # lease from the store's return (its leader, which could not reach the store either,
+        # renews within a third of a lease of it)
+        follower = Elector(store, Me(holder="b", host="box"), lease, monotonic=clock)
+        store.refuse = "cannot read store s.db: connection refused"
+        await follower.step()
+        clock.now += 0.2
+        await follower.step()  # refused again
+        store.refuse = ""
+        await asyncio.sleep(0.4)  # the lease ran out on the store's clock too
+        clock.now += 0.2
+        await follower.step()  # the store answers: the lease counts from now
+        assert not follower.leading.is_set()
+        assert (follower.seen.holder, follower.seen.expired) == ("a", True)  # type: ignore[union-attr]
+        clock.now += 0.2  # a whole lease after the last refusal, not after the first answer
+        await follower.step()
+        assert not follower.leading.is_set()
+        clock.now += 0.11  # a whole lease of answers
+        await follower.step()
+        assert follower.leading.is_set()
+
+
+async def test_after_an_outage_a_follower_counts_from_the_stores_first_answer(
+    tmp_path: Path,
+) -> None:
+    """A follower the store failed, whose first answer after it shows the leader's lease
+    current, takes that lease over at once when it runs out much later (the leader died): the
+    wait after an outage counts from the store's first answer, not from the first read that
+    finds the lease run out."""
+    clock, lease = Clock(), timedelta(seconds=0.3)
+    opened = await Refusing.open(tmp_path / "s.db")
+    assert isinstance(opened, Refusing)
+    async with opened as store:
+        leader = Elector(store, Me(holder="a", host="box"), lease, monotonic=clock)
+        await leader.step()
         follower = Elector(store, Me(holder="b", host="box"), lease, monotonic=clock)
         store.refuse = "cannot read store s.db: connection refused"
         await follower.step()
         store.refuse = ""
-        await asyncio.sleep(0.4)  # the lease ran out on the store's clock too
-        await follower.step()
-        assert not follower.leading.is_set()
-        assert (follower.seen.holder, follower.seen.expired) == ("a", True)  # type: ignore[union-attr]
-        clock.now += 0.31  # a whole lease of answers
+        await follower.step()  # the store answers: a's lease is current
+        assert (follower.leading.is_set(), follower.seen.holder) == (False, "a")  # type: ignore[union-attr]
+        clock.now += 10  # much later: a died, its lease ran out
+        await asyncio.sleep(0.4)
         await follower.step()
         assert follower.leading.is_set()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -324,13 +325,19 @@ async def _refused(fleet: Fleet, holder: str) -> bool:
     return any(e.event == "refused" and e.holder == holder for e in entries)
 
 
-OUTAGE_S = LEASE_S + 5
-"""Past the lease (15 s: before issue 24 the leader stepped down after one lease and nobody
-spoke) and past every other clock of the daemon's store side, each saturated by then: the
-listener's backoff (its longest pause, 5 s, reached after 4 s), the claim loop's period (a third
-of the lease), the server's idle-in-transaction timeout (5 s), the resilient store's retry
-(1 s). A refused connection fails at once, so nothing waits on a 30 s statement timeout. Issue
-24's 60 s repeats the same states for 40 s more."""
+OUTAGE_S = 60.0
+"""Issue 24's outage: four leases. Long past every clock of the daemon's store side (the
+listener's backoff, the claim loop's period, the idle-in-transaction timeout, the resilient
+store's retry), and long enough that the lease has run out on the database's clock by a wide
+margin when the server comes back: the old leader and the follower both try to claim, and only
+the elector's rule (a follower the store failed waits a whole lease after it answers again)
+keeps the lead with the instance that kept speaking."""
+
+
+RACE_S = LEASE_S / 3 + 1
+"""How long `a` is paused as the server returns: past b's claim period (a third of the lease),
+so b reads the ran-out lease first; well inside a's own patience (it leads on while its tries
+are at most a lease apart)."""
 
 
 async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speaking(
@@ -340,6 +347,8 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
     (marked: kept in memory), its /healthz says why the store cannot be written, repairs wait;
     when the store returns it renews the same epoch, writes what it kept and repairs. b, which
     could not reach the store either, never takes over."""
+    server_log = pg_server.root / "log"
+    logged_before = server_log.stat().st_size
     await _a_leads_and_heals_then_b_follows(fleet)
     bot_a = fleet.bots["a"]
     pg_server.stop()
@@ -375,18 +384,62 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
     await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))
     assert fleet.events("a", "leadership lost") == []
     assert (fleet.steps("step1"), fleet.steps("step2")) == (1, 1)  # the repair waits
+    # both claim when the server returns, the lease long run out on its clock; the race's
+    # worse order made certain: b reaches the store first (a paused for longer than b's claim
+    # period, a third of the lease). b counts the lease from the store's return and waits; a
+    # renews its epoch when it runs again
+    paused = fleet.procs["a"]
     pg_server.start()
+    returned = time.time()
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        await asyncio.sleep(RACE_S)
+    finally:
+        paused.send_signal(signal.SIGCONT)
     await eventually(lambda: fleet.healed(1, count=2), within=90, what="a healing after it")
     entries, attempts = await fleet.read()
     assert [(e.epoch, e.holder) for e in entries if e.event == "took_over"] == [(1, "a")]
     assert [(a.epoch, a.outcome) for a in attempts] == [(1, "healed"), (1, "healed")]
     assert fleet.events("a", "leadership lost") == []
+    assert fleet.events("a", "lease renewed: the store answers again") != []
     assert fleet.events("b", "leading") == []
     assert all(proc.returncode is None for proc in fleet.procs.values())
     async with await Store.open(fleet.target, create=False) as store:
         rows = await OutboxStore(store).messages()
+        during = (await store.incidents(subject="m"))[0]  # newest: the fault in the outage
+        kept = await store.timeline(during.id)
     assert [r.sent_at is not None for r in rows if r.text == down] == [True]  # recorded as sent
+    # the timeline kept in memory is written (under the incident's real id), then the repair's
+    assert kept[0].at.timestamp() < returned < kept[-1].at.timestamp()
+    assert during.closed_at is not None
+    saved = [e for e in fleet.logged("a") if e["event"].startswith("store takes writes again")]
+    assert [e["saved"] > 0 for e in saved] == [True]
     assert bot_a.texts(CHAT).count(down) == 1
+    for instance in ("a", "b"):
+        lines = fleet.log(instance).read_text().splitlines()
+        assert [line for line in lines if "Traceback" in line] == []
+        errors = [e for e in fleet.logged(instance) if e.get("level") in ("error", "critical")]
+        assert errors == []
+    assert _server_errors(server_log, logged_before) == []
+
+
+def _server_errors(server_log: Path, offset: int) -> list[str]:
+    """PostgreSQL's lines at error level or worse after `offset`, but those of the stop the
+    spec made (a fast shutdown ends each open session: `terminating connection due to
+    administrator command`)."""
+    with server_log.open("rb") as lines:
+        lines.seek(offset)
+        said = lines.read().decode(errors="replace").splitlines()
+    found, stopping = [], False
+    for line in said:
+        if "received fast shutdown request" in line:
+            stopping = True
+        elif "database system is shut down" in line:
+            stopping = False
+        bad = re.search(r"\] (ERROR|FATAL|PANIC): ", line)
+        if bad and not (stopping and "due to administrator command" in line):
+            found.append(line)
+    return found
 
 
 async def _leader_at(fleet: Fleet, epoch: int) -> bool:

@@ -16,9 +16,16 @@ repairs meet the fence (which needs the store) and wait. It keeps trying every t
 lease; each failed try proves it was not frozen, so `holds` stays true while the tries go on,
 and turns false if they stop for a whole lease (frozen during the outage). When the store
 answers again, the renewal tells whether it still holds the lease (nobody took it: same epoch)
-or must follow. A follower that could not reach the store either does not take an expired lease
-over until the store has answered it for a whole lease: after an outage for everyone the leader,
-which tries every third of the lease, renews first and keeps its lead.
+or must follow.
+
+A follower that could not reach the store either counts the lease from when the store answered
+it again, as if the leader had renewed then: it takes a lease that ran out meanwhile over only
+once it has read that same row (not released, nobody renewing it) for a whole lease after the
+store came back. After an outage for everyone, however long (the lease has run out on the
+database's clock long before the server returns), the leader, which tries every third of the
+lease and so renews within a third of a lease of the store's return, keeps its epoch and its
+lead, and writes what it kept in memory; a follower that reaches the store first waits. A leader
+that died during the outage is replaced a lease after the store returned, as after any crash.
 """
 
 from __future__ import annotations
@@ -75,7 +82,10 @@ class Elector:
         #: why the store refuses our renewals while we lead ('' when it answers)
         self.store_down = ""
         self._last_try = 0.0  #: when the last renewal that the store refused started
-        self._unanswered: float | None = None  #: when the store last failed us as a follower
+        self._unanswered = False  #: the store failed us as a follower, and has not answered since
+        #: when the store answered us again (a follower) after failing us: a lease that ran out
+        #: meanwhile counts from then (None: no outage, or a whole lease has passed since)
+        self._back: float | None = None
         self._woken = asyncio.Event()
 
     @property
@@ -135,7 +145,7 @@ class Elector:
                 self.store_down, self._last_try = why, started
             else:
                 log.warning("lease: the store did not answer", error=why)
-                self._unanswered = started
+                self._unanswered, self._back = True, None
             return
         if not seen.mine and (self.seen is None or self.seen.epoch != seen.epoch):
             log.info("following", leader=seen.holder, host=seen.host, epoch=seen.epoch)
@@ -160,9 +170,10 @@ class Elector:
         (`supervisor.record.store.stuck`), and the caller claims."""
         async with self.store.tx(write=False) as conn:
             lease = await current_lease(conn)
+            just_back = self._store_just_back()
             others = lease is not None and lease.holder != self.me.holder
             if lease is not None and others:
-                held = not lease.expired or (not lease.released and self._store_failed_lately())
+                held = not lease.expired or (not lease.released and just_back)
                 if held:
                     return lease
             ended = await end_stuck_sessions(conn, stuck_s=self.lease_s / 3)
@@ -170,11 +181,17 @@ class Elector:
             log.warning("ended a frozen leader's stuck transaction", pids=ended)
         return None
 
-    def _store_failed_lately(self) -> bool:
-        """The store failed us within the last lease: a lease that ran out meanwhile may be a
-        leader's that could not reach it either (it renews first once it can)."""
-        failed = self._unanswered
-        return failed is not None and self._monotonic() - failed < self.lease_s
+    def _store_just_back(self) -> bool:
+        """The store failed us, and has answered again for less than a whole lease: a lease that
+        ran out meanwhile may be a leader's that could not reach the store either (it renews
+        within a third of a lease of the store's return). Called on every answer, so the count
+        starts at the first (not at the first that finds the lease run out, maybe hours later)."""
+        now = self._monotonic()
+        if self._unanswered:
+            self._unanswered, self._back = False, now
+        if self._back is not None and now - self._back >= self.lease_s:
+            self._back = None
+        return self._back is not None
 
     async def run(self) -> None:
         while not self.lost.is_set():
@@ -201,6 +218,8 @@ class Elector:
         seen = self.seen
         if seen is not None and not seen.mine and not seen.expired:
             wait = min(wait, (seen.expires_ms - seen.now_ms) / 1000 + FOLLOW_SLACK_S)
+        if self._back is not None:  # the lease counted from the store's return runs out then
+            wait = min(wait, self._back + self.lease_s - self._monotonic() + FOLLOW_SLACK_S)
         return max(FOLLOW_SLACK_S, wait)
 
     async def release(self) -> None:

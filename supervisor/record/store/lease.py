@@ -33,6 +33,12 @@ Why this is safe (the store is the one arbiter; nothing is decided in memory):
   follower cannot take over before the lease ran out on the database's clock, which is later.
   Writes it tried meanwhile fail (no connection) and are not acted on; once reconnected, they
   meet the fence.
+- **The store down for everyone** (the PostgreSQL server stopped): nobody renews and nobody
+  takes over. The leader leads on from memory while it keeps trying (`supervisor.app.leader`),
+  and a follower the store failed counts the lease from the store's return, as if renewed then:
+  it takes the row over only once it has read it unrenewed for a whole lease after that. The
+  leader, which tries every third of the lease, renews first and keeps its epoch, however long
+  the outage ran past the lease on the database's clock.
 - **Frozen inside a transaction**: its open session keeps the lease row's share lock, which
   would hold off every claim for the whole freeze. The server ends a session idle in a
   transaction for a third of the lease (`supervisor.record.store.pgengine`); one frozen
