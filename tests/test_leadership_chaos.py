@@ -334,10 +334,11 @@ the elector's rule (a follower the store failed waits a whole lease after it ans
 keeps the lead with the instance that kept speaking."""
 
 
-RACE_S = LEASE_S / 3 + 1
-"""How long `a` is paused as the server returns: past b's claim period (a third of the lease),
-so b reads the ran-out lease first; well inside a's own patience (it leads on while its tries
-are at most a lease apart)."""
+RACE_S = LEASE_S / 3 + 0.5
+"""How long `a` stays paused after the server is back: past b's claim period (a third of the
+lease), so b reads the ran-out lease first; inside a's own patience, with the server's start
+(it leads on while its tries start at most a lease apart: its last before the pause was at
+most a third of a lease earlier)."""
 
 
 async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speaking(
@@ -385,14 +386,14 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
     assert fleet.events("a", "leadership lost") == []
     assert (fleet.steps("step1"), fleet.steps("step2")) == (1, 1)  # the repair waits
     # both claim when the server returns, the lease long run out on its clock; the race's
-    # worse order made certain: b reaches the store first (a paused for longer than b's claim
-    # period, a third of the lease). b counts the lease from the store's return and waits; a
-    # renews its epoch when it runs again
+    # worse order made certain: b reaches the store first (a paused from before the server
+    # starts, so it holds no session, until past b's claim period after). b counts the lease
+    # from the store's return and waits; a renews its epoch when it runs again
     paused = fleet.procs["a"]
-    pg_server.start()
-    returned = time.time()
     paused.send_signal(signal.SIGSTOP)
     try:
+        pg_server.start()
+        returned = time.time()
         await asyncio.sleep(RACE_S)
     finally:
         paused.send_signal(signal.SIGCONT)
