@@ -424,21 +424,34 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
     assert _server_errors(server_log, logged_before) == []
 
 
+_STOP_AND_START = (
+    ("received fast shutdown request", "database system is shut down"),
+    ("starting PostgreSQL", "database system is ready to accept connections"),
+)
+"""The server's own stop and start, as its log brackets them."""
+
+_EXPECTED = ("due to administrator command", "the database system is shutting down")
+_EXPECTED_STARTING = "the database system is starting up"
+
+
 def _server_errors(server_log: Path, offset: int) -> list[str]:
-    """PostgreSQL's lines at error level or worse after `offset`, but those of the stop the
-    spec made (a fast shutdown ends each open session: `terminating connection due to
-    administrator command`)."""
+    """PostgreSQL's lines at error level or worse after `offset`, but those of the stop and start
+    the spec made: a fast shutdown ends each open session (`terminating connection due to
+    administrator command`), and a connection tried while the server stops or starts is refused
+    (`the database system is shutting down`, `... is starting up`)."""
     with server_log.open("rb") as lines:
         lines.seek(offset)
         said = lines.read().decode(errors="replace").splitlines()
-    found, stopping = [], False
+    found, within = [], ""
     for line in said:
-        if "received fast shutdown request" in line:
-            stopping = True
-        elif "database system is shut down" in line:
-            stopping = False
+        for begins, ends in _STOP_AND_START:
+            if begins in line:
+                within = begins
+            elif ends in line:
+                within = ""
         bad = re.search(r"\] (ERROR|FATAL|PANIC): ", line)
-        if bad and not (stopping and "due to administrator command" in line):
+        expected = _EXPECTED if within.startswith("received") else (_EXPECTED_STARTING,)
+        if bad and not (within and any(words in line for words in expected)):
             found.append(line)
     return found
 
