@@ -33,15 +33,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bench.common import RESULTS, median, percentile, until, write_section
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.core import logs
 from supervisor.judge.machine import State
 from supervisor.record.availability import availability, days, repairs
-from supervisor.record.store import Store, SubjectKind
 from supervisor.record.store.engine import make_engine, transaction
 from supervisor.record.store.history import Counted, counted, ms
+from supervisor.record.store.records import SubjectKind
 from supervisor.record.store.schema import incidents, samples, state_log, supervision, timeline
-from supervisor.record.timeline import Note, encode
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.codec import encode
+from supervisor.record.timeline.control import Note
 
 HERE = Path(__file__).resolve().parent
 SIMS = 4  #: vLLM-shaped servers, in their own process (`bench/sim_pool.py`)

@@ -24,7 +24,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import RESULTS, median, percentile, write_section
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget, StoreTarget
 
 HERE = Path(__file__).resolve().parent

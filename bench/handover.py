@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import RESULTS, instance_config, median, until, write_section
 from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
-from supervisor.record.store import Store
+from supervisor.config.loader import load_config
 from supervisor.record.store.lease import lease_journal
+from supervisor.record.store.store import Store
 from tests.pgserver import PgServer, unavailable
 
 TITLE = "Clean stop: the follower leads"

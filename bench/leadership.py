@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import fanout, queries
 from bench.common import RESULTS, instance_config, median, ms, percentile, write_section
-from supervisor.record.store import Store, StoreError
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import db_now_ms, lease_journal
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget, StoreTarget
 from tests.pgserver import PgServer, unavailable
 

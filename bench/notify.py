@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import RESULTS, median, ms, percentile, until, write_section
 from fleet_lab.botapi import BotApiStub, Sent
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
-from supervisor.record.store import EntryKind, Store
 from supervisor.record.store.outbox import OutboxStore
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.base import EntryKind
 from supervisor.tell.telegram.timing import Timing
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,11 +23,13 @@ from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.common import RESULTS, median, ms, percentile, write_section
-from supervisor.record.store import Store
 from supervisor.record.store.engine import open_engine, transaction
 from supervisor.record.store.schema import incidents, timeline
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
-from supervisor.record.timeline import Probe, ProbeSample, encode
+from supervisor.record.timeline.codec import encode
+from supervisor.record.timeline.parts import ProbeSample
+from supervisor.record.timeline.state import Probe
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PROBE = Probe(

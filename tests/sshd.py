@@ -20,7 +20,7 @@ from pathlib import Path
 
 import asyncssh
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 
 SSHD = Path("/usr/sbin/sshd")
 PRIVSEP_DIR = Path("/run/sshd")

@@ -24,17 +24,13 @@ import pytest
 from pydantic import ValidationError
 
 from fleet_lab.vllm_sim.server import SimBehaviour
-from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
-from supervisor.execute import (
-    CommandResult,
-    DryRunExecutor,
-    Executor,
-    LocalExecutor,
-    SshExecutor,
-    command_line,
-)
+from supervisor.execute.base import CommandResult, Executor, command_line
+from supervisor.execute.dryrun import DryRunExecutor
+from supervisor.execute.local import LocalExecutor
+from supervisor.execute.ssh import SshExecutor
 from supervisor.playbook.actions.base import (
     Action,
     ActionContext,

@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervisor.config import Endpoint, Host, UnitRef
-from supervisor.execute import Executor, LocalExecutor
+from supervisor.config.supervised import Endpoint, Host, UnitRef
+from supervisor.execute.base import Executor
+from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.actions.base import ActionContext
 from supervisor.playbook.evidence.launchctl import parse_print
 from tests.conftest import free_port

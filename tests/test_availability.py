@@ -12,9 +12,11 @@ import pytest
 
 from supervisor.judge.machine import State, Trigger
 from supervisor.record.availability import Repair, availability, days, repairs
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
-from supervisor.record.timeline import Diagnosis, Transition
+from supervisor.record.timeline.repair import Diagnosis
+from supervisor.record.timeline.state import Transition
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 H = timedelta(hours=1)

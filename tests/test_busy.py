@@ -13,10 +13,11 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
-from supervisor.record.store import Store, TimelineRow
-from supervisor.record.timeline import Probe, Transition
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.state import Probe, Transition
 from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 

@@ -15,10 +15,11 @@ from supervisor.cli import main
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.core.streamstatus import StreamPhase, StreamStatus
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.cursors import save_streams
 from supervisor.record.store.lease import claim
-from supervisor.record.timeline import Transition
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.state import Transition
 from tests.helpers import write_fleet
 
 T0 = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)

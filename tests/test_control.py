@@ -15,12 +15,14 @@ import yaml
 from aiohttp.test_utils import make_mocked_request
 
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
-from supervisor.control import Answer, Code, ControlApi
+from supervisor.config.loader import load_config
+from supervisor.control import ControlApi
 from supervisor.control.matchers import MatchError, select
+from supervisor.control.model import Answer, Code
 from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.timeline import Silenced, Transition, Unsilenced
+from supervisor.record.timeline.control import Silenced, Unsilenced
+from supervisor.record.timeline.state import Transition
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 

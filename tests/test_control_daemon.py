@@ -15,7 +15,8 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
-from supervisor.record.store import Store, SubjectKind
+from supervisor.record.store.records import SubjectKind
+from supervisor.record.store.store import Store
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
 

@@ -17,7 +17,7 @@ import yaml
 
 from supervisor.app.root import Supervisor
 from supervisor.cli import main
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet

@@ -13,11 +13,12 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
-from supervisor.control import Code
+from supervisor.config.loader import load_config
+from supervisor.control.model import Code
 from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State
-from supervisor.record.store import EntryKind, TimelineRow
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.timeline.base import EntryKind
 from supervisor.worker import EndpointWorker
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet

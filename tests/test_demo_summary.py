@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from fleet_lab.demo.summary import SceneResult, summary
-from supervisor.record.store import AttemptRow
+from supervisor.record.store.records import AttemptRow
 
 T0 = datetime(2026, 11, 25, 7, 0, tzinfo=UTC)
 

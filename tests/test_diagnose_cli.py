@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from supervisor.cli.diagnose import stored_last_ok
-from supervisor.config import load_config
-from supervisor.record.store import Snapshot, Store, SubjectKind
+from supervisor.config.loader import load_config
+from supervisor.record.store.records import Snapshot, SubjectKind
+from supervisor.record.store.store import Store
 from tests.conftest import free_port
 from tests.helpers import write_fleet
 from tests.sshd import Sshd

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.cli import parse_args
-from supervisor.record.timeline import REGISTRY
+from supervisor.record.timeline.base import REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -16,8 +16,8 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor import cli
-from supervisor.record.store import Store
 from supervisor.record.store.doctor import last_doctor_run
+from supervisor.record.store.store import Store
 from tests.conftest import FAST_TOK_S, SimFactory
 from tests.helpers import write_fleet
 from tests.sshd import Sshd

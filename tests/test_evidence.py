@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
-from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
-from supervisor.execute import CommandResult, Executor, command_line
+from supervisor.execute.base import CommandResult, Executor, command_line
 from supervisor.execute.containers import ContainerNameError, in_container
 from supervisor.execute.local import LocalExecutor
 from supervisor.judge.progress.load import MetricsFormatError

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.playbook.evidence.base import CollectContext, CollectedEvidence, FactValue, Scope
 from supervisor.playbook.evidence.launchctl import (
     NOT_LOADED_FACTS,

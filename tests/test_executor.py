@@ -13,18 +13,12 @@ import asyncssh
 import pytest
 import structlog
 
-from supervisor.config import Host
-from supervisor.execute import (
-    CommandResult,
-    DryRunExecutor,
-    FleetExecutor,
-    LocalExecutor,
-    SshExecutor,
-    UnknownHostError,
-    command_line,
-)
-from supervisor.execute.local import MAX_OUTPUT
-from supervisor.execute.ssh import MAX_SESSIONS
+from supervisor.config.supervised import Host
+from supervisor.execute.base import CommandResult, command_line
+from supervisor.execute.dryrun import DryRunExecutor
+from supervisor.execute.fleet import FleetExecutor, UnknownHostError
+from supervisor.execute.local import MAX_OUTPUT, LocalExecutor
+from supervisor.execute.ssh import MAX_SESSIONS, SshExecutor
 from tests.helpers import eventually
 from tests.sshd import Sshd, free_port
 

@@ -21,10 +21,11 @@ from sqlalchemy import update
 
 from supervisor.cli import main
 from supervisor.cli.status import collect
-from supervisor.config import load_config
-from supervisor.record.store import Snapshot, Store, SubjectKind
+from supervisor.config.loader import load_config
 from supervisor.record.store.lease import claim
+from supervisor.record.store.records import Snapshot, SubjectKind
 from supervisor.record.store.schema import leader_lease
+from supervisor.record.store.store import Store
 from supervisor.record.store.who_leads import LeaderView
 from supervisor.tell.web.follower import FollowerServer
 from supervisor.tell.web.stored import StoredFleet, health_text, leader_words

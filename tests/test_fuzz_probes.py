@@ -12,8 +12,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from supervisor.config import Endpoint
 from supervisor.config.loader import parse_config
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.probe import make_client, run_probe

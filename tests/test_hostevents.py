@@ -12,21 +12,18 @@ from typing import Any
 
 import pytest
 
-from supervisor.config import FleetConfig, Host
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Host
 from supervisor.core.streamstatus import CONNECTING, STREAMING, StreamPhase
-from supervisor.hear.streams import (
-    HostEvents,
-    HostStream,
-    LocalTransport,
-    SshTransport,
-    StreamSettings,
-    units_by_host,
-)
 from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
+from supervisor.hear.streams.hub import HostEvents, units_by_host
 from supervisor.hear.streams.journal import follow_argv, head_cursor, parse_entry
+from supervisor.hear.streams.local import LocalTransport
 from supervisor.hear.streams.poll import PolledUnit, changes, parse_show
 from supervisor.hear.streams.recognise import Recognised, Recogniser
+from supervisor.hear.streams.ssh import SshTransport
+from supervisor.hear.streams.stream import HostStream, StreamSettings
 from tests.conftest import free_port
 
 DATA = Path(__file__).parent / "data" / "hostevents"

@@ -23,10 +23,12 @@ from supervisor.app.leader.elector import Elector, Me
 from supervisor.app.leader.gate import LeaderGate, interrupted_why
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.core.tenure import Tenure
-from supervisor.record.store import Store, StoreRefusedError, TimelineRow
+from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.lease import Lease, lease_journal
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.store.store import Store
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.reads import entries_after
 from tests.conftest import free_port

@@ -24,9 +24,11 @@ import pytest
 import yaml
 
 from fleet_lab.botapi import BotApiStub
-from supervisor.record.store import AttemptRow, Store, StoreError
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, lease_journal
 from supervisor.record.store.outbox import OutboxStore
+from supervisor.record.store.records import AttemptRow
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet

@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Sized
 import pytest
 import yaml
 
-from supervisor.record.store import Store
 from supervisor.record.store.lease import LeaseJournalEntry, lease_journal
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.records import OutboxRow
-from supervisor.record.timeline import StepRan
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.repair import StepRan
 from tests import test_leadership_chaos as chaos
 from tests.helpers import eventually
 from tests.test_leadership_chaos import CHAT, LEASE_S, RULE, Fleet, _start

@@ -74,8 +74,8 @@ def test_the_daemon_loads_the_telegram_client_only_when_telegram_is_configured(
 EXECUTOR = """
 import asyncio, sys
 from datetime import timedelta
-from supervisor.config import Host
-from supervisor.execute import FleetExecutor
+from supervisor.config.supervised import Host
+from supervisor.execute.fleet import FleetExecutor
 forge = Host(name="forge", local=True)
 fleet = FleetExecutor({"forge": forge})
 result = asyncio.run(fleet.run(forge, ["true"], timeout=timedelta(seconds=5)))

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from supervisor.app.leader.elector import Elector, Me
-from supervisor.record.store import Snapshot, Store, StoreError, SubjectKind
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import (
     Lease,
     StaleEpochError,
@@ -20,6 +20,8 @@ from supervisor.record.store.lease import (
     lease_journal,
     release,
 )
+from supervisor.record.store.records import Snapshot, SubjectKind
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
 from tests.pgserver import PgServer
 

@@ -24,11 +24,13 @@ from sqlalchemy import text
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.leader.elector import Elector, Me
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.lease import claim, lease_journal, release
 from supervisor.record.store.listen import CHANNELS, LEASE, TIMELINE, Listener, notify
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
-from supervisor.record.timeline import Note, Transition
+from supervisor.record.timeline.control import Note
+from supervisor.record.timeline.state import Transition
 from supervisor.tell.web.page import feed
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet

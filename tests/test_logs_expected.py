@@ -18,7 +18,7 @@ import structlog
 from telegram.error import Conflict
 
 from supervisor.core import logs
-from supervisor.record.store import StoreRefusedError
+from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.tell.telegram.request import DeposedError, polling_failed
 

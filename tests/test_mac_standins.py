@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervisor.config import Endpoint, Host, UnitRef
-from supervisor.execute import CommandResult
+from supervisor.config.supervised import Endpoint, Host, UnitRef
+from supervisor.execute.base import CommandResult
 from supervisor.playbook.evidence.base import CollectContext, Scope
 from supervisor.playbook.evidence.launchctl import (
     is_not_found,

@@ -17,12 +17,12 @@ import yaml
 from fleet_lab.botapi import BotApiStub, Sent
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
 from supervisor.playbook.model import All, Mode, Rule, Severity
-from supervisor.record.store import TimelineEntry
 from supervisor.record.store.outbox import OutboxStore
-from supervisor.record.timeline import Acked
+from supervisor.record.store.records import TimelineEntry
+from supervisor.record.timeline.control import Acked
 from supervisor.tell.telegram.notifier import Notifier
 from supervisor.tell.telegram.timing import Pacing, Timing
 from supervisor.worker import EndpointWorker

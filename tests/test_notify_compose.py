@@ -12,18 +12,13 @@ from supervisor.config.sections import TelegramConfig
 from supervisor.core.actor import Actor
 from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.playbook.actions.base import ActionOutcome
-from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
 from supervisor.record.store.outbox import OutboxDraft
-from supervisor.record.timeline import (
-    Decision,
-    Diagnosis,
-    Escalation,
-    Outcome,
-    ProbeSample,
-    Record,
-    Transition,
-    Verification,
-)
+from supervisor.record.store.records import IncidentRow, SubjectKind, TimelineRow
+from supervisor.record.timeline.base import Record
+from supervisor.record.timeline.decision import Decision, Outcome
+from supervisor.record.timeline.parts import ProbeSample
+from supervisor.record.timeline.repair import Diagnosis, Escalation, Verification
+from supervisor.record.timeline.state import Transition
 from supervisor.repair.records import step_entry
 from supervisor.repair.steps import StepRun
 from supervisor.tell.telegram.auth import NotifyError, allowed, load_token

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.core.events import Stop
 from supervisor.judge.machine import State
 from supervisor.tell.web.listen import ListenError, parse_listen

@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 
 from supervisor.app.reload import ReloadResult, reload_from_file
 from supervisor.app.root import Supervisor
-from supervisor.config import Endpoint, load_config
+from supervisor.config.loader import load_config
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from supervisor.config import UnitRef
+from supervisor.config.supervised import UnitRef
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.diagnose import diagnose

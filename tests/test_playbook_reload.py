@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from supervisor.app.root import Supervisor
 from supervisor.cli import main
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
 from supervisor.playbook.live import LivePlaybook
 from tests.conftest import SimFactory

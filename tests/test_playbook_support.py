@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 
-from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
 from supervisor.config.fields import Duration
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.actions.base import (
     Action,

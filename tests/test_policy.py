@@ -10,8 +10,8 @@ import pytest
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.judge.machine import State, Trigger
 from supervisor.judge.policy import Judgement, Limits, Streaks, judge, wants_progress
-from supervisor.judge.progress import Progress
-from supervisor.judge.progress import ProgressVerdict as Seen
+from supervisor.judge.progress.judge import Progress
+from supervisor.judge.progress.judge import ProgressVerdict as Seen
 
 NOW = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 LIMITS = Limits(failures_to_down=3, degraded_after=2)

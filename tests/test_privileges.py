@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult
-from supervisor.execute import DryRunExecutor, LocalExecutor
+from supervisor.execute.dryrun import DryRunExecutor
+from supervisor.execute.local import LocalExecutor
 from supervisor.execute.shape import Shape
 from supervisor.playbook.actions.base import ActionContext, ActionScope
 from supervisor.playbook.actions.registry import ACTIONS

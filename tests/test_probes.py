@@ -20,7 +20,8 @@ import pytest
 
 from fleet_lab.vllm_sim.chat import plan_reply
 from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
-from supervisor.config import Endpoint, EndpointKind, ProbeSettings
+from supervisor.config.sections import ProbeSettings
+from supervisor.config.supervised import Endpoint, EndpointKind
 from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier

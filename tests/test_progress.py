@@ -15,17 +15,11 @@ import pytest
 
 from fleet_lab.vllm_sim.control import ControlFile
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.execute.local import LocalExecutor
-from supervisor.judge.progress import (
-    Load,
-    Progress,
-    ProgressVerdict,
-    judge_progress,
-    parse_vllm_metrics,
-)
-from supervisor.judge.progress.load import MetricsFormatError
+from supervisor.judge.progress.judge import Progress, ProgressVerdict, judge_progress
+from supervisor.judge.progress.load import Load, MetricsFormatError, parse_vllm_metrics
 from supervisor.judge.progress.read import read_progress
 from supervisor.playbook.evidence.base import CollectContext, Scope
 from supervisor.playbook.evidence.registry import COLLECTORS

@@ -23,12 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import Endpoint, load_config
+from supervisor.config.loader import load_config
+from supervisor.config.supervised import Endpoint
 from supervisor.core.events import ProbeResult, ProbeTick, Stop, Tier
 from supervisor.judge.machine import FleetMachine, State, Trigger
 from supervisor.probe import make_client, run_probe
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.timeline import Transition
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.state import Transition
 from supervisor.repair.guards import check_budget
 from supervisor.worker import EndpointWorker, restored_from
 from tests.conftest import free_port

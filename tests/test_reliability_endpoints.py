@@ -10,7 +10,7 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet

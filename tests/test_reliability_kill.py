@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.record.store import AttemptRow, EntryKind, Store, StoreError, SubjectKind
-from supervisor.record.timeline import INTERRUPTED, AttemptFinished
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.records import AttemptRow, SubjectKind
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.base import EntryKind
+from supervisor.record.timeline.repair import INTERRUPTED, AttemptFinished
 from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
 

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
-from supervisor.record.store import EntryKind, TimelineRow
-from supervisor.record.timeline import Evidence
+from supervisor.config.loader import load_config
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.timeline.base import EntryKind
+from supervisor.record.timeline.repair import Evidence
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
 from tests.sshd import ADDRESS, SSHD, Sshd, descendants, free_port, kill_trees

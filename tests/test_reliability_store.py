@@ -16,26 +16,28 @@ from sqlalchemy.exc import DBAPIError
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
-from supervisor.config import Endpoint, load_config
+from supervisor.config.loader import load_config
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeOutcome as ProbeOutcome
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
-from supervisor.record.store import (
-    Snapshot,
-    Store,
+from supervisor.record.store import engine as store_engine
+from supervisor.record.store.errors import (
+    SERVER_DOWN,
     StoreError,
     StoreRefusedError,
-    SubjectKind,
-    TimelineEntry,
+    server_unreachable,
+    unwritable_cause,
 )
-from supervisor.record.store import engine as store_engine
-from supervisor.record.store.errors import SERVER_DOWN, server_unreachable, unwritable_cause
 from supervisor.record.store.history import ms
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.resilient import ResilientStore, refused
 from supervisor.record.store.schema import supervision
-from supervisor.record.timeline import Note, Transition
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.control import Note
+from supervisor.record.timeline.state import Transition
 from tests.helpers import eventually, write_fleet
 
 pytestmark = pytest.mark.slow

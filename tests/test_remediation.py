@@ -15,12 +15,13 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.live import LivePlaybook
-from supervisor.record.store import EntryKind
-from supervisor.record.timeline import Decision, Outcome, StepRan
+from supervisor.record.timeline.base import EntryKind
+from supervisor.record.timeline.decision import Decision, Outcome
+from supervisor.record.timeline.repair import StepRan
 from supervisor.repair.guards import HostLocks
 from supervisor.worker import EndpointWorker
 from tests.conftest import SimFactory, free_port

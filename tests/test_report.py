@@ -17,9 +17,10 @@ import pytest
 
 from supervisor import cli
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
 from supervisor.record.timeline.parts import CommandRun
 from supervisor.record.timeline.repair import StepRan
 from supervisor.record.timeline.state import Transition

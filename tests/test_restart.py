@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
-from supervisor.record.store import Store, StoreError, SubjectKind
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.records import SubjectKind
+from supervisor.record.store.store import Store
 from tests.helpers import eventually, spawn_daemon, write_fleet
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from supervisor.cli import main
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.core.clock import utcnow
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.core.timefmt import iso
@@ -44,21 +44,22 @@ from supervisor.playbook.model import EvidenceItem
 from supervisor.playbook.registries import collectors_or_default
 from supervisor.playbook.results import DiagnosisResult, EvidenceRun
 from supervisor.playbook.scopes import scopes_of
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry, TimelineRow
-from supervisor.record.timeline import (
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry, TimelineRow
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.base import Record
+from supervisor.record.timeline.codec import decode
+from supervisor.record.timeline.parts import ProbeSample
+from supervisor.record.timeline.repair import (
     AttemptFinished,
     AttemptStarted,
     Escalation,
-    ProbeSample,
-    Record,
     StepRan,
-    Transition,
-    UnitHeard,
     Verification,
-    decode,
 )
-from supervisor.record.timeline import Diagnosis as DiagnosisRecord
-from supervisor.record.timeline import Evidence as EvidenceRecord
+from supervisor.record.timeline.repair import Diagnosis as DiagnosisRecord
+from supervisor.record.timeline.repair import Evidence as EvidenceRecord
+from supervisor.record.timeline.state import Transition
+from supervisor.record.timeline.unit import UnitHeard
 from supervisor.repair import records
 from supervisor.tell.web.page.rules import Ending, RuleHistory, rule_histories, rule_rows
 from tests.helpers import write_fleet

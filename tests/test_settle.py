@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervisor.config import Endpoint, FleetConfig, Host, UnitRef
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
 from supervisor.playbook.evidence.restarts import (

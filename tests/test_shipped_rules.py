@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from supervisor.cli import main
-from supervisor.config import Endpoint, FleetConfig, Host
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint, Host
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.playbook.evidence.base import CollectedEvidence, Collector, CollectorParams, Scope
 from supervisor.playbook.fixturefile import load_fixture

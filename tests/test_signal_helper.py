@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import UnitRef
+from supervisor.config.supervised import UnitRef
 from supervisor.execute.helpers import DROPIN, SIGNAL, SOURCES, signal_argv
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (signals other users)")

@@ -16,24 +16,17 @@ from typing import Any
 
 import pytest
 
-import supervisor.record.store
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
-from supervisor.record.store import (
-    EntryKind,
-    IncidentRow,
-    JSONValue,
-    Snapshot,
-    Store,
-    StoreError,
-    SubjectKind,
-    TimelineEntry,
-)
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.records import IncidentRow, Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
-from supervisor.record.timeline import Legacy
+from supervisor.record.timeline.base import EntryKind, JSONValue
+from supervisor.record.timeline.control import Legacy
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CEST = timezone(timedelta(hours=2))
-REPO = Path(supervisor.record.store.__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parent.parent
 
 
 def at(minutes: float) -> datetime:
@@ -106,25 +99,6 @@ async def close_incident_at(store: Store, name: str, minutes: float) -> int | No
         snapshot=snap(name, "healthy", minutes),
         entry=entry(name, "down -> healthy", minutes),
         close_resolution="completion passed",
-    )
-
-
-def test_exports() -> None:
-    assert sorted(supervisor.record.store.__all__) == sorted(
-        [
-            "Store",
-            "StoreError",
-            "StoreRefusedError",
-            "SubjectKind",
-            "EntryKind",
-            "Snapshot",
-            "TimelineEntry",
-            "IncidentRow",
-            "TimelineRow",
-            "SampleRow",
-            "JSONValue",
-            "AttemptRow",
-        ]
     )
 
 
@@ -467,8 +441,9 @@ _KILLED_WRITER = """
 import asyncio, os, signal, sys
 from datetime import UTC, datetime
 from pathlib import Path
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.timeline import Transition
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.state import Transition
 
 async def main() -> None:
     store = await Store.open(Path(sys.argv[1]))
@@ -792,7 +767,7 @@ async def test_two_writers_on_one_file_do_not_lock_each_other_out(
 _READER = """
 import asyncio, json, sys
 from pathlib import Path
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 
 async def main() -> None:
     async with await Store.open(Path(sys.argv[1]), create=False) as store:

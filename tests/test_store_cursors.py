@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import insert
 
 from supervisor.core.streamstatus import STREAMING, StreamPhase, StreamStatus
-from supervisor.record.store import Store
 from supervisor.record.store.cursors import Streams, read_streams, save_streams
 from supervisor.record.store.lease import StaleEpochError, claim
 from supervisor.record.store.schema import journal_cursors
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

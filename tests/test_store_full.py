@@ -26,10 +26,10 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.cli.status import collect
-from supervisor.config import load_config
-from supervisor.record.store import Store
+from supervisor.config.loader import load_config
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.resilient import ResilientStore
+from supervisor.record.store.store import Store
 from supervisor.tell.telegram.timing import Pacing, Timing
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet

@@ -14,15 +14,18 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
-from supervisor.config import ConfigError, parse_config
+from supervisor.config.errors import ConfigError
+from supervisor.config.loader import parse_config
 from supervisor.control.model import PauseRow
 from supervisor.control.tables import ControlStore
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store import Snapshot, Store, StoreError, SubjectKind, TimelineEntry
-from supervisor.record.store.errors import SERVER_DOWN, StoreRefusedError
+from supervisor.record.store.errors import SERVER_DOWN, StoreError, StoreRefusedError
 from supervisor.record.store.outbox import OutboxDraft, OutboxStore
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget, StoreTarget, store_target
-from supervisor.record.timeline import Note, Transition
+from supervisor.record.timeline.control import Note
+from supervisor.record.timeline.state import Transition
 from tests.conftest import free_port
 from tests.pgserver import PgServer
 

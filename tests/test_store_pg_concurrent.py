@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event, make_url
 
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.outbox import OutboxDraft, OutboxStore
-from supervisor.record.timeline import Note
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.control import Note
 from tests.pgserver import PgServer
 
 pytestmark = pytest.mark.slow

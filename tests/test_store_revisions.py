@@ -10,7 +10,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, create_engine
 
-from supervisor.record.store import Store, SubjectKind, revise, schema
+from supervisor.record.store import revise, schema
+from supervisor.record.store.records import SubjectKind
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
 
 CONTROL_AND_NOTIFY = {

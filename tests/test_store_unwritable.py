@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from supervisor.record.store import Store, StoreError
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.room import unwritable
+from supervisor.record.store.store import Store
 from tests.helpers import write_fleet
 
 pytestmark = pytest.mark.slow

@@ -14,44 +14,38 @@ import pytest
 import supervisor
 from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import HostState, State, Trigger
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.coltypes import dump_json
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
-from supervisor.record.timeline import (
-    REGISTRY,
+from supervisor.record.timeline.base import REGISTRY, EntryKind, Record
+from supervisor.record.timeline.codec import Unknown, decode, encode
+from supervisor.record.timeline.control import (
     Acked,
-    AttemptFinished,
-    AttemptStarted,
-    CommandRun,
-    Decision,
-    Diagnosis,
-    EntryKind,
-    Escalation,
-    Evidence,
     Legacy,
     Note,
     Notification,
-    Outcome,
     Paused,
-    Probe,
-    ProbeSample,
-    ProgressSample,
-    Record,
     Resumed,
-    Settled,
     Silenced,
+    Unsilenced,
+)
+from supervisor.record.timeline.decision import Decision, Outcome
+from supervisor.record.timeline.parts import CommandRun, ProbeSample, ProgressSample, UnitLeft
+from supervisor.record.timeline.repair import (
+    AttemptFinished,
+    AttemptStarted,
+    Diagnosis,
+    Escalation,
+    Evidence,
+    Settled,
     StepRan,
     StepStarted,
-    Transition,
-    UnitHeard,
-    UnitLeft,
     UnitsLeft,
-    Unknown,
-    Unsilenced,
     Verification,
-    decode,
-    encode,
 )
+from supervisor.record.timeline.state import Probe, Transition
+from supervisor.record.timeline.unit import UnitHeard
 
 T0 = datetime(2026, 11, 23, 3, 0, 0, tzinfo=UTC)
 FAIL = ProbeSample(

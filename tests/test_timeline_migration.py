@@ -13,25 +13,22 @@ import pytest
 from supervisor.cli import main
 from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store import EntryKind, Store, SubjectKind, TimelineEntry
-from supervisor.record.timeline import (
+from supervisor.record.store.records import SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.base import EntryKind, JSONValue
+from supervisor.record.timeline.codec import decode
+from supervisor.record.timeline.control import Acked, Legacy, Note, Notification
+from supervisor.record.timeline.repair import (
     INTERRUPTED,
-    Acked,
     AttemptFinished,
     Diagnosis,
     Escalation,
     Evidence,
-    JSONValue,
-    Legacy,
-    Note,
-    Notification,
-    Probe,
     StepRan,
-    Transition,
-    UnitHeard,
     Verification,
-    decode,
 )
+from supervisor.record.timeline.state import Probe, Transition
+from supervisor.record.timeline.unit import UnitHeard
 from tests.helpers import write_fleet
 
 FIXTURE = Path(__file__).parent / "data" / "store_v1" / "supervisor.db"

@@ -19,17 +19,22 @@ import pytest
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.cli.status import polling_warnings
-from supervisor.config import FleetConfig, Host, load_config
+from supervisor.config.loader import load_config
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Host
 from supervisor.core.events import UnitSignal
 from supervisor.core.streamstatus import STREAMING, StreamPhase, StreamStatus
-from supervisor.hear.streams import Backoff, LocalTransport, StreamSettings
+from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.journal import parse_entry
+from supervisor.hear.streams.local import LocalTransport
+from supervisor.hear.streams.stream import StreamSettings
 from supervisor.hear.units import CURSORS_FILE, UnitEvents
 from supervisor.judge.machine import State
 from supervisor.playbook.scopes import builtin_facts, scopes_of
-from supervisor.record.store import Store
 from supervisor.record.store.cursors import Streams, read_streams, save_streams
-from supervisor.record.timeline import Transition, UnitHeard
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.state import Transition
+from supervisor.record.timeline.unit import UnitHeard
 from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
 

@@ -21,7 +21,8 @@ import pytest
 from fleet_lab.vllm_sim.chat import CONTENT_TEXT, REASONING_TEXT, split_pieces
 from fleet_lab.vllm_sim.cli import main
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
-from supervisor.config import Endpoint, ProbeSettings
+from supervisor.config.sections import ProbeSettings
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
 from supervisor.core.events import ProbeOutcome, Tier

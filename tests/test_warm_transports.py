@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import FleetConfig, Host
-from supervisor.hear.streams import Backoff, StreamSettings
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Host
+from supervisor.hear.streams.backoff import Backoff
+from supervisor.hear.streams.stream import StreamSettings
 from supervisor.hear.streams.warm import WarmTransports
 from tests.conftest import free_port
 from tests.helpers import eventually

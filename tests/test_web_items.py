@@ -8,21 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store import TimelineRow
-from supervisor.record.timeline import (
-    Acked,
-    CommandRun,
-    Diagnosis,
-    Notification,
-    Probe,
-    ProbeSample,
-    Record,
-    StepRan,
-    Transition,
-    UnitLeft,
-    UnitsLeft,
-    Verification,
-)
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.timeline.base import Record
+from supervisor.record.timeline.control import Acked, Notification
+from supervisor.record.timeline.parts import CommandRun, ProbeSample, UnitLeft
+from supervisor.record.timeline.repair import Diagnosis, StepRan, UnitsLeft, Verification
+from supervisor.record.timeline.state import Probe, Transition
 from supervisor.tell.web.page.app import ago_span
 from supervisor.tell.web.page.items import StepCommand, item
 from supervisor.tell.web.page.spark import sparkline

@@ -29,9 +29,10 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.core.timefmt import stamp
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
 from supervisor.record.store.doctor import save_doctor_run
-from supervisor.record.timeline import Transition
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.state import Transition
 from supervisor.tell.web.page.states import TONES, tone_of
 from supervisor.trust.doctor.model import DoctorRun, fail, ok, warn
 from tests.browser import chromium, missing, wait_for

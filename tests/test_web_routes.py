@@ -14,9 +14,9 @@ import pytest
 
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
-from supervisor.record.timeline import Acked
+from supervisor.record.timeline.control import Acked
 from supervisor.tell.web.page.actions import NEEDS_A_REASON
 from tests.helpers import eventually, write_fleet
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import structlog
 
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeOutcome, ProbeResult, ProbeTick, Tier
 from supervisor.judge.machine import FleetMachine, Trigger
-from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError, claim
+from supervisor.record.store.store import Store
 from supervisor.worker import EndpointWorker, restored_from
 from tests.helpers import eventually
 

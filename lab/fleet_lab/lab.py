@@ -23,7 +23,7 @@ import asyncssh
 
 from fleet_lab import account, network
 from fleet_lab.host import SSH_PORT, LabError, LabHost
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 
 #: The fleet's hosts and their lab addresses (on net 0: 127.0.0.11 and 127.0.0.12, see
 #: `fleet_lab.network`).

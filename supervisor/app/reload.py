@@ -14,7 +14,9 @@ from typing import Protocol
 
 import structlog
 
-from supervisor.config import ConfigError, FleetConfig, load_config
+from supervisor.config.errors import ConfigError
+from supervisor.config.loader import load_config
+from supervisor.config.models import FleetConfig
 
 log = structlog.get_logger("supervisor.ops.reload")
 

@@ -17,12 +17,12 @@ import structlog
 
 from supervisor.app.reload import ConfigReloader
 from supervisor.app.service import OpsRuntime
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.control import ControlApi
 from supervisor.control.wiring import start_control
 from supervisor.core.clock import Clock, SystemClock
 from supervisor.core.tenure import Tenure
-from supervisor.execute import Executor
+from supervisor.execute.base import Executor
 from supervisor.execute.fenced import FencedExecutor
 from supervisor.execute.fleet import FleetExecutor
 from supervisor.hear.reachability import HostWatcher
@@ -32,9 +32,9 @@ from supervisor.playbook.actions.registry import ACTIONS
 from supervisor.playbook.live import LivePlaybook
 from supervisor.probe import make_client, make_tls
 from supervisor.probe.clients import ProbeClients
-from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.resilient import ResilientStore
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import store_target
 from supervisor.repair import Remediator
 from supervisor.runtime import Daemon
@@ -43,7 +43,7 @@ from supervisor.tell.telegram.timing import Timing
 from supervisor.worker import EndpointWorker, Prober
 
 if TYPE_CHECKING:
-    from supervisor.hear.streams import Transport
+    from supervisor.hear.streams.protocol import Transport
     from supervisor.tell.telegram.notifier import Notifier
 
 log = structlog.get_logger("supervisor.app")

@@ -25,9 +25,9 @@ from supervisor.cli import (
     sudoers,
 )
 from supervisor.cli.common import CliError, add_config_option
-from supervisor.config import ConfigError
+from supervisor.config.errors import ConfigError
 from supervisor.core.durations import DurationError, parse_duration
-from supervisor.record.store import StoreError
+from supervisor.record.store.errors import StoreError
 
 #: Before letting it act: `doctor`, `sudoers`, `report` (each module: add_parser, main).
 TRUST: Mapping[str, extra.ExtraCommand] = {

@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from supervisor.config import ConfigError, load_config, resolve_config_path
+from supervisor.config.errors import ConfigError
+from supervisor.config.loader import load_config, resolve_config_path
 from supervisor.playbook.loader import load_playbook
 
 

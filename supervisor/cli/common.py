@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from supervisor.config import FleetConfig, load_config, resolve_config_path
-from supervisor.record.store import Store
+from supervisor.config.loader import load_config, resolve_config_path
+from supervisor.config.models import FleetConfig
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import store_target
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from supervisor.cli.common import CliError, load
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.control.door import SCHEME, read_token
 from supervisor.control.routes import VIA_HEADER, WHO_HEADER
 from supervisor.core.timefmt import stamp

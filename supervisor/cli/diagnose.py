@@ -9,7 +9,8 @@ import asyncio
 from datetime import datetime
 
 from supervisor.cli.common import CliError, load, open_store
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.core import logs
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
@@ -17,7 +18,8 @@ from supervisor.execute.fleet import FleetExecutor
 from supervisor.playbook.actions.registry import ACTIONS
 from supervisor.playbook.loader import load_playbook
 from supervisor.probe import make_client, run_probe
-from supervisor.record.store import StoreError, SubjectKind
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.records import SubjectKind
 from supervisor.repair.diagnosis import DiagnosisService
 from supervisor.repair.report import report
 

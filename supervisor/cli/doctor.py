@@ -11,13 +11,13 @@ from typing import Any
 
 from supervisor.cli.common import CliError, load, open_store
 from supervisor.cli.render import dump, table
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core import logs
 from supervisor.core.clock import SystemClock
-from supervisor.execute import FleetExecutor
+from supervisor.execute.fleet import FleetExecutor
 from supervisor.probe import make_client
-from supervisor.record.store import StoreError
 from supervisor.record.store.doctor import save_doctor_run
+from supervisor.record.store.errors import StoreError
 from supervisor.trust.doctor.model import DoctorRun, Status
 
 NAME = "doctor"

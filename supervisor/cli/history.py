@@ -16,7 +16,7 @@ from typing import Any
 
 from supervisor.cli.common import CliError, load, open_store
 from supervisor.cli.render import dump
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.durations import format_duration
 from supervisor.core.timefmt import iso
@@ -26,7 +26,7 @@ from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.playbook.model import RULE_ID
 from supervisor.playbook.registries import collectors_or_default
 from supervisor.playbook.replay import ReplayReport, replay
-from supervisor.record.store import IncidentRow
+from supervisor.record.store.records import IncidentRow
 
 DEFAULT_SINCE = timedelta(days=30)
 

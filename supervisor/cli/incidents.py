@@ -8,12 +8,12 @@ from typing import Any
 
 from supervisor.cli.common import CliError, load, open_store
 from supervisor.cli.render import dump, table, when
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.durations import format_duration
 from supervisor.core.timefmt import iso
-from supervisor.record.store import IncidentRow, TimelineRow
-from supervisor.record.timeline import Transition
+from supervisor.record.store.records import IncidentRow, TimelineRow
+from supervisor.record.timeline.state import Transition
 
 
 def incident_doc(row: IncidentRow) -> dict[str, Any]:

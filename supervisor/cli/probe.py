@@ -8,7 +8,7 @@ from typing import Any
 
 from supervisor.cli.common import CliError, load
 from supervisor.cli.render import dump
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.probe import make_client, run_probe

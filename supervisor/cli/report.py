@@ -10,7 +10,7 @@ from typing import Any
 
 from supervisor.cli.common import load, open_store
 from supervisor.cli.render import dump
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.durations import DurationError, format_duration, parse_duration
 from supervisor.trust.report import Report, build_report, render_report

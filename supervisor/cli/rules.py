@@ -16,8 +16,7 @@ from typing import Any
 from supervisor.cli import history
 from supervisor.cli.common import add_config_option
 from supervisor.cli.render import dump, table
-from supervisor.config import load_config, resolve_config_path
-from supervisor.config.loader import ENV_VAR
+from supervisor.config.loader import ENV_VAR, load_config, resolve_config_path
 from supervisor.core.durations import DurationError, parse_duration
 from supervisor.playbook.fixtures import run_fixtures
 from supervisor.playbook.loader import Playbook, load_playbook

@@ -8,14 +8,14 @@ from typing import Any
 
 from supervisor.cli.common import load, open_store
 from supervisor.cli.render import ago, dump, num, table
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.streamstatus import StreamPhase, events_fields
 from supervisor.core.timefmt import iso
 from supervisor.record.availability import Repair, availability, repairs
-from supervisor.record.store import Snapshot, SubjectKind
 from supervisor.record.store.cursors import read_streams
 from supervisor.record.store.doctor import last_doctor_run
+from supervisor.record.store.records import Snapshot, SubjectKind
 from supervisor.record.store.room import unwritable
 from supervisor.record.store.target import store_target
 from supervisor.record.store.who_leads import leader_view, leadership_document, leadership_line

@@ -6,17 +6,11 @@ from supervisor.control._api import ControlApi
 from supervisor.control._desk import AckHook, ControlDesk
 from supervisor.control._pausing import Pauses
 from supervisor.control._silencing import Silences
-from supervisor.control.model import Answer, Code, JournalRow, PauseRow, SilenceRow
 
 __all__ = [
     "AckHook",
-    "Answer",
-    "Code",
     "ControlApi",
     "ControlDesk",
-    "JournalRow",
-    "PauseRow",
     "Pauses",
-    "SilenceRow",
     "Silences",
 ]

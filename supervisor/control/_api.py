@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.control import entries
 from supervisor.control._desk import AckHook, ControlDesk
 from supervisor.control._pausing import Pauses
@@ -28,7 +28,7 @@ from supervisor.control._silencing import Silences
 from supervisor.control.model import Answer, Code, JournalRow, PauseRow, SilenceRow
 from supervisor.core.actor import Actor
 from supervisor.core.clock import Clock
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 from supervisor.repair import Remediator
 from supervisor.worker import EndpointWorker
 

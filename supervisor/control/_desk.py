@@ -9,13 +9,13 @@ from datetime import datetime
 
 import structlog
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.control.matchers import select
 from supervisor.control.model import FLEET, Answer, Code, JournalRow
 from supervisor.control.tables import ControlStore
 from supervisor.core.actor import Actor
 from supervisor.core.clock import Clock
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 from supervisor.repair import Remediator
 from supervisor.worker import EndpointWorker
 

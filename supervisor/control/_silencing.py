@@ -11,7 +11,7 @@ from supervisor.control.matchers import MatchError, covers
 from supervisor.control.model import Answer, Code, SilenceRow
 from supervisor.core.actor import Actor
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store import TimelineEntry
+from supervisor.record.store.records import TimelineEntry
 
 
 class Silences:

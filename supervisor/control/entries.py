@@ -12,8 +12,9 @@ from datetime import datetime
 
 from supervisor.core.actor import Actor, Via
 from supervisor.core.durations import format_duration
-from supervisor.record.store import TimelineEntry
-from supervisor.record.timeline import Acked, Note, Paused, Record, Resumed, Silenced, Unsilenced
+from supervisor.record.store.records import TimelineEntry
+from supervisor.record.timeline.base import Record
+from supervisor.record.timeline.control import Acked, Note, Paused, Resumed, Silenced, Unsilenced
 
 
 def _names(subjects: Sequence[str]) -> str:

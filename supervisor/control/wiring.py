@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.control._api import ControlApi
 from supervisor.core.clock import Clock
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 from supervisor.repair import Remediator
 from supervisor.worker import EndpointWorker
 

@@ -14,7 +14,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Protocol
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 
 TAIL_LINES = 20
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.execute.base import CommandResult, Executor, command_line
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.execute.base import CommandResult, Executor, Failure, command_line
-from supervisor.record.store import Store, StoreError
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.resilient import ResilientStore
+from supervisor.record.store.store import Store
 
 
 class FencedExecutor:

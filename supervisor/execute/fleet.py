@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from supervisor.config import FleetConfig, Host
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Host
 from supervisor.execute.base import CommandResult, Executor
 from supervisor.execute.local import LocalExecutor
 

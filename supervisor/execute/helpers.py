@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from supervisor.config import UnitRef
+from supervisor.config.supervised import UnitRef
 from supervisor.execute.shape import PID, Pattern, Shape, fixed
 
 FOLDER = "/usr/local/libexec/fleet-supervisor"

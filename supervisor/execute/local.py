@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 from datetime import timedelta
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.core.durations import format_duration
 from supervisor.execute.base import CommandResult, Failure, command_line
 

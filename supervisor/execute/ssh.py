@@ -22,7 +22,7 @@ from pathlib import Path
 import asyncssh
 import structlog
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.core.durations import format_duration
 from supervisor.execute.base import CommandResult, Failure, command_line
 from supervisor.execute.local import OutputTail

@@ -15,13 +15,14 @@ from datetime import timedelta
 
 import structlog
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.core.events import HostReachability
 from supervisor.judge.machine import HostState, Trigger
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.timeline import Transition
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.state import Transition
 
 
 async def tcp_check(address: str, port: int, within: timedelta) -> str:

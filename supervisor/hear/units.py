@@ -33,15 +33,19 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import utcnow
 from supervisor.core.events import UnitSignal
 from supervisor.core.streamstatus import StreamStatus
-from supervisor.record.store import Store, StoreError
 from supervisor.record.store.cursors import read_streams, save_streams
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.store import Store
 
 if TYPE_CHECKING:
-    from supervisor.hear.streams import HostEvents, StreamSettings, Transport, UnitEvent
+    from supervisor.hear.streams.events import UnitEvent
+    from supervisor.hear.streams.hub import HostEvents
+    from supervisor.hear.streams.protocol import Transport
+    from supervisor.hear.streams.stream import StreamSettings
     from supervisor.hear.streams.warm import WarmTransports
 
 log = structlog.get_logger("supervisor.unitevents")
@@ -178,7 +182,7 @@ class UnitEvents:
     def start(self) -> None:
         if not _systemd_units(self.config):
             return
-        from supervisor.hear.streams import HostEvents  # asyncssh only when needed
+        from supervisor.hear.streams.hub import HostEvents  # asyncssh only when needed
 
         self.hub = HostEvents(
             self.config,

@@ -36,7 +36,7 @@ from datetime import datetime
 from supervisor.core.durations import format_duration
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.judge.machine import State, Trigger
-from supervisor.judge.progress import Progress
+from supervisor.judge.progress.judge import Progress
 from supervisor.judge.progress.judge import ProgressVerdict as Seen
 from supervisor.probe.completion import NO_REASONING
 

@@ -23,11 +23,12 @@ from typing import Any
 
 import httpx
 
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.core.events import ProbeResult, UnitSignal
-from supervisor.execute import Executor
+from supervisor.execute.base import Executor
 from supervisor.playbook.evidence.base import (
     CollectContext,
     CollectedEvidence,

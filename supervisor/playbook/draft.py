@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.core.timefmt import iso
 from supervisor.playbook.evidence.base import FactValue
 from supervisor.playbook.history import Round

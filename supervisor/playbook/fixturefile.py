@@ -24,11 +24,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from supervisor.config import UnitRef
 from supervisor.config.errors import ConfigError, Loc
 from supervisor.config.fields import Flag, Text
 from supervisor.config.messages import render_value
-from supervisor.config.supervised import EndpointKind
+from supervisor.config.supervised import EndpointKind, UnitRef
 from supervisor.config.yamlsource import LineMap, parse_yaml
 from supervisor.core.events import ProbeOutcome
 from supervisor.judge.machine import State

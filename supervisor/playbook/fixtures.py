@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from supervisor.config import Endpoint, FleetConfig, Host
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint, Host
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.playbook.evidence.base import (
     CollectedEvidence,

@@ -24,9 +24,13 @@ from supervisor.playbook.evidence.base import (
 )
 from supervisor.playbook.matching import Gather
 from supervisor.playbook.model import EvidenceItem
-from supervisor.record.store import JSONValue, TimelineRow
-from supervisor.record.timeline import Diagnosis, Probe, ProbeSample, Transition, UnitHeard
-from supervisor.record.timeline import Evidence as EvidenceRecord
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.timeline.base import JSONValue
+from supervisor.record.timeline.parts import ProbeSample
+from supervisor.record.timeline.repair import Diagnosis
+from supervisor.record.timeline.repair import Evidence as EvidenceRecord
+from supervisor.record.timeline.state import Probe, Transition
+from supervisor.record.timeline.unit import UnitHeard
 
 NOT_GATHERED = "not gathered in this diagnosis"
 DOWN_EVENTS = frozenset({"failed", "exited", "crash_loop", "stopped"})

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.playbook.history import Round, stored_gather
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.matching import match_rules

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from supervisor.config import Host, UnitRef
+from supervisor.config.supervised import Host, UnitRef
 from supervisor.playbook.conditions import Trace, explain, first_failure
 from supervisor.playbook.evidence.base import CollectedEvidence, Scope
 from supervisor.playbook.evidence.restarts import Restart

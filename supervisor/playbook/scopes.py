@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.playbook.evidence.base import FactValue, Scope
 

@@ -22,7 +22,7 @@ from supervisor.probe.http import one_line, timed_out_reason, transport_reason
 from supervisor.probe.registry import CHECKS, Check, KindChecks
 
 if TYPE_CHECKING:
-    from supervisor.config import Endpoint
+    from supervisor.config.supervised import Endpoint
     from supervisor.core.clock import Clock
 
 __all__ = [

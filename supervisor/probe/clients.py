@@ -7,7 +7,7 @@ import ssl
 
 import httpx
 
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.probe import make_client, run_probe

@@ -18,7 +18,7 @@ from supervisor.probe.http import http_error_reason, one_line
 from supervisor.probe.transcript import Transcript, read_sse, read_whole
 
 if TYPE_CHECKING:
-    from supervisor.config import Endpoint
+    from supervisor.config.supervised import Endpoint
 
 DETAIL_CHARS = 120
 

@@ -10,7 +10,7 @@ import httpx
 from supervisor.core.events import ProbeOutcome
 
 if TYPE_CHECKING:
-    from supervisor.config import Endpoint
+    from supervisor.config.supervised import Endpoint
     from supervisor.core.clock import Clock
 
 

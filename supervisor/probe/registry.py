@@ -1,7 +1,7 @@
 """Which checks each endpoint kind runs: one table, not an if-chain.
 
 A kind registers two small async functions, its liveness check and its deep check; adding a kind
-is adding a row here (and to `supervisor.config.EndpointKind`).
+is adding a row here (and to `supervisor.config.supervised.EndpointKind`).
 """
 
 from __future__ import annotations

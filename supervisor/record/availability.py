@@ -33,9 +33,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import TextClause
 
-from supervisor.record.store import Store, SubjectKind
 from supervisor.record.store.history import Counted, counted, ms
+from supervisor.record.store.records import SubjectKind
 from supervisor.record.store.schema import incidents
+from supervisor.record.store.store import Store
 
 WINDOWS: tuple[tuple[str, timedelta], ...] = (
     ("24h", timedelta(hours=24)),

@@ -8,17 +8,13 @@ from datetime import datetime
 from supervisor.core.actor import Actor, Via
 from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.judge.machine import Change
-from supervisor.judge.progress import Progress
-from supervisor.record.store import TimelineEntry
-from supervisor.record.timeline import (
-    JSONValue,
-    Probe,
-    ProbeSample,
-    ProgressSample,
-    Transition,
-    UnitHeard,
-    encode,
-)
+from supervisor.judge.progress.judge import Progress
+from supervisor.record.store.records import TimelineEntry
+from supervisor.record.timeline.base import JSONValue
+from supervisor.record.timeline.codec import encode
+from supervisor.record.timeline.parts import ProbeSample, ProgressSample
+from supervisor.record.timeline.state import Probe, Transition
+from supervisor.record.timeline.unit import UnitHeard
 
 
 def probe_sample(result: ProbeResult) -> ProbeSample:

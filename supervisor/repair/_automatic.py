@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.judge.machine import State, Trigger
@@ -22,9 +22,10 @@ from supervisor.playbook.facts import Facts
 from supervisor.playbook.matching import Latest
 from supervisor.playbook.model import Mode, Rule
 from supervisor.playbook.results import DiagnosisResult, RuleMatch
-from supervisor.record.store import Store
 from supervisor.record.store.resilient import ResilientStore
-from supervisor.record.timeline import Acked, Decision, Outcome
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.control import Acked
+from supervisor.record.timeline.decision import Decision, Outcome
 from supervisor.repair import records
 from supervisor.repair._notes import RepairNotes
 from supervisor.repair._tasks import RepairTasks, log

@@ -12,7 +12,8 @@ from supervisor.core.clock import Clock
 from supervisor.judge.machine import Trigger
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.model import Rule
-from supervisor.record.timeline import Escalation, Record
+from supervisor.record.timeline.base import Record
+from supervisor.record.timeline.repair import Escalation
 from supervisor.repair import records
 from supervisor.repair.listening import Listening
 from supervisor.repair.rulefacts import runbook_head

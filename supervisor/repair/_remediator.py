@@ -24,13 +24,13 @@ from typing import Any
 
 import httpx
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import Clock
-from supervisor.execute import Executor
+from supervisor.execute.base import Executor
 from supervisor.playbook.actions.base import Action
 from supervisor.playbook.loader import Playbook
-from supervisor.record.store import Store
-from supervisor.record.timeline import Decision, Outcome
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.decision import Decision, Outcome
 from supervisor.repair import restart as asked
 from supervisor.repair._automatic import Approver, AutomaticRepairs, Paused
 from supervisor.repair._notes import RepairNotes

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.record.timeline import Note
+from supervisor.record.timeline.control import Note
 from supervisor.worker import EndpointWorker, WorkerStopped
 
 log = structlog.get_logger("supervisor.remediation")

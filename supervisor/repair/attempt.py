@@ -17,17 +17,16 @@ from typing import Any
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.core.events import Tier
-from supervisor.execute import Executor
+from supervisor.execute.base import Executor
 from supervisor.judge.machine import State, Trigger
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import Rule
-from supervisor.record.store import Store
-from supervisor.record.timeline import (
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.base import Record
+from supervisor.record.timeline.decision import Decision, Outcome
+from supervisor.record.timeline.repair import (
     AttemptFinished,
     AttemptStarted,
-    Decision,
-    Outcome,
-    Record,
     StepStarted,
     Verification,
 )

@@ -11,10 +11,11 @@ from typing import Any
 
 import httpx
 
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeResult, Tier, UnitSignal
-from supervisor.execute import Executor
+from supervisor.execute.base import Executor
 from supervisor.execute.dryrun import DryRunExecutor
 from supervisor.playbook.actions.base import Action
 from supervisor.playbook.diagnose import diagnose

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from supervisor.core.durations import format_duration
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 
 
 class HostLocks:

@@ -7,13 +7,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import cast
 
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.playbook.evidence.base import FactValue
 from supervisor.playbook.evidence.restarts import Restart
 from supervisor.playbook.results import DiagnosisResult, EvidenceRun
-from supervisor.record.store import JSONValue, TimelineEntry
-from supervisor.record.timeline import CommandRun, Evidence, Record, Settled, StepRan
-from supervisor.record.timeline import Diagnosis as DiagnosisRecord
+from supervisor.record.store.records import TimelineEntry
+from supervisor.record.timeline.base import JSONValue, Record
+from supervisor.record.timeline.parts import CommandRun
+from supervisor.record.timeline.repair import Diagnosis as DiagnosisRecord
+from supervisor.record.timeline.repair import Evidence, Settled, StepRan
 from supervisor.repair.steps import StepRun
 
 

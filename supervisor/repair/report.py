@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.events import ProbeOutcome, ProbeResult
 from supervisor.playbook.results import DiagnosisResult
 from supervisor.repair.diagnosis import DiagnosisService

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.durations import format_duration
 from supervisor.judge.machine import State
 from supervisor.playbook.facts import Facts
 from supervisor.playbook.model import All, Mode, Rule, Severity, Step
 from supervisor.playbook.scopes import scopes_of
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 from supervisor.repair.attempt import RESTART, Attempt
 from supervisor.repair.guards import check_budget
 from supervisor.worker import EndpointWorker

@@ -14,12 +14,13 @@ import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
-from supervisor.config import Host, UnitRef
+from supervisor.config.supervised import Host, UnitRef
 from supervisor.playbook.actions.declare import StopSteps
 from supervisor.playbook.actions.steps import Steps
 from supervisor.playbook.actions.units import MANAGERS
 from supervisor.playbook.evidence.unitstate import UnitState
-from supervisor.record.timeline import UnitLeft, UnitsLeft
+from supervisor.record.timeline.parts import UnitLeft
+from supervisor.record.timeline.repair import UnitsLeft
 from supervisor.repair.steps import StepEnv, action_context
 
 Found = tuple[UnitState, ...]

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeResult
-from supervisor.execute import Executor
+from supervisor.execute.base import Executor
 from supervisor.playbook.actions.base import Action, ActionContext, ActionOutcome, Target
 from supervisor.playbook.evidence.base import Scope
 from supervisor.playbook.facts import Facts

@@ -12,15 +12,17 @@ from contextlib import suppress
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.events import Event, HostReachability, Stop, Tier, UnitSignal
 from supervisor.hear.reachability import HostWatcher
 from supervisor.hear.units import UnitEvents
 from supervisor.judge.machine import FleetMachine, HostState, State
 from supervisor.playbook.live import LivePlaybook
-from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.lease import StaleEpochError
+from supervisor.record.store.records import Snapshot, SubjectKind
+from supervisor.record.store.store import Store
 from supervisor.repair import Remediator
 from supervisor.runtime._reconcile import Forget, Reconciled, Reconciler, log
 from supervisor.runtime._restore import STOPPED, close_interrupted, stored_snapshot
@@ -28,7 +30,7 @@ from supervisor.runtime._schedule import ProbeSchedule
 from supervisor.worker import EndpointWorker, Prober, ProgressReader, restored_from
 
 if TYPE_CHECKING:
-    from supervisor.hear.streams import Transport
+    from supervisor.hear.streams.protocol import Transport
 
 
 class Daemon:

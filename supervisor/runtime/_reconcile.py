@@ -18,11 +18,13 @@ from typing import Protocol
 
 import structlog
 
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.hear.reachability import HostWatcher
 from supervisor.hear.units import UnitEvents
 from supervisor.judge.machine import FleetMachine, State
-from supervisor.record.store import Snapshot, Store, SubjectKind
+from supervisor.record.store.records import Snapshot, SubjectKind
+from supervisor.record.store.store import Store
 from supervisor.repair import Remediator
 from supervisor.runtime._restore import stored_snapshot
 from supervisor.worker import EndpointWorker

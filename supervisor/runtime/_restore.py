@@ -9,8 +9,9 @@ from datetime import datetime
 
 import structlog
 
-from supervisor.record.store import AttemptRow, Snapshot, Store, SubjectKind, TimelineEntry
-from supervisor.record.timeline import INTERRUPTED, AttemptFinished
+from supervisor.record.store.records import AttemptRow, Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.repair import INTERRUPTED, AttemptFinished
 
 log = structlog.get_logger("supervisor.daemon")
 

@@ -21,13 +21,15 @@ import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.base import STATE_PAUSED
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeTick, Tier
 from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.live import LivePlaybook
-from supervisor.record.store import Store, StoreError, SubjectKind
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import StaleEpochError
+from supervisor.record.store.records import SubjectKind
+from supervisor.record.store.store import Store
 from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.schedule")

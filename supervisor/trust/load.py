@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.playbook.actions.registry import ACTIONS
 from supervisor.playbook.evidence.registry import COLLECTORS
 from supervisor.playbook.loader import Playbook, load_playbook

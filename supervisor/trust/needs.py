@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from supervisor.config import Endpoint, FleetConfig, Host
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint, Host
 from supervisor.execute.shape import Pattern, Shape, Word, ere_literal
 from supervisor.hear.streams.journal import FIELDS
 from supervisor.playbook.actions.base import Action, ActionScope, Target

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from supervisor.core.durations import format_duration
 from supervisor.judge.machine import State
 from supervisor.playbook.evidence.declare import NO_CONTAINER, NO_HOST, NO_UNIT
-from supervisor.record.store import Store
 from supervisor.record.store.records import IncidentRow, TimelineRow
+from supervisor.record.store.store import Store
 from supervisor.record.timeline.decision import Decision
 from supervisor.record.timeline.repair import Escalation, Evidence, StepRan
 from supervisor.record.timeline.state import Transition

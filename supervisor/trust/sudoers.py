@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from supervisor.config import FleetConfig, Host
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Host
 from supervisor.trust.needs import Need, Needs
 
 SERVICE_USER = "fleet-supervisor"  #: the daemon's own user (deploy/install.sh makes it)

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import Change, Trigger
-from supervisor.record.store import TimelineEntry
+from supervisor.record.store.records import TimelineEntry
 
 
 class WorkerStopped(RuntimeError):  # noqa: N818 - a state, not a bug

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from supervisor.core.events import UnitSignal
-from supervisor.judge.progress import Progress
+from supervisor.judge.progress.judge import Progress
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier, UnitSignal
 from supervisor.judge.machine import FleetMachine, State, Trigger
@@ -31,7 +31,7 @@ from supervisor.judge.policy import (
     unit_death_verdict,
     wants_progress,
 )
-from supervisor.judge.progress import Progress
+from supervisor.judge.progress.judge import Progress
 from supervisor.worker._heard import Heard, progress_heard, unit_heard
 from supervisor.worker._queue import WorkerQueue
 from supervisor.worker._record import EndpointRecord

@@ -18,14 +18,15 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.core.events import ProbeResult, UnitSignal
 from supervisor.judge.machine import Change, FleetMachine, State, Trigger
 from supervisor.judge.policy import Streaks
-from supervisor.judge.progress import Progress
-from supervisor.record.store import Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.judge.progress.judge import Progress
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
 from supervisor.record.summaries import resolution_text, transition_entry
 from supervisor.worker._runs import ProbeRuns, UnitRuns
 from supervisor.worker._state import Restored, WallDeadline

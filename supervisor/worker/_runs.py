@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from supervisor.core.events import ProbeResult, Tier, UnitSignal
-from supervisor.judge.progress import Progress
-from supervisor.record.store import Store
+from supervisor.judge.progress.judge import Progress
+from supervisor.record.store.store import Store
 from supervisor.record.summaries import probe_entry, unit_entry
 
 

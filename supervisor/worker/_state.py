@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from supervisor.core.clock import Clock
 from supervisor.judge.machine import State
 from supervisor.judge.policy import Streaks
-from supervisor.record.store import Snapshot
+from supervisor.record.store.records import Snapshot
 
 CLOCK_JUMP_TOLERANCE = timedelta(seconds=1)
 """Wall and monotonic time may drift apart this much before it counts as a clock jump."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.events import (
     EndpointRestarted,
@@ -38,8 +38,9 @@ from supervisor.core.events import (
     UnitSignal,
 )
 from supervisor.judge.machine import Change, FleetMachine, State, Trigger
-from supervisor.record.store import Snapshot, Store, TimelineEntry
 from supervisor.record.store.lease import StaleEpochError
+from supervisor.record.store.records import Snapshot, TimelineEntry
+from supervisor.record.store.store import Store
 from supervisor.worker._commands import Append, Command, Fire, MoveSilenceEnd, ProbeOnce
 from supervisor.worker._heard import Heard
 from supervisor.worker._probing import HostCheck, ProbeDiscipline, Prober, ProgressReader

@@ -22,7 +22,7 @@ from fleet_lab import fleet
 from fleet_lab.drills.config import ENDPOINTS, PLAYBOOK, completes, install_sudoers
 from fleet_lab.lab import Lab
 from supervisor import cli
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,9 @@ import pytest
 from fleet_lab.drills import run as drills
 from fleet_lab.drills.config import PRODUCTION
 from fleet_lab.lab import Lab
-from supervisor.record.timeline import Diagnosis, Transition, UnitHeard
+from supervisor.record.timeline.repair import Diagnosis
+from supervisor.record.timeline.state import Transition
+from supervisor.record.timeline.unit import UnitHeard
 
 pytestmark = pytest.mark.slow
 

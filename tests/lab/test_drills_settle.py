@@ -12,16 +12,15 @@ import pytest
 
 from fleet_lab.drills import run as drills
 from fleet_lab.lab import Lab
-from supervisor.record.timeline import (
+from supervisor.record.timeline.decision import Decision, Outcome
+from supervisor.record.timeline.repair import (
     AttemptStarted,
-    Decision,
     Diagnosis,
     Escalation,
     Evidence,
-    Outcome,
     Settled,
-    Transition,
 )
+from supervisor.record.timeline.state import Transition
 
 pytestmark = pytest.mark.slow
 

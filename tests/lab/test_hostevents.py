@@ -14,18 +14,14 @@ import pytest
 
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.core.streamstatus import StreamPhase
-from supervisor.hear.streams import (
-    Backoff,
-    EventKind,
-    HostStream,
-    LocalTransport,
-    SshTransport,
-    StreamSettings,
-    Transport,
-    UnitEvent,
-)
+from supervisor.hear.streams.backoff import Backoff
+from supervisor.hear.streams.events import EventKind, UnitEvent
+from supervisor.hear.streams.local import LocalTransport
+from supervisor.hear.streams.protocol import Transport
+from supervisor.hear.streams.ssh import SshTransport
+from supervisor.hear.streams.stream import HostStream, StreamSettings
 
 pytestmark = pytest.mark.slow
 

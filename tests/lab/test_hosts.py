@@ -14,7 +14,7 @@ import pytest
 from fleet_lab import account, fleet, procs
 from fleet_lab.drills.config import install_sudoers, write_config
 from fleet_lab.lab import Lab, LabError, LabHost
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.execute.ssh import SshExecutor
 
 pytestmark = pytest.mark.slow

@@ -22,14 +22,15 @@ from fleet_lab.drills.config import ENDPOINTS, completes, install_sudoers, write
 from fleet_lab.drills.run import settle
 from fleet_lab.lab import Lab
 from supervisor.app.root import Supervisor
-from supervisor.config import Endpoint, UnitRef, load_config
+from supervisor.config.loader import load_config
+from supervisor.config.supervised import Endpoint, UnitRef
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult
 from supervisor.execute.ssh import SshExecutor
 from supervisor.judge.machine import State
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome
 from supervisor.playbook.actions.registry import ACTIONS
-from supervisor.record.timeline import Escalation, StepRan, UnitsLeft
+from supervisor.record.timeline.repair import Escalation, StepRan, UnitsLeft
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ from fleet_lab.drills.config import completes, install_sudoers, write_config
 from fleet_lab.lab import Lab
 from supervisor import cli
 from supervisor.app.root import Supervisor
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.slow

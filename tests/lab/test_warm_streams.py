@@ -21,13 +21,14 @@ from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
 from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
-from supervisor.config import FleetConfig, load_config
+from supervisor.config.loader import load_config
+from supervisor.config.models import FleetConfig
 from supervisor.core.streamstatus import STREAMING, StreamStatus
 from supervisor.hear.streams.warm import WarmTransports
-from supervisor.record.store import Store
 from supervisor.record.store.cursors import read_streams
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget, StoreTarget
-from supervisor.record.timeline import UnitHeard
+from supervisor.record.timeline.unit import UnitHeard
 from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
 

@@ -26,11 +26,11 @@ from fleet_lab.lab import LabError, check_root
 from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.cli.incidents import entry_lines
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.core import logs
 from supervisor.core.aio import poll
 from supervisor.judge.machine import State
-from supervisor.record.store import AttemptRow
+from supervisor.record.store.records import AttemptRow
 from supervisor.worker import EndpointWorker
 
 MODELS: dict[str, tuple[str, Flavour]] = {

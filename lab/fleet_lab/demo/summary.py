@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from supervisor.record.store import AttemptRow
+from supervisor.record.store.records import AttemptRow
 
 #: the outcome the repair runner gives an attempt whose verification passed
 HEALED = "healed"

@@ -19,7 +19,7 @@ from fleet_lab.boot import INSIDE
 from fleet_lab.drills.steps import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCRIPT, WORKER_UNIT
 from fleet_lab.lab import ADDRESSES, Lab, LabError
 from fleet_lab.mac import host as mac_host
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 
 PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks"
 #: The probes every drill's daemon runs (the figures are measured against these).

@@ -10,8 +10,9 @@ from typing import TypeVar
 
 from fleet_lab.drills.bot import Notified
 from fleet_lab.drills.faults import Expect
-from supervisor.record.store import TimelineRow
-from supervisor.record.timeline import Record, StepRan
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.timeline.base import Record
+from supervisor.record.timeline.repair import StepRan
 
 #: The states a transition into says the daemon noticed the fault.
 DETECTED = ("down", "unreachable", "degraded", "busy")

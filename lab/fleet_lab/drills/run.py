@@ -35,12 +35,15 @@ from fleet_lab.drills.report import DETECTED, DrillReport, DrillStep, at, first,
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError
 from supervisor.app.root import Supervisor
-from supervisor.config import FleetConfig, load_config
+from supervisor.config.loader import load_config
+from supervisor.config.models import FleetConfig
 from supervisor.core.aio import poll
 from supervisor.core.streamstatus import STREAMING
 from supervisor.judge.machine import State
-from supervisor.record.store import SubjectKind
-from supervisor.record.timeline import Decision, Diagnosis, Escalation, Outcome, Transition
+from supervisor.record.store.records import SubjectKind
+from supervisor.record.timeline.decision import Decision, Outcome
+from supervisor.record.timeline.repair import Diagnosis, Escalation
+from supervisor.record.timeline.state import Transition
 
 SETTLE_WITHIN_S = 40.0
 DRILL_WITHIN_S = 60.0

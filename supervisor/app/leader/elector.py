@@ -40,8 +40,9 @@ from datetime import timedelta
 
 import structlog
 
-from supervisor.record.store import Store, StoreError
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import Lease, claim, current_lease, release
+from supervisor.record.store.store import Store
 from supervisor.record.store.stuck import end_stuck_sessions
 
 log = structlog.get_logger("supervisor.leader")

@@ -22,13 +22,13 @@ import structlog
 from supervisor.app.leader.elector import Elector, Me
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.tenure import Tenure
 from supervisor.hear.units import warm_transports
-from supervisor.record.store import Store
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.listen import LEASE, Listener
 from supervisor.record.store.outbox import OutboxDraft
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget, store_target
 from supervisor.tell.web.following import FollowerHttp
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.streamstatus import StreamStatus
 from supervisor.hear.streams.protocol import Transport
 from supervisor.hear.streams.stream import Deliver, HostStream, StreamSettings

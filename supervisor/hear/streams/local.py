@@ -8,7 +8,7 @@ import signal
 from collections.abc import Sequence
 from contextlib import suppress
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.execute.local import OutputTail
 from supervisor.hear.streams.protocol import (
     LINE_LIMIT,

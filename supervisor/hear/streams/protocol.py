@@ -14,7 +14,7 @@ from typing import Protocol
 
 import asyncssh
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.execute.base import command_line, tail
 from supervisor.execute.local import OutputTail
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import asyncssh
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.execute.base import Failure
 from supervisor.execute.local import OutputTail
 from supervisor.execute.ssh import SshConnectError, connect, host_where

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.hear.streams.local import LocalTransport
 from supervisor.hear.streams.protocol import (
     Transport,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import structlog
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.hear.streams.hub import units_by_host
 from supervisor.hear.streams.journal import head_argv
 from supervisor.hear.streams.protocol import TransportError

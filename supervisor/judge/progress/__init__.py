@@ -6,8 +6,3 @@ is busy (tokens flowing with requests queued), hung (requests running, the token
 frozen), idle (nothing to do, so a failed check is not explained by load) or unknown (no
 signal: mlx_lm, a health URL, or the metrics did not answer).
 """
-
-from supervisor.judge.progress.judge import Progress, ProgressVerdict, judge_progress
-from supervisor.judge.progress.load import Load, parse_vllm_metrics
-
-__all__ = ["Load", "Progress", "ProgressVerdict", "judge_progress", "parse_vllm_metrics"]

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import httpx
 
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.judge.progress.judge import Progress, judge_progress, unknown

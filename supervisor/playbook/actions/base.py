@@ -16,10 +16,10 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeResult
-from supervisor.execute import CommandResult, Executor
+from supervisor.execute.base import CommandResult, Executor
 from supervisor.execute.shape import Shape
 from supervisor.playbook.evidence.base import FactValue
 

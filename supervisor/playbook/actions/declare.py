@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from functools import wraps
 
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.playbook.actions.base import (
     Action,
     ActionContext,

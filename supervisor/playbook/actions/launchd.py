@@ -25,10 +25,10 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from supervisor.config import Host, UnitRef
 from supervisor.config.fields import Duration
+from supervisor.config.supervised import Host, UnitRef
 from supervisor.core.durations import format_duration
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.execute.shape import PID, Pattern, Shape, fixed
 from supervisor.playbook.actions.base import (
     ActionContext,

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from supervisor.config import Host, UnitRef
+from supervisor.config.supervised import Host, UnitRef
 from supervisor.playbook.actions.declare import StopSteps
 from supervisor.playbook.actions.steps import Steps
 from supervisor.playbook.evidence.unitstate import UnitState

@@ -16,10 +16,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from supervisor.config import Host, UnitRef
 from supervisor.config.fields import Duration, Port
+from supervisor.config.supervised import Host, UnitRef
 from supervisor.core.durations import format_duration
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.execute.helpers import signal_argv, signal_shape
 from supervisor.execute.shape import fixed
 from supervisor.playbook.actions.base import (

@@ -7,9 +7,8 @@ import shlex
 from collections.abc import Sequence
 from datetime import timedelta
 
-from supervisor.config import Host, UnitRef
-from supervisor.execute import CommandResult
-from supervisor.execute.base import Failure
+from supervisor.config.supervised import Host, UnitRef
+from supervisor.execute.base import CommandResult, Failure
 from supervisor.execute.containers import ContainerNameError, in_container
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome, ActionScope
 from supervisor.playbook.actions.declare import StopSteps

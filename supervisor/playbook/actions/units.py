@@ -18,10 +18,10 @@ from datetime import timedelta
 
 from pydantic import Field, field_validator
 
-from supervisor.config import Host, UnitRef
 from supervisor.config.fields import Flag, PositiveDuration
+from supervisor.config.supervised import Host, UnitRef
 from supervisor.core.durations import format_duration
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.execute.helpers import dropin_argv, dropin_shape
 from supervisor.execute.shape import fixed
 from supervisor.playbook.actions.base import (

@@ -16,9 +16,9 @@ from typing import Generic, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.clock import Clock, SystemClock
-from supervisor.execute import CommandResult, Executor
+from supervisor.execute.base import CommandResult, Executor
 from supervisor.execute.shape import Shape
 
 #: A fact's value: scalars, or a tuple of scalars (pids, commands, drop-in paths ...).

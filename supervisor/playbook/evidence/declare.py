@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from supervisor.config import Host, UnitRef
-from supervisor.execute import CommandResult
+from supervisor.config.supervised import Host, UnitRef
+from supervisor.execute.base import CommandResult
 from supervisor.execute.containers import CONTAINER_SUDO, ContainerNameError, in_container
 from supervisor.execute.shape import Shape, Word
 from supervisor.playbook.evidence.base import (

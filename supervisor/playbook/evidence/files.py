@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.execute.shape import Shape
 from supervisor.playbook.evidence.base import (
     CollectContext,

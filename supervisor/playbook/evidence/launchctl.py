@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from xml.parsers.expat import ExpatError
 
-from supervisor.config import UnitRef
+from supervisor.config.supervised import UnitRef
 from supervisor.playbook.evidence.base import FactValue
 
 #: launchctl's exit status for "Could not find service ... in domain ..." (ESRCH-like)

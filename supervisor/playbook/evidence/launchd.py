@@ -17,7 +17,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 
 from supervisor.config.fields import Flag
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.playbook.evidence.base import (
     CollectContext,
     CollectedEvidence,

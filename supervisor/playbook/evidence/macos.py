@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from pydantic import Field
 
 from supervisor.config.fields import Flag
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.playbook.evidence.base import (
     CollectContext,
     CollectedEvidence,

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
 from supervisor.playbook.evidence.launchctl import (
     NotLaunchdError,

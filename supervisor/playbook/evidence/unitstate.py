@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from supervisor.execute import CommandResult
+from supervisor.execute.base import CommandResult
 from supervisor.playbook.evidence.base import FactValue
 from supervisor.playbook.evidence.launchctl import is_not_found, job_facts, parse_print
 from supervisor.playbook.evidence.systemd import show_properties

@@ -1,32 +1,5 @@
 """The store: endpoint and host states, incidents, their append-only timeline, probe samples.
 
-One SQLite file (WAL), written by the daemon and read beside it by the CLI.
+One SQLite file (WAL) written by the daemon and read beside it by the CLI, or one PostgreSQL
+database shared by two instances (`target`). `store.Store` opens either.
 """
-
-from supervisor.record.store.errors import StoreError, StoreRefusedError
-from supervisor.record.store.records import (
-    AttemptRow,
-    IncidentRow,
-    SampleRow,
-    Snapshot,
-    SubjectKind,
-    TimelineEntry,
-    TimelineRow,
-)
-from supervisor.record.store.store import Store
-from supervisor.record.timeline import EntryKind, JSONValue
-
-__all__ = [
-    "AttemptRow",
-    "EntryKind",
-    "IncidentRow",
-    "JSONValue",
-    "SampleRow",
-    "Snapshot",
-    "Store",
-    "StoreError",
-    "StoreRefusedError",
-    "SubjectKind",
-    "TimelineEntry",
-    "TimelineRow",
-]

@@ -15,7 +15,7 @@ from sqlalchemy import Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-from supervisor.record.timeline import JSONValue
+from supervisor.record.timeline.base import JSONValue
 
 
 def format_utc(value: datetime) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from supervisor.record.store.records import OutboxRow
-from supervisor.record.timeline import JSONValue
+from supervisor.record.timeline.base import JSONValue
 
 State = Mapping[str, JSONValue]
 

@@ -18,8 +18,9 @@ from sqlalchemy import Connection
 
 from supervisor.record.store.coltypes import dump_json
 from supervisor.record.store.schema import NO_UPDATE
-from supervisor.record.timeline import Diagnosis, encode
+from supervisor.record.timeline.codec import encode
 from supervisor.record.timeline.migrate import type_v1
+from supervisor.record.timeline.repair import Diagnosis
 
 
 def _v1_to_v2(conn: Connection) -> None:

@@ -36,7 +36,7 @@ from supervisor.record.store.schema import (
 )
 from supervisor.record.store.store import Store
 from supervisor.record.store.writes import new_id
-from supervisor.record.timeline import JSONValue
+from supervisor.record.timeline.base import JSONValue
 
 State = Mapping[str, JSONValue]
 """What the composer remembers about one incident (JSON)."""

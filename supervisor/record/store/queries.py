@@ -16,7 +16,7 @@ from supervisor.record.store.records import (
     TimelineRow,
 )
 from supervisor.record.store.schema import incidents, samples, snapshots, timeline
-from supervisor.record.timeline import kind_of
+from supervisor.record.timeline.base import kind_of
 
 
 def to_snapshot(m: RowMapping) -> Snapshot:

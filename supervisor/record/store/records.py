@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 
-from supervisor.record.timeline import EntryKind, JSONValue, Record, decode, encode
+from supervisor.record.timeline.base import EntryKind, JSONValue, Record
+from supervisor.record.timeline.codec import decode, encode
 
 
 class SubjectKind(StrEnum):

@@ -61,7 +61,7 @@ def parse_pg_url(text: str) -> URL:
 
 
 class StoreSettings(Protocol):
-    """The store part of the fleet config (`supervisor.config.StoreConfig`)."""
+    """The store part of the fleet config (`supervisor.config.sections.StoreConfig`)."""
 
     @property
     def path(self) -> Path: ...

@@ -17,7 +17,8 @@ from supervisor.record.store.errors import StoreError
 from supervisor.record.store.listen import TIMELINE, notify
 from supervisor.record.store.records import Snapshot, TimelineEntry
 from supervisor.record.store.schema import incidents, samples, snapshots, timeline
-from supervisor.record.timeline import Diagnosis, encode
+from supervisor.record.timeline.codec import encode
+from supervisor.record.timeline.repair import Diagnosis
 
 
 async def require_incident(conn: AsyncConnection, incident_id: int) -> None:

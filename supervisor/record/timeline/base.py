@@ -4,7 +4,7 @@ registry that maps a tag back to its class.
 A record is a frozen, keyword-only dataclass whose fields are the facts of one thing that
 happened; its `summary` (the one line people read) is rendered from those fields, never parsed
 back. `at` and `subject` are not part of a record: they belong to the entry that carries it
-(`supervisor.record.store.TimelineEntry`).
+(`supervisor.record.store.records.TimelineEntry`).
 """
 
 from __future__ import annotations

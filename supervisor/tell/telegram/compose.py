@@ -22,16 +22,11 @@ from dataclasses import replace
 from datetime import datetime
 
 from supervisor.judge.machine import HostState, State, Trigger
-from supervisor.record.store import IncidentRow, SubjectKind, TimelineRow
 from supervisor.record.store.outbox import OutboxDraft
-from supervisor.record.timeline import (
-    Decision,
-    Diagnosis,
-    Escalation,
-    StepRan,
-    Transition,
-    Verification,
-)
+from supervisor.record.store.records import IncidentRow, SubjectKind, TimelineRow
+from supervisor.record.timeline.decision import Decision
+from supervisor.record.timeline.repair import Diagnosis, Escalation, StepRan, Verification
+from supervisor.record.timeline.state import Transition
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.memory import Memory, Settings
 

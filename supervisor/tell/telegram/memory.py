@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from supervisor.record.store import JSONValue
+from supervisor.record.timeline.base import JSONValue
 
 
 @dataclass(frozen=True, kw_only=True)

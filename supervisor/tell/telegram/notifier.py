@@ -15,17 +15,17 @@ import structlog
 from telegram.error import TelegramError
 from telegram.ext import ApplicationBuilder
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.config.sections import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.core.tenure import Tenure
 from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.model import Rule
-from supervisor.record.store import Store
 from supervisor.record.store.errors import unwritable_cause
 from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.store.resilient import ResilientStore
+from supervisor.record.store.store import Store
 from supervisor.repair import Remediator
 from supervisor.tell.telegram.auth import quiet_http_logs
 from supervisor.tell.telegram.bot import App, Commands

@@ -23,11 +23,12 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, Tele
 from supervisor.core.aio import wait_event
 from supervisor.core.clock import Clock
 from supervisor.core.tenure import Tenure
-from supervisor.record.store import Store, StoreRefusedError, TimelineEntry
+from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.outbox import OutboxStore
-from supervisor.record.store.records import OutboxRow
-from supervisor.record.timeline import Notification
+from supervisor.record.store.records import OutboxRow, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.control import Notification
 from supervisor.tell.telegram.replies import Replies, Reply
 from supervisor.tell.telegram.texts import split
 from supervisor.tell.telegram.timing import Pacing

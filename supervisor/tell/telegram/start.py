@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.control import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.core.tenure import Tenure
 from supervisor.hear.reachability import HostWatcher
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 from supervisor.repair import Remediator
 from supervisor.repair.report import report
 from supervisor.tell.telegram.auth import NotifyError, load_token

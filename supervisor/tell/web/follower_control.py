@@ -7,7 +7,8 @@ from supervisor.control.entries import pause_reason
 from supervisor.control.model import FLEET, JournalRow, PauseRow, SilenceRow
 from supervisor.control.tables import ControlStore
 from supervisor.core.clock import Clock
-from supervisor.record.store import Store, StoreError
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.store import Store
 
 
 class StoredControl:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.core.clock import utcnow
-from supervisor.record.store import Store
 from supervisor.record.store.listen import TIMELINE, Listener
+from supervisor.record.store.store import Store
 from supervisor.tell.web.listen import ListenError
 
 if TYPE_CHECKING:

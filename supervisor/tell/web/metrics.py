@@ -32,7 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from supervisor.judge.machine import State
-from supervisor.record.store import SubjectKind
+from supervisor.record.store.records import SubjectKind
 from supervisor.tell.web.view import FleetView
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4

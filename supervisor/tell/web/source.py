@@ -8,12 +8,14 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Protocol
 
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.control.model import JournalRow, PauseRow, SilenceRow
 from supervisor.core.clock import Clock
 from supervisor.core.streamstatus import StreamStatus
 from supervisor.playbook.loader import Playbook
-from supervisor.record.store import Snapshot, Store
+from supervisor.record.store.records import Snapshot
+from supervisor.record.store.store import Store
 
 
 class EndpointSource(Protocol):

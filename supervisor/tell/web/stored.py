@@ -20,12 +20,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 
-from supervisor.config import Endpoint, FleetConfig
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock, SystemClock
 from supervisor.core.streamstatus import StreamStatus
 from supervisor.playbook.loader import Playbook, load_playbook
-from supervisor.record.store import Snapshot, Store, SubjectKind
 from supervisor.record.store.cursors import read_streams
+from supervisor.record.store.records import Snapshot, SubjectKind
+from supervisor.record.store.store import Store
 from supervisor.record.store.who_leads import LeaderView, leader_view
 from supervisor.tell.web.follower_control import StoredControl
 

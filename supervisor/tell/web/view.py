@@ -17,7 +17,8 @@ from supervisor.core.streamstatus import StreamStatus, events_fields
 from supervisor.core.timefmt import iso
 from supervisor.judge.machine import HostState
 from supervisor.record.availability import Availability, Repair, Repairs, availability, repairs
-from supervisor.record.store import Snapshot, Store, SubjectKind
+from supervisor.record.store.records import Snapshot, SubjectKind
+from supervisor.record.store.store import Store
 
 if TYPE_CHECKING:
     from supervisor.tell.web.source import FleetSource

@@ -11,9 +11,10 @@ from datetime import timedelta
 
 import httpx
 
-from supervisor.config import Endpoint, FleetConfig, Host
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Endpoint, Host
 from supervisor.core.clock import Clock
-from supervisor.execute import CommandResult, Executor
+from supervisor.execute.base import CommandResult, Executor
 from supervisor.playbook.model import Rule
 from supervisor.trust.needs import Needs
 

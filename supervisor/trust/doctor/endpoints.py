@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import httpx
 
-from supervisor.config import Endpoint, Host, UnitRef
+from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.events import ProbeOutcome
 from supervisor.judge.progress.load import MetricsFormatError, parse_vllm_metrics
 from supervisor.judge.progress.read import METRICS_KINDS

@@ -7,7 +7,7 @@ import hashlib
 import re
 import time
 
-from supervisor.config import Host
+from supervisor.config.supervised import Host
 from supervisor.execute.helpers import SOURCES
 from supervisor.hear.streams.journal import head_argv
 from supervisor.trust.doctor.context import DoctorContext, Login

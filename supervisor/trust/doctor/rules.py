@@ -5,7 +5,7 @@ sudo (their commands are not needs at all)."""
 
 from __future__ import annotations
 
-from supervisor.config import Endpoint
+from supervisor.config.supervised import Endpoint
 from supervisor.trust.doctor.context import DoctorContext
 from supervisor.trust.doctor.model import Finding, fail, ok, warn
 from supervisor.trust.doctor.registry import Over, check

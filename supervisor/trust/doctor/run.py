@@ -11,9 +11,10 @@ from itertools import chain
 
 import httpx
 
-from supervisor.config import FleetConfig, Host
+from supervisor.config.models import FleetConfig
+from supervisor.config.supervised import Host
 from supervisor.core.clock import Clock
-from supervisor.execute import Executor
+from supervisor.execute.base import Executor
 from supervisor.trust.doctor import endpoints, fleet, hosts, rules
 from supervisor.trust.doctor.context import DoctorContext, Login, sudo_list_script
 from supervisor.trust.doctor.model import DoctorRun, Finding

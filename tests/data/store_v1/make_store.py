@@ -29,10 +29,12 @@ from pathlib import Path
 
 from supervisor.lab.vllm_sim import SimBehaviour, VllmSim
 
-from supervisor.config import load_config
+from supervisor.config.loader import load_config
 from supervisor.core.clock import utcnow
 from supervisor.judge.machine import State
-from supervisor.record.store import EntryKind, Snapshot, Store, SubjectKind, TimelineEntry
+from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.base import EntryKind
 from supervisor.runtime import Daemon, close_interrupted
 from tests.helpers import eventually, write_fleet
 

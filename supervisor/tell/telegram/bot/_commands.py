@@ -18,15 +18,15 @@ from typing import Any
 from telegram import BotCommand, InlineKeyboardMarkup, Update
 from telegram.ext import ApplicationHandlerStop, CallbackQueryHandler, CommandHandler, TypeHandler
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.config.sections import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.actor import Actor, Via
 from supervisor.core.clock import Clock
 from supervisor.hear.reachability import HostWatcher
 from supervisor.playbook.model import Rule
-from supervisor.record.store import Store
 from supervisor.record.store.outbox import OutboxStore
+from supervisor.record.store.store import Store
 from supervisor.repair import Remediator
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.auth import REFUSAL, allowed

@@ -12,7 +12,8 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, ContextTypes
 
-from supervisor.control import Answer, ControlApi
+from supervisor.control import ControlApi
+from supervisor.control.model import Answer
 from supervisor.core.actor import Actor, Via
 from supervisor.tell.telegram.texts import h
 from supervisor.worker import EndpointWorker

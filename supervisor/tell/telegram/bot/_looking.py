@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from supervisor.control import ControlApi
 from supervisor.core.clock import Clock
 from supervisor.hear.reachability import HostWatcher
-from supervisor.record.store import Store
+from supervisor.record.store.store import Store
 from supervisor.record.store.who_leads import leader_view, leadership_line
 from supervisor.tell.telegram import texts
 from supervisor.tell.telegram.bot._common import (

@@ -13,7 +13,7 @@ from telegram import Message, Update
 from telegram.constants import ParseMode
 from telegram.error import TelegramError
 
-from supervisor.config import FleetConfig
+from supervisor.config.models import FleetConfig
 from supervisor.config.sections import TelegramConfig
 from supervisor.control import ControlApi
 from supervisor.core.durations import format_duration

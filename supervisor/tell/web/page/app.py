@@ -36,7 +36,7 @@ from supervisor.core.durations import DurationError, parse_duration
 from supervisor.core.tenure import Tenure
 from supervisor.core.timefmt import stamp
 from supervisor.record.availability import Repair, availability, days, repairs
-from supervisor.record.store import SubjectKind
+from supervisor.record.store.records import SubjectKind
 from supervisor.tell.web.page.actions import ACTIONS, CONFIRM
 from supervisor.tell.web.page.auth import COOKIE, ActionGate, RefusedError, Session, same_origin
 from supervisor.tell.web.page.board import History, board

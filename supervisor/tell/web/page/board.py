@@ -17,7 +17,8 @@ from supervisor.record.availability import (
     availability,
     repairs,
 )
-from supervisor.record.store import Store, SubjectKind
+from supervisor.record.store.records import SubjectKind
+from supervisor.record.store.store import Store
 from supervisor.tell.web.page.reads import Point, recent_points
 from supervisor.tell.web.page.spark import sparkline
 from supervisor.tell.web.page.states import TONES, Tone, tone_of

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from supervisor.record.store import Store, StoreError
 from supervisor.record.store.doctor import last_doctor_run
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.store import Store
 
 SHOWN = 10
 """Problems listed on the board (the rest: `fleet-supervisor doctor`)."""

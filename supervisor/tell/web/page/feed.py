@@ -14,7 +14,9 @@ import structlog
 from aiohttp import web
 
 from supervisor.core.tenure import Tenure
-from supervisor.record.store import Store, StoreError, TimelineRow
+from supervisor.record.store.errors import StoreError
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.store.store import Store
 from supervisor.tell.web.page.reads import entries_after, last_entry_id
 
 log = structlog.get_logger("supervisor.ops.page")

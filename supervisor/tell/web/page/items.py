@@ -9,20 +9,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.record.store import TimelineRow
-from supervisor.record.timeline import (
-    CommandRun,
-    Diagnosis,
-    Evidence,
-    Notification,
-    Probe,
-    ProbeSample,
-    Record,
-    StepRan,
-    Transition,
-    UnitsLeft,
-    Verification,
-)
+from supervisor.record.store.records import TimelineRow
+from supervisor.record.timeline.base import Record
+from supervisor.record.timeline.control import Notification
+from supervisor.record.timeline.parts import CommandRun, ProbeSample
+from supervisor.record.timeline.repair import Diagnosis, Evidence, StepRan, UnitsLeft, Verification
+from supervisor.record.timeline.state import Probe, Transition
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,9 +13,10 @@ from functools import lru_cache
 from sqlalchemy import bindparam, func, or_, select, union_all
 from sqlalchemy.sql.expression import Executable
 
-from supervisor.record.store import Store, TimelineRow
 from supervisor.record.store.queries import to_timeline_row
+from supervisor.record.store.records import TimelineRow
 from supervisor.record.store.schema import samples, timeline
+from supervisor.record.store.store import Store
 
 SPARK_POINTS = 24
 """Samples per endpoint the board's sparklines show."""

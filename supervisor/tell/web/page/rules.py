@@ -16,9 +16,10 @@ from sqlalchemy import select
 from supervisor.core.durations import format_duration
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.problems import Level
-from supervisor.record.store import Store
 from supervisor.record.store.schema import incidents, timeline
-from supervisor.record.timeline import Diagnosis, Escalation, Verification, decode
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.codec import decode
+from supervisor.record.timeline.repair import Diagnosis, Escalation, Verification
 
 MATCHES_SHOWN = 3
 WINDOW = timedelta(days=30)
