@@ -7,6 +7,7 @@ import asyncio
 import errno
 import sqlite3
 import threading
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeOutcome as ProbeOutcome
 from supervisor.core.events import ProbeResult, Tier
-from supervisor.judge.machine import State
+from supervisor.judge.machine import State, Trigger
 from supervisor.probe import make_client, run_probe
 from supervisor.record.store import engine as store_engine
 from supervisor.record.store.errors import (
@@ -32,15 +33,20 @@ from supervisor.record.store.errors import (
     unwritable_cause,
 )
 from supervisor.record.store.history import ms
+from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.resilient import ResilientStore, refused
 from supervisor.record.store.schema import supervision
 from supervisor.record.store.store import Store
 from supervisor.record.timeline.control import Note
 from supervisor.record.timeline.state import Transition
+from supervisor.tell.telegram.composer import Composer
+from supervisor.tell.telegram.memory import Settings
 from tests.helpers import eventually, write_fleet
 
 pytestmark = pytest.mark.slow
+
+CHAT = 1001
 
 
 @pytest.fixture(autouse=True)
@@ -352,3 +358,61 @@ def test_a_server_down_is_known_by_the_errors_type(error: BaseException, unreach
     )
     if unreachable:
         assert unwritable_cause(refusal) == SERVER_DOWN
+
+
+async def test_a_composer_started_while_the_store_refuses_writes_still_tells_the_chat(
+    tmp_path: Path,
+) -> None:
+    """The composer's first act on a new store is to write its cursor. Refused (the disk filled
+    between the lead and the notifier's start), that write used to end the composer's task: no
+    alert was composed, ever. Now the cursor is read, its write queued, and a held 'down' is
+    composed from memory; the cursor lands with the rest once the file clears."""
+    db = tmp_path / "s.db"
+    store = await ResilientStore.open(db)
+    store.retry_every = 0.05
+    outbox = OutboxStore(store)
+    await outbox.ensure()
+    lock = WriteLock(db)
+    await asyncio.to_thread(lock.take)
+    composer = Composer(
+        outbox, SystemClock(), Settings(remind_every=timedelta(hours=1)), [CHAT], every=0.05
+    )
+    store.on_timeline.append(composer.wake)
+    task = asyncio.create_task(composer.run())
+    try:
+        now = datetime.now(UTC)
+        down = Transition(
+            source=State.HEALTHY,
+            dest=State.DOWN,
+            trigger=Trigger.DOWN,
+            note="connection refused",
+            probes=(),
+        )
+        snapshot = Snapshot(
+            kind=SubjectKind.ENDPOINT, name="m", state="down", since=now, updated_at=now
+        )
+        held = await store.transition(
+            snapshot=snapshot,
+            entry=TimelineEntry(at=now, subject="m", record=down),
+            open_cause="connection refused",
+        )
+        assert held is not None
+        assert held < 0  # a placeholder: the store took nothing
+
+        def told() -> list[str]:
+            return [r.text for r in outbox.memory.pending()]
+
+        await eventually(lambda: told() != [], what="the 'down' composed from memory")
+        assert not task.done()
+        assert [t.split("\n")[0] for t in told()] == ["🔴 <b>m</b> is down: connection refused"]
+        assert await outbox.cursor() is None  # its write waits in the queue
+    finally:
+        await asyncio.to_thread(lock.release)
+    await eventually(lambda: store.queued == 0, what="the queue flushed")
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
+    assert await outbox.cursor() is not None
+    rows = await outbox.messages()
+    await store.close()
+    assert [r.text.split("\n")[0] for r in rows] == ["🔴 <b>m</b> is down: connection refused"]

@@ -27,6 +27,7 @@ from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.cli.status import collect
 from supervisor.config.loader import load_config
+from supervisor.core.aio import poll
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.store import Store
@@ -165,11 +166,10 @@ async def test_a_full_disk_keeps_the_lead_the_alerts_and_every_record(
 
     await sim.stop()  # the endpoint dies while nothing can be written
     died = asyncio.get_running_loop().time()
-    await eventually(
-        lambda: any("<b>m</b>" in t and "down" in t for t in bot.texts(CHAT)),
-        within=TOLD_WITHIN_S,
-        what="the chat told that m is down",
+    told = poll(
+        lambda: any("<b>m</b>" in t and "down" in t for t in bot.texts(CHAT)), TOLD_WITHIN_S
     )
+    assert await told, f"the chat was not told that m is down; it read {bot.texts(CHAT)!r}"
     told_after = asyncio.get_running_loop().time() - died
     down = next(t for t in bot.texts(CHAT) if "<b>m</b>" in t and "down" in t)
     assert down.endswith(MARK)

@@ -115,19 +115,42 @@ class OutboxStore:
             return await _cursor(conn)
 
     async def start_cursor(self) -> int:
-        """The cursor; on first use, the timeline's end (history is not announced)."""
-        async with self.store.tx(write=True) as conn:
+        """The cursor; on first use, the timeline's end (history is not announced). While the
+        store takes reads but not writes (a full disk), a first use's cursor is read and its
+        write queued behind the store's others."""
+        try:
+            async with self.store.tx(write=True) as conn:
+                current = await _cursor(conn)
+                if current is not None:
+                    return current
+                last = await _timeline_end(conn)
+                await _set_cursor(conn, last)
+                return last
+        except StoreRefusedError as err:
+            queueing = self._resilient(err)
+        async with self.store.tx(write=False) as conn:
             current = await _cursor(conn)
             if current is not None:
                 return current
-            last = (await conn.execute(select(func.max(timeline.c.id)))).scalar_one()
-            await _set_cursor(conn, int(last or 0))
-            return int(last or 0)
+            last = await _timeline_end(conn)
+
+        async def run() -> None:
+            async with queueing.tx(write=True) as conn:
+                if await _cursor(conn) is None:
+                    await _set_cursor(conn, last)
+
+        queueing.queue("outbox cursor", run, error=self._refusal)
+        return last
 
     async def batch(self, after: int, *, limit: int = 200) -> Batch:
         """The timeline rows after `after` (the stored ones, then those the store has not
         taken yet: negative ids), their incidents and the composer's memories of them."""
         after = max(after, self.memory.floor)
+        queueing = self._queueing()
+        if queueing is not None and queueing.flushing:
+            # the held entries being written: read from the table they would be composed again
+            # (the composer's write that moves its cursor past them is queued behind them)
+            return self._with_held(queueing, [], {}, {}, limit)
         try:
             async with self.store.tx(write=False) as conn:
                 result = await conn.execute(
@@ -144,8 +167,18 @@ class OutboxStore:
         except StoreRefusedError as err:
             self._resilient(err)
             rows, incident_rows, states = [], {}, {}
+        return self._with_held(self._queueing(), rows, incident_rows, states, limit)
+
+    def _with_held(
+        self,
+        queueing: ResilientStore | None,
+        rows: list[TimelineRow],
+        incident_rows: dict[int, IncidentRow],
+        states: dict[int, State],
+        limit: int,
+    ) -> Batch:
+        """The stored rows, then the held ones not composed yet, with the composer's memories."""
         self.memory.held_batch = 0
-        queueing = self._queueing()
         if queueing is not None and len(rows) < limit:
             held = [h for h in queueing.held if h.row.id < self.memory.held_seen][
                 : limit - len(rows)
@@ -468,6 +501,11 @@ async def _cursor(conn: AsyncConnection) -> int | None:
     )
     value = found.scalar_one_or_none()
     return None if value is None else int(value)
+
+
+async def _timeline_end(conn: AsyncConnection) -> int:
+    last = (await conn.execute(select(func.max(timeline.c.id)))).scalar_one()
+    return int(last or 0)
 
 
 async def _set_cursor(conn: AsyncConnection, last_id: int) -> None:

@@ -90,6 +90,9 @@ class ResilientStore(Store):
         self.outages = 0  #: how many times writes started queueing
         self.dropped = 0  #: samples dropped because the queue was full
         self.saved = 0  #: queued writes the store took once it cleared (this outage's)
+        #: some queued writes landed and the rest wait: the table may hold entries the notifier
+        #: composed from memory already (it reads none from the table meanwhile)
+        self.flushing = False
         #: called with the error when writes start queueing, and with '' when they are saved
         self.on_outage: list[Callable[[str], None]] = []
         #: the timeline entries queued, oldest first (gone once the store took them)
@@ -231,6 +234,7 @@ class ResilientStore(Store):
                 self._ids[head.placeholder] = result
             self._queue.popleft()
             self.saved += 1
+            self.flushing = bool(self._queue)  # (until the last: a refusal may stop it midway)
         if not self.outage:
             return
         log.warning(
@@ -330,6 +334,7 @@ class ResilientStore(Store):
             "deposed", stops="the writes kept in memory", dropped=self.queued, refused=refusal
         )
         self._queue.clear()
+        self.flushing = False
         self.held.clear()
         self._held_incidents.clear()
         self.outage = ""

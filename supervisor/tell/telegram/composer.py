@@ -49,10 +49,12 @@ class Composer:
         self._woken.set()
 
     async def run(self) -> None:
-        cursor = await self._outbox.start_cursor()
+        cursor: int | None = None  # found in the first round the store answers
         while True:
             self._woken.clear()  # an entry committed while this round reads is seen next round
             try:
+                if cursor is None:  # (outside the retries, a store refusing it ended the task:
+                    cursor = await self._outbox.start_cursor()  # no alert composed, ever)
                 cursor = await self.step(cursor)
             except StaleEpochError as err:  # deposed: the new leader composes from the cursor
                 log.warning("deposed", stops="the composer", refused=str(err))
