@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -201,6 +202,16 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
     if pidfile.exists():
         with suppress(ProcessLookupError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    _kill_steps(marker)
+
+
+def _kill_steps(marker: Path) -> None:
+    """A step still running when its daemon was killed (each in a session of its own, the
+    local executor's): its whole group, `sleep` included."""
+    found = subprocess.run(["pgrep", "-f", str(marker)], capture_output=True, text=True)
+    for pid in found.stdout.split():
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(pid), signal.SIGKILL)
 
 
 async def _a_leads_and_heals_then_b_follows(fleet: Fleet) -> None:
@@ -577,8 +588,6 @@ class _Feed:
 
 
 def _burn() -> Any:
-    import subprocess
-
     return subprocess.Popen(["sh", "-c", "while :; do :; done"])
 
 
