@@ -118,7 +118,7 @@ async def completion_check(ctx: ProbeContext) -> CheckFinding:
     transcript = Transcript()
     sent_at = ctx.clock.monotonic()
     url = ctx.url("/v1/chat/completions")
-    async with ctx.client.stream("POST", url, json=body, timeout=ctx.http_timeout) as response:
+    async with ctx.client.stream("POST", url, json=body) as response:
         ctx.http_status = response.status_code
         if not response.is_success:
             text = (await response.aread()).decode("utf-8", "replace")
