@@ -23,7 +23,7 @@ from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
-from supervisor.probe import make_client, run_probe
+from supervisor.probe import make_client, make_http_client, make_tls, run_probe
 from supervisor.probe.wire import ProbeHttp, multipart
 from tests.conftest import FAST_TOK_S, SimFactory
 
@@ -403,7 +403,8 @@ async def test_a_url_it_cannot_ask_says_why(
 
 
 @pytest.fixture
-def certificate(tmp_path: Path) -> tuple[Path, Path]:
+def certificate(tmp_path: Path) -> Path:
+    """A self-signed certificate for 127.0.0.1 (its key beside it, `key.pem`)."""
     if shutil.which("openssl") is None:
         pytest.skip("needs openssl to make a certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
@@ -413,26 +414,52 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
          "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )  # fmt: skip
-    return cert, key
+    return cert
+
+
+@pytest.fixture
+async def https(certificate: Path) -> AsyncIterator[Server]:
+    """A server on https://127.0.0.1 with `certificate`: `reply(b"")`, then `reply()`."""
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(certificate, certificate.with_name("key.pem"))
+    server = Server(written(reply(b""), reply()))
+    await server.start(served)
+    yield server
+    await server.stop()
 
 
 async def test_https_with_the_context_given_and_kept_alive(
-    certificate: tuple[Path, Path],
+    https: Server, certificate: Path
 ) -> None:
-    cert, key = certificate
-    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    served.load_cert_chain(cert, key)
-    server = Server(written(reply(b""), reply()))
-    url = await server.start(served)
-    try:
-        async with make_client(ssl.create_default_context(cafile=str(cert))) as trusting:
-            for _ in range(2):
-                result = await probe(url, Tier.LIVENESS, trusting)
-                assert (result.outcome, result.reason) == (OK, "")
-        assert server.accepted == 1
-        async with make_client() as default:  # certifi's bundle does not know this certificate
-            refused = await probe(url, Tier.LIVENESS, default)
-        assert refused.outcome is FAIL
-        assert refused.reason.startswith("cannot connect: "), refused.reason
-    finally:
-        await server.stop()
+    async with make_client(ssl.create_default_context(cafile=str(certificate))) as trusting:
+        for _ in range(2):
+            result = await probe(https.url, Tier.LIVENESS, trusting)
+            assert (result.outcome, result.reason) == (OK, "")
+    assert https.accepted == 1
+    async with make_client() as default:  # certifi's bundle does not know this certificate
+        refused = await probe(https.url, Tier.LIVENESS, default)
+    assert refused.outcome is FAIL
+    assert refused.reason.startswith("cannot connect: "), refused.reason
+
+
+async def test_the_shared_context_reads_its_ca_bundle_on_its_first_tls_connection(
+    https: Server, sim: VllmSim
+) -> None:
+    tls = make_tls()
+    async with make_client(tls) as http:
+        assert (await probe(sim.url, Tier.LIVENESS, http)).outcome is OK
+        assert tls.cert_store_stats()["x509_ca"] == 0  # plain HTTP: no certificates read
+        refused = await probe(https.url, Tier.LIVENESS, http)
+    assert refused.reason.startswith("cannot connect: "), refused.reason
+    assert tls.cert_store_stats()["x509_ca"] > 100  # certifi's bundle, as httpx's default
+    assert (tls.verify_mode, tls.check_hostname) == (ssl.CERT_REQUIRED, True)
+
+
+async def test_the_runners_httpx_client_verifies_with_the_same_context(
+    https: Server, certificate: Path
+) -> None:
+    tls = make_tls()
+    tls.load_verify_locations(cafile=str(certificate))  # the test's own authority, and certifi's
+    async with make_http_client(tls) as http:
+        assert (await http.get(https.url + "/health")).status_code == 200
+    assert tls.cert_store_stats()["x509_ca"] > 100

@@ -11,7 +11,6 @@ import asyncio
 import ssl
 from typing import TYPE_CHECKING
 
-import certifi
 import httpx
 
 from supervisor import __version__
@@ -20,7 +19,7 @@ from supervisor.probe.completion import judge_completion, slow_reason
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import one_line, timed_out_reason, transport_reason
 from supervisor.probe.registry import CHECKS, Check, KindChecks
-from supervisor.probe.wire import ProbeHttp
+from supervisor.probe.wire import CertifiContext, ProbeHttp
 
 if TYPE_CHECKING:
     from supervisor.config.supervised import Endpoint
@@ -69,8 +68,9 @@ def make_http_client(tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
 
 
 def make_tls() -> ssl.SSLContext:
-    """The TLS context probe clients share (the CA bundle httpx uses by default)."""
-    return ssl.create_default_context(cafile=certifi.where())
+    """The TLS context probe clients share (the CA bundle httpx uses by default, read on the
+    first TLS connection)."""
+    return CertifiContext()
 
 
 async def run_probe(

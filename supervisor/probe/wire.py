@@ -33,9 +33,9 @@ import codecs
 import json as jsonlib
 import os
 import ssl
-from collections.abc import AsyncIterator, Mapping
+import sys
+from collections.abc import Callable, Mapping
 from functools import cache
-from types import TracebackType
 from typing import Any, ClassVar, NamedTuple, Self
 from urllib.parse import quote, urlsplit
 
@@ -51,10 +51,38 @@ _URL_CACHE = 1024
 _SAFE = "/?&=%:@!$'()*+,;~[]"  #: kept as they are in a request target
 
 
+class CertifiContext(ssl.SSLContext):
+    """`ssl.create_default_context(cafile=certifi.where())` (what httpx verifies with by default)
+    that reads the CA bundle on its first TLS connection (`wrap_bio`: asyncio's and anyio's;
+    `wrap_socket`): a fleet of plain-HTTP endpoints never holds its ~1.6 MB of certificates."""
+
+    _loaded = False
+
+    def __new__(cls) -> Self:
+        context = super().__new__(cls, ssl.PROTOCOL_TLS_CLIENT)  # hostname checked, cert required
+        keylog = os.environ.get("SSLKEYLOGFILE")
+        if keylog and not sys.flags.ignore_environment:  # as create_default_context does
+            context.keylog_filename = keylog
+        return context
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self.load_verify_locations(cafile=certifi.where())
+            self._loaded = True
+
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
+        self._load()
+        return super().wrap_bio(*args, **kwargs)
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        self._load()
+        return super().wrap_socket(*args, **kwargs)
+
+
 @cache
 def default_tls() -> ssl.SSLContext:
-    """The CA bundle httpx uses by default (certifi's), loaded once, on the first `https` URL."""
-    return ssl.create_default_context(cafile=certifi.where())
+    """One `CertifiContext` for the clients made without one."""
+    return CertifiContext()
 
 
 class _Target(NamedTuple):
@@ -103,28 +131,78 @@ def _target(url: str) -> _Target:
     return found
 
 
+class _Wire(asyncio.Protocol):
+    """One connection's bytes: kept in `buffer` for a head or a whole body, or, while a `sink`
+    is set, handed to it as they arrive (a streamed body read in the callback: no task wakes up
+    for each piece)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.eof = False
+        self.error: BaseException | None = None
+        self.sink: Callable[[bytes | bytearray], None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.sink is not None:
+            self.sink(data)
+        else:
+            self.buffer += data
+            self.wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self.wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self.error = exc
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def more(self) -> None:
+        """Until more bytes arrive or the connection ends."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def ended(self) -> httpx.HTTPError:
+        """What a read that needed more bytes than came says (a reset, a TLS failure, an EOF)."""
+        if isinstance(self.error, OSError):
+            return httpx.ReadError(str(self.error) or type(self.error).__name__)
+        return _closed_early()
+
+
 class _Connection:
-    __slots__ = ("origin", "reader", "writer")
+    __slots__ = ("origin", "transport", "wire")
 
     def __init__(
-        self,
-        origin: tuple[str, str, int],
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        self, origin: tuple[str, str, int], transport: asyncio.Transport, wire: _Wire
     ) -> None:
         self.origin = origin
-        self.reader = reader
-        self.writer = writer
+        self.transport = transport
+        self.wire = wire
 
     def usable(self) -> bool:
-        """Still open on both sides (a server that closed it while idle left its EOF here)."""
-        reader = self.reader
-        return not (
-            reader.at_eof() or reader.exception() is not None or self.writer.transport.is_closing()
-        )
+        """Open on both sides and quiet (a server that closed it while idle left its EOF)."""
+        wire = self.wire
+        return not (wire.eof or wire.buffer or self.transport.is_closing())
 
     def close(self) -> None:
-        self.writer.close()
+        self.wire.sink = None
+        self.transport.close()
 
 
 class _NoAnswerError(Exception):
@@ -148,21 +226,129 @@ def _charset(content_type: str) -> str:
     return "utf-8"
 
 
-class ProbeResponse:
-    """One answer: status and headers at once, the body when read (`aread`, `aiter_lines`)."""
+_SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
 
-    __slots__ = (
-        "_chunked",
-        "_conn",
-        "_done",
-        "_keep",
-        "_left",
-        "_pool",
-        "_released",
-        "content",
-        "headers",
-        "status_code",
-    )
+
+class _Framing:
+    """A body's bytes out of what the connection brings: by length, chunked, or up to the close
+    (`length` -1). `take` returns the body's pieces in `data`; `done` once the body ended."""
+
+    __slots__ = ("_buffer", "_chunked", "_left", "_lines", "_state")
+
+    def __init__(self, *, chunked: bool, length: int) -> None:
+        self._chunked = chunked
+        self._left = length  #: of the body (by length), of the chunk (chunked), -1 up to the close
+        self._state = _DONE if length == 0 and not chunked else _SIZE if chunked else _DATA
+        self._buffer = bytearray()  #: chunked framing not yet complete
+        self._lines = 0  #: trailer lines
+
+    @property
+    def done(self) -> bool:
+        return self._state == _DONE
+
+    @property
+    def to_close(self) -> bool:
+        return self._left < 0 and not self._chunked
+
+    def take(self, data: bytes | bytearray) -> list[bytes]:
+        if self._state == _DONE:
+            if data:
+                raise httpx.RemoteProtocolError("bytes after the end of the body")
+            return []
+        if not self._chunked:
+            if self._left < 0:
+                return [bytes(data)] if data else []
+            piece = bytes(data[: self._left])
+            if len(data) > self._left:
+                raise httpx.RemoteProtocolError("bytes after the end of the body")
+            self._left -= len(piece)
+            if self._left == 0:
+                self._state = _DONE
+            return [piece] if piece else []
+        return self._chunks(data)
+
+    def _chunks(self, data: bytes | bytearray) -> list[bytes]:
+        if not self._buffer and self._state == _SIZE:  # most often: one whole chunk, as sent
+            end = data.find(b"\r\n")
+            head = data[:end]
+            if 0 < end <= 8 and not head.strip(b"0123456789abcdefABCDEF"):
+                stop = end + 2 + int(head, 16)
+                if stop > end + 2 and len(data) == stop + 2 and data.endswith(b"\r\n"):
+                    return [bytes(data[end + 2 : stop])]
+        buffer = self._buffer
+        buffer += data
+        pieces: list[bytes] = []
+        at = 0
+        while at < len(buffer):
+            if self._state == _DATA:
+                piece = bytes(buffer[at : at + self._left])
+                at += len(piece)
+                self._left -= len(piece)
+                pieces.append(piece)
+                if self._left == 0:
+                    self._state = _DATA_END
+                continue
+            end = buffer.find(b"\n", at)
+            if end < 0:
+                if len(buffer) - at > LINE_LIMIT:
+                    raise httpx.RemoteProtocolError("a chunk-size line longer than 64 KiB")
+                break
+            line = bytes(buffer[at:end]).strip()
+            at = end + 1
+            if self._state == _SIZE:
+                size = line.split(b";", 1)[0].strip()
+                if not size or size.strip(b"0123456789abcdefABCDEF"):
+                    raise httpx.RemoteProtocolError(f"bad chunk size: {line[:40]!r}")
+                self._left = int(size, 16)
+                self._state = _DATA if self._left else _TRAILER
+            elif self._state == _DATA_END:
+                if line:
+                    raise httpx.RemoteProtocolError("a chunk longer than its size")
+                self._state = _SIZE
+            elif self._state == _TRAILER:
+                self._lines += 1
+                if not line:
+                    self._state = _DONE
+                elif self._lines > MAX_HEADERS:
+                    raise httpx.RemoteProtocolError("too many trailers")
+            else:  # bytes after the last chunk's blank line
+                raise httpx.RemoteProtocolError("bytes after the end of the body")
+        del buffer[:at]
+        return pieces
+
+
+class _Lines:
+    """Text lines out of body pieces, without their ends (`\\n`, `\\r\\n` or a lone `\\r`)."""
+
+    __slots__ = ("_decoder", "_pending")
+
+    def __init__(self, charset: str) -> None:
+        self._decoder = codecs.getincrementaldecoder(charset)(errors="replace")
+        self._pending = ""
+
+    def take(self, piece: bytes) -> list[str]:
+        text = self._pending + self._decoder.decode(piece)
+        if "\r" in text:  # a `\r` last may be half of a `\r\n`: kept for the next piece
+            tail = "\r" if text.endswith("\r") else ""
+            text = text[:-1] if tail else text
+            lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+            self._pending = lines.pop() + tail
+        else:
+            lines = text.split("\n")
+            self._pending = lines.pop()
+        return lines
+
+    def end(self) -> list[str]:
+        rest = self._pending + self._decoder.decode(b"", final=True)
+        self._pending = ""
+        rest = rest[:-1] if rest.endswith("\r") else rest
+        return rest.replace("\r\n", "\n").replace("\r", "\n").split("\n") if rest else []
+
+
+class ProbeResponse:
+    """One answer: its status and headers at once, its body when read (`aread`, `read_lines`)."""
+
+    __slots__ = ("_conn", "_framing", "_keep", "_pool", "content", "headers", "status_code")
 
     def __init__(
         self,
@@ -174,26 +360,23 @@ class ProbeResponse:
         keep: bool,
         no_body: bool,
     ) -> None:
-        self._pool = pool
+        self._pool: ProbeHttp | None = pool  #: None once released
         self._conn = conn
         self.status_code = status_code
         self.headers: Mapping[str, str] = headers  #: lower-case names; repeated ones joined
         self.content = b""  #: the body, once `aread` has read it
-        self._chunked = False
-        self._left = -1  #: bytes left in the body (Content-Length) or the chunk; -1 until close
-        self._done = no_body
         if no_body:
-            self._left = 0
+            self._framing = _Framing(chunked=False, length=0)
         elif "chunked" in headers.get("transfer-encoding", "").lower():
-            self._chunked, self._left = True, 0
+            self._framing = _Framing(chunked=True, length=0)
         elif "transfer-encoding" not in headers and "content-length" in headers:
-            value = headers["content-length"]
+            value = headers["content-length"].strip()
             if not value.isdigit():
                 raise httpx.RemoteProtocolError(f"bad content-length: {value!r}")
-            self._left = int(value)
-            self._done = self._left == 0
-        self._keep = keep and self._left >= 0  #: a body that ends at the close ends the connection
-        self._released = False
+            self._framing = _Framing(chunked=False, length=int(value))
+        else:
+            self._framing = _Framing(chunked=False, length=-1)
+        self._keep = keep and not self._framing.to_close  #: a body up to the close ends it
 
     @property
     def is_success(self) -> bool:
@@ -205,100 +388,78 @@ class ProbeResponse:
 
     async def aread(self) -> bytes:
         """The whole body (the connection goes back to its pool when the request ends)."""
-        parts = []
-        while piece := await self._read_some():
-            parts.append(piece)
+        parts: list[bytes] = []
+        framing, wire = self._framing, self._conn.wire
+        while True:
+            if wire.buffer:
+                parts += framing.take(wire.buffer)
+                wire.buffer.clear()
+            if framing.done:
+                break
+            if wire.eof:
+                if not framing.to_close:
+                    raise wire.ended()
+                break
+            await wire.more()
         self.content = b"".join(parts)
         return self.content
 
-    async def aiter_lines(self) -> AsyncIterator[str]:
-        """The body's lines, without their ends (`\\n`, `\\r\\n` or `\\r`), as they arrive."""
-        decoder = codecs.getincrementaldecoder(_charset(self.headers.get("content-type", "")))(
-            errors="replace"
-        )
-        pending = ""
-        while piece := await self._read_some():
-            text = pending + decoder.decode(piece)
-            if "\r" in text:  # SSE allows \r\n and a lone \r; a \r last may be half of \r\n
-                tail = "\r" if text.endswith("\r") else ""
-                text = text[:-1] if tail else text
-                lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-                pending = lines.pop() + tail
-            else:
-                lines = text.split("\n")
-                pending = lines.pop()
-            for line in lines:
-                yield line
-        rest = pending + decoder.decode(b"", final=True)
-        rest = rest[:-1] if rest.endswith("\r") else rest
-        if rest:
-            for line in rest.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-                yield line
+    async def read_lines(self, take: Callable[[str], bool]) -> bool:
+        """Hand each line of the body to `take` as it arrives, from the connection's callback,
+        until `take` returns True (then True: the rest of the body is `finish`'s) or the body
+        ends (False). What `take` raises ends the read and is raised here."""
+        framing, wire = self._framing, self._conn.wire
+        lines = _Lines(_charset(self.headers.get("content-type", "")))
+        outcome: list[bool | BaseException] = []
 
-    async def _read_some(self) -> bytes:
-        """The next piece of the body as it arrives; b"" at its end."""
-        if self._done:
-            return b""
-        reader = self._conn.reader
-        try:
-            if self._chunked:
-                return await self._read_chunk(reader)
-            if self._left < 0:  # up to the close
-                piece = await reader.read(READ_SIZE)
-                self._done = not piece
-                return piece
-            piece = await reader.read(min(self._left, READ_SIZE))
-            if not piece:
-                raise _closed_early()
-            self._left -= len(piece)
-            self._done = self._left == 0
-            return piece
-        except OSError as exc:  # a reset, a TLS failure
-            raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+        def stop(result: bool | BaseException) -> None:
+            outcome.append(result)
+            wire.sink = None
+            wire.wake()
 
-    async def _read_chunk(self, reader: asyncio.StreamReader) -> bytes:
-        while self._left == 0:
-            size = await _line(reader)
+        def sink(data: bytes | bytearray) -> None:
             try:
-                self._left = int(size.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise httpx.RemoteProtocolError(f"bad chunk size: {size[:40]!r}") from None
-            if self._left < 0:
-                raise httpx.RemoteProtocolError(f"bad chunk size: {size[:40]!r}")
-            if self._left == 0:  # the last chunk: trailers up to a blank line
-                for _ in range(MAX_HEADERS + 1):
-                    if not (await _line(reader)).strip():
-                        self._done = True
-                        return b""
-                raise httpx.RemoteProtocolError("too many trailers")
-        piece = await reader.read(min(self._left, READ_SIZE))
-        if not piece:
-            raise _closed_early()
-        self._left -= len(piece)
-        if self._left == 0 and (await _line(reader)).strip():
-            raise httpx.RemoteProtocolError("a chunk longer than its size")
-        return piece
+                for piece in framing.take(data):
+                    for line in lines.take(piece):
+                        if take(line):
+                            stop(True)
+                            return
+                if framing.done:
+                    stop(any(take(line) for line in lines.end()))
+            except Exception as exc:  # the reader's own verdict, or a broken framing
+                stop(exc)
+
+        buffered = bytes(wire.buffer)
+        wire.buffer.clear()
+        wire.sink = sink
+        if buffered:
+            sink(buffered)
+        while not outcome:
+            if wire.eof:
+                wire.sink = None
+                if not framing.to_close:
+                    raise wire.ended()
+                return any(take(line) for line in lines.end())
+            await wire.more()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    async def finish(self) -> None:
+        """Read the rest of the body and let it go (so that the connection can be kept)."""
+        self.content = b""
+        await self.aread()
+        self.content = b""
 
     def release(self) -> None:
         """Back to the pool when read to its end and the server keeps it open; else closed."""
-        if self._released:
+        pool, self._pool = self._pool, None
+        if pool is None:
             return
-        self._released = True
-        if self._keep and self._done:
-            self._pool.keep(self._conn)
+        if self._keep and self._framing.done:
+            pool.keep(self._conn)
         else:
             self._conn.close()
-
-
-async def _line(reader: asyncio.StreamReader) -> bytes:
-    """One line of the head or of the chunked framing, with its end."""
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError:
-        raise _closed_early() from None
-    except asyncio.LimitOverrunError:
-        raise httpx.RemoteProtocolError("a line longer than 64 KiB") from None
-    return line
 
 
 class _Streaming:
@@ -315,12 +476,7 @@ class _Streaming:
         self._response = await self._client.send(*self._args)
         return self._response
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._response is not None:
             self._response.release()
 
@@ -339,12 +495,7 @@ class ProbeHttp:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -407,7 +558,18 @@ class ProbeHttp:
         while True:
             conn = kept if kept is not None else await self._connect(where.origin)
             try:
-                return await self._exchange(conn, head, body, no_body=method == "HEAD")
+                conn.transport.write(head + body if len(body) < 4096 else head)
+                if len(body) >= 4096:
+                    conn.transport.write(body)
+                status, headers, keep = await _read_head(conn.wire)
+                return ProbeResponse(
+                    self,
+                    conn,
+                    status,
+                    headers,
+                    keep=keep,
+                    no_body=method == "HEAD" or status in _NO_BODY,
+                )
             except _NoAnswerError:
                 conn.close()
                 if kept is None:
@@ -418,41 +580,6 @@ class ProbeHttp:
             except BaseException:
                 conn.close()
                 raise
-
-    async def _exchange(
-        self, conn: _Connection, head: bytes, body: bytes, *, no_body: bool
-    ) -> ProbeResponse:
-        writer, reader = conn.writer, conn.reader
-        try:
-            if len(body) > 4096:
-                writer.write(head)
-                writer.write(body)
-                await writer.drain()
-            else:
-                writer.write(head + body)
-            first = await reader.readuntil(b"\n")
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
-                raise _closed_early() from None
-            raise _NoAnswerError from None
-        except asyncio.LimitOverrunError:
-            raise httpx.RemoteProtocolError("a status line longer than 64 KiB") from None
-        except OSError as exc:
-            raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
-        try:
-            while True:
-                status, keep = _status(first)
-                headers = await _headers(reader)
-                if not 100 <= status < 200:
-                    break
-                first = await _line(reader)  # 100 Continue, 103 Early Hints: the answer follows
-        except OSError as exc:
-            raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
-        connection = headers.get("connection", "").lower()
-        keep = ("keep-alive" in connection) if not keep else ("close" not in connection)
-        return ProbeResponse(
-            self, conn, status, headers, keep=keep, no_body=no_body or status in _NO_BODY
-        )
 
     def _take(self, origin: tuple[str, str, int]) -> _Connection | None:
         idle = self._idle.get(origin)
@@ -475,12 +602,12 @@ class ProbeHttp:
         scheme, host, port = origin
         tls = (self._tls or default_tls()) if scheme == "https" else None
         try:
-            reader, writer = await asyncio.open_connection(
+            transport, wire = await asyncio.get_running_loop().create_connection(
+                _Wire,
                 host,
                 port,
                 ssl=tls,
                 server_hostname=host if tls is not None else None,
-                limit=LINE_LIMIT,
                 happy_eyeballs_delay=0.25,
             )
         except OSError as exc:
@@ -488,36 +615,59 @@ class ProbeHttp:
                 # every address failed, each its own way (asyncio's words; anyio's below)
                 raise httpx.ConnectError("All connection attempts failed") from None
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
-        return _Connection(origin, reader, writer)
+        assert isinstance(transport, asyncio.Transport)
+        return _Connection(origin, transport, wire)
+
+
+async def _read_head(wire: _Wire) -> tuple[int, dict[str, str], bool]:
+    """The answer's status, headers and whether HTTP/1.1 keeps the connection (after any
+    `100 Continue`); `_NoAnswerError` when the connection ends before its first byte."""
+    buffer = wire.buffer
+    while True:
+        end = buffer.find(b"\r\n\r\n")
+        size = 4
+        if end < 0:
+            end, size = buffer.find(b"\n\n"), 2
+        if end >= 0:
+            lines = bytes(buffer[:end]).split(b"\n")
+            del buffer[: end + size]
+            status, keep = _status(lines[0])
+            if 100 <= status < 200:
+                continue  # 100 Continue, 103 Early Hints: the answer follows
+            headers = _headers(lines[1:])
+            connection = headers.get("connection", "").lower()
+            keep = ("close" not in connection) if keep else ("keep-alive" in connection)
+            return status, headers, keep
+        if len(buffer) > LINE_LIMIT:
+            raise httpx.RemoteProtocolError("a head longer than 64 KiB")
+        if wire.eof:
+            if not buffer:
+                raise _NoAnswerError
+            raise wire.ended()
+        await wire.more()
 
 
 def _status(line: bytes) -> tuple[int, bool]:
-    """The status code of `HTTP/1.1 200 OK`, and whether HTTP/1.1 keeps the connection."""
+    """The status code of `HTTP/1.1 200 OK`, and whether it is HTTP/1.1."""
     parts = line.split(None, 2)
     code = parts[1] if len(parts) >= 2 else b""
-    if (
-        len(parts) < 2
-        or not parts[0].startswith(b"HTTP/1.")
-        or len(code) != 3
-        or not code.isdigit()
-    ):
+    if len(code) != 3 or not code.isdigit() or not parts[0].startswith(b"HTTP/1."):
         raise httpx.RemoteProtocolError(f"bad status line: {line[:60]!r}")
     return int(code), parts[0] == b"HTTP/1.1"
 
 
-async def _headers(reader: asyncio.StreamReader) -> dict[str, str]:
+def _headers(lines: list[bytes]) -> dict[str, str]:
+    if len(lines) > MAX_HEADERS:
+        raise httpx.RemoteProtocolError("too many headers")
     headers: dict[str, str] = {}
-    for _ in range(MAX_HEADERS + 1):
-        line = await _line(reader)
-        if line in (b"\r\n", b"\n"):
-            return headers
+    for line in lines:
         name, colon, value = line.decode("latin-1").partition(":")
         key = name.strip().lower()
-        if not colon or not key:
+        if not colon or not key or key != name.lower():
             raise httpx.RemoteProtocolError(f"bad header line: {line[:60]!r}")
         value = value.strip()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    raise httpx.RemoteProtocolError("too many headers")
+    return headers
 
 
 JSON = "application/json"
