@@ -1,19 +1,22 @@
-"""The probes' HTTP/1.1 client: asyncio streams, one small parser, keep-alive per origin.
+"""The probes' HTTP/1.1 client: one asyncio protocol, one small parser, keep-alive per origin.
 
 A probe is a few small requests and one streamed completion, every few seconds, to hundreds of
 servers; through httpx each request crossed httpx, httpcore, h11 and anyio (a cancel scope per
 layer), and each streamed SSE piece five layers of iterators: that was most of the daemon's CPU
-(bench/RESULTS.md, "The probe's cost"). Here a request is one write and a response is read
-straight from the socket's buffer: status line, headers, then the body by `Content-Length`,
-chunked, or up to the close; an SSE body is read line by line as its chunks arrive.
+(bench/RESULTS.md, "The probe's cost"). Here a request is one write; an answer's head and a whole
+body are read from the connection's buffer (status line, headers, then the body by
+`Content-Length`, chunked, or up to the close); a streamed body is read in the connection's own
+callback as its bytes arrive (`ProbeResponse.read_lines`: framing, lines, and the caller's line
+reader, with no task woken per piece).
 
 What it does, and what it leaves out on purpose:
 
-- keep-alive: a connection whose response was read to its end goes back to its origin's idle
-  list (scheme, host, port) and serves the next request; one the server closed while idle is
-  dropped, and a request that finds its kept connection closed before any byte of an answer is
-  sent once more on a new one (a server's idle timeout is not a failed probe);
-- TLS only for `https` URLs, with the context given (the CA bundle loaded once), else certifi's;
+- keep-alive: a connection whose answer was read to its end goes back to its origin's idle list
+  (scheme, host, port) and serves the next request; one the server closed while idle is dropped,
+  and a request that finds its kept connection closed before any byte of an answer is sent once
+  more on a new one (a server's idle timeout is not a failed probe);
+- TLS only for `https` URLs, with the context given, else one `CertifiContext` (certifi's CA
+  bundle, as httpx verifies by default, read on the first TLS connection);
 - no proxies from the environment, no redirects followed (a 3xx is the answer), no cookies, no
   compression asked for (no `Accept-Encoding`: servers answer as is);
 - no timeouts of its own: the caller's deadline (`asyncio.timeout` around the probe) bounds
@@ -22,8 +25,8 @@ What it does, and what it leaves out on purpose:
   `ReadError`, `UnsupportedProtocol`, `InvalidURL`), so that what names them
   (`supervisor.probe.http.transport_reason`, the doctor) reads them as before.
 
-`ProbeHttp`'s `get`, `post`, `stream` and its answers' `status_code`, `headers`, `content`, `text`,
-`is_success`, `aread` and `aiter_lines` are the subset of httpx's client the checks use.
+`ProbeHttp`'s `get`, `post`, `stream` and its answers' `status_code`, `headers`, `content`,
+`text`, `is_success` and `aread` are the subset of httpx's client the checks use.
 """
 
 from __future__ import annotations
