@@ -9,6 +9,7 @@ import contextlib
 import json
 import re
 import shutil
+import socket
 import ssl
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -397,6 +398,19 @@ async def test_a_url_it_cannot_ask_says_why(
 ) -> None:
     with pytest.raises(error, match=re.escape(message)):
         await client.get(url)
+
+
+async def test_a_connect_failure_is_worded_as_httpx_words_it(client: ProbeHttp) -> None:
+    """What the doctor shows of it; a probe says `connection refused` (by the errno)."""
+    with socket.socket() as bound:  # bound, never listening: refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}"
+        with pytest.raises(httpx.ConnectError, match=r"^All connection attempts failed$"):
+            await client.get(url + "/health")
+        result = await probe(url, Tier.LIVENESS, client)
+    assert (result.outcome, result.reason) == (FAIL, "connection refused")
+    with pytest.raises(httpx.ConnectError, match=r"^\[Errno -?\d+\] "):
+        await client.get("http://no-such-host.invalid/health")
 
 
 # -- TLS ------------------------------------------------------------------------------------------

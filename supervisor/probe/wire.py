@@ -35,6 +35,7 @@ import asyncio
 import codecs
 import json as jsonlib
 import os
+import socket
 import ssl
 import sys
 from collections.abc import Callable, Mapping
@@ -613,11 +614,10 @@ class ProbeHttp:
                 server_hostname=host if tls is not None else None,
                 happy_eyeballs_delay=0.25,
             )
-        except OSError as exc:
-            if exc.errno is None and str(exc).startswith("Multiple exceptions"):
-                # every address failed, each its own way (asyncio's words; anyio's below)
-                raise httpx.ConnectError("All connection attempts failed") from None
+        except (ssl.SSLError, socket.gaierror) as exc:  # the handshake, the name: as httpx says
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        except OSError as exc:  # refused, unreachable (every address): in anyio's words
+            raise httpx.ConnectError("All connection attempts failed") from exc
         assert isinstance(transport, asyncio.Transport)
         return _Connection(origin, transport, wire)
 
