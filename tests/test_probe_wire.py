@@ -272,6 +272,24 @@ async def test_every_body_framing_is_read_whole(
 
 
 @pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(reply() + b"junk", id="content-length"),
+        pytest.param(chunked(MODELS, content_type="application/json") + b"junk", id="chunked"),
+        pytest.param(b"HTTP/1.1 204 No Content\r\n\r\n" + MODELS, id="no-body"),
+    ],
+)
+async def test_bytes_after_the_body_are_dropped_with_their_connection(
+    answer: bytes, serve: Serve, client: ProbeHttp
+) -> None:
+    server = await serve(written(answer))
+    for _ in range(2):
+        response = await client.get(server.url + "/v1/models")
+        assert response.content == (b"" if b" 204 " in answer else MODELS)
+    assert server.accepted == 2
+
+
+@pytest.mark.parametrize(
     ("answer", "reason"),
     [
         pytest.param(reply()[:-4], CLOSED, id="content-length-cut-short"),

@@ -235,9 +235,10 @@ _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
 
 class _Framing:
     """A body's bytes out of what the connection brings: by length, chunked, or up to the close
-    (`length` -1). `take` returns the body's pieces in `data`; `done` once the body ended."""
+    (`length` -1). `take` returns the body's pieces in `data`; `done` once the body ended;
+    `spare` when bytes came after its end (they are dropped, and so is the connection)."""
 
-    __slots__ = ("_buffer", "_chunked", "_left", "_lines", "_state")
+    __slots__ = ("_buffer", "_chunked", "_left", "_lines", "_state", "spare")
 
     def __init__(self, *, chunked: bool, length: int) -> None:
         self._chunked = chunked
@@ -245,6 +246,7 @@ class _Framing:
         self._state = _DONE if length == 0 and not chunked else _SIZE if chunked else _DATA
         self._buffer = bytearray()  #: chunked framing not yet complete
         self._lines = 0  #: trailer lines
+        self.spare = False
 
     @property
     def done(self) -> bool:
@@ -256,15 +258,13 @@ class _Framing:
 
     def take(self, data: bytes | bytearray) -> list[bytes]:
         if self._state == _DONE:
-            if data:
-                raise httpx.RemoteProtocolError("bytes after the end of the body")
+            self.spare = self.spare or bool(data)
             return []
         if not self._chunked:
             if self._left < 0:
                 return [bytes(data)] if data else []
             piece = bytes(data[: self._left])
-            if len(data) > self._left:
-                raise httpx.RemoteProtocolError("bytes after the end of the body")
+            self.spare = len(data) > self._left
             self._left -= len(piece)
             if self._left == 0:
                 self._state = _DONE
@@ -284,6 +284,10 @@ class _Framing:
         pieces: list[bytes] = []
         at = 0
         while at < len(buffer):
+            if self._state == _DONE:  # bytes after the last chunk's blank line
+                self.spare = True
+                at = len(buffer)
+                break
             if self._state == _DATA:
                 piece = bytes(buffer[at : at + self._left])
                 at += len(piece)
@@ -315,8 +319,6 @@ class _Framing:
                     self._state = _DONE
                 elif self._lines > MAX_HEADERS:
                     raise httpx.RemoteProtocolError("too many trailers")
-            else:  # bytes after the last chunk's blank line
-                raise httpx.RemoteProtocolError("bytes after the end of the body")
         del buffer[:at]
         return pieces
 
@@ -460,7 +462,7 @@ class ProbeResponse:
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        if self._keep and self._framing.done:
+        if self._keep and self._framing.done and not self._framing.spare:
             pool.keep(self._conn)
         else:
             self._conn.close()
