@@ -46,8 +46,7 @@ from urllib.parse import quote, urlsplit
 import certifi
 import httpx
 
-LINE_LIMIT = 1 << 16  #: the longest status, header or chunk-size line taken
-READ_SIZE = 1 << 16  #: the most a body read asks the socket for
+LINE_LIMIT = 1 << 16  #: the longest head (status line and headers) or chunk-size line taken
 MAX_HEADERS = 100
 IDLE_PER_ORIGIN = 4  #: kept connections per origin (a probe uses one at a time)
 _NO_BODY = frozenset({204, 304})
@@ -440,13 +439,15 @@ class ProbeResponse:
         wire.sink = sink
         if buffered:
             sink(buffered)
-        while not outcome:
-            if wire.eof:
-                wire.sink = None
-                if not framing.to_close:
-                    raise wire.ended()
-                return any(take(line) for line in lines.end())
-            await wire.more()
+        try:
+            while not outcome:
+                if wire.eof:
+                    if not framing.to_close:
+                        raise wire.ended()
+                    return any(take(line) for line in lines.end())
+                await wire.more()
+        finally:
+            wire.sink = None  # cut short (the deadline) or not, nothing reads for it any more
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         return outcome[0]
