@@ -19,7 +19,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from pydantic import ValidationError
 
@@ -42,6 +41,7 @@ from supervisor.playbook.actions.dedupe import DedupeError, plan_dedupe
 from supervisor.playbook.actions.registry import ACTIONS, build_registry
 from supervisor.playbook.actions.steps import shorten
 from supervisor.probe import make_client, run_probe
+from supervisor.probe.wire import ProbeHttp
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually
 from tests.sshd import Sshd
@@ -1178,13 +1178,13 @@ async def test_wait_healthy_plan_does_not_probe() -> None:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
+async def client() -> AsyncIterator[ProbeHttp]:
     async with make_client() as http:
         yield http
 
 
 async def test_wait_healthy_waits_through_a_cold_start(
-    sim_factory: SimFactory, client: httpx.AsyncClient
+    sim_factory: SimFactory, client: ProbeHttp
 ) -> None:
     sim = await sim_factory(SimBehaviour(tok_s=2000, cold_start_s=0.4))
     endpoint = Endpoint(name="sim", kind="openai", url=sim.url, model="sim-model")
@@ -1210,7 +1210,7 @@ async def test_wait_healthy_waits_through_a_cold_start(
 
 
 async def test_wait_healthy_gives_up_at_the_deadline(
-    sim_factory: SimFactory, client: httpx.AsyncClient
+    sim_factory: SimFactory, client: ProbeHttp
 ) -> None:
     sim = await sim_factory(SimBehaviour(tok_s=2000, fail_status=500))
     endpoint = Endpoint(name="sim", kind="openai", url=sim.url, model="sim-model")

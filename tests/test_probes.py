@@ -31,6 +31,7 @@ from supervisor.probe.context import ProbeError
 from supervisor.probe.http import connect_reason, http_error_reason
 from supervisor.probe.liveness import ollama_name
 from supervisor.probe.transcript import Transcript
+from supervisor.probe.wire import ProbeHttp
 from tests.conftest import FAST_TOK_S, SimFactory
 from tests.helpers import eventually
 
@@ -65,12 +66,12 @@ def endpoint(
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
+async def client() -> AsyncIterator[ProbeHttp]:
     async with make_client() as http:
         yield http
 
 
-async def probe(ep: Endpoint, tier: Tier, client: httpx.AsyncClient) -> ProbeResult:
+async def probe(ep: Endpoint, tier: Tier, client: ProbeHttp) -> ProbeResult:
     return await run_probe(ep, tier, client, clock=SystemClock())
 
 
@@ -246,7 +247,7 @@ def assert_reason(actual: str, expected: str) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 async def test_probe_against_the_sim(
-    case: Case, sim_factory: SimFactory, client: httpx.AsyncClient
+    case: Case, sim_factory: SimFactory, client: ProbeHttp
 ) -> None:
     behaviour = SimBehaviour(**{"tok_s": FAST_TOK_S, **case.behaviour})
     server = await sim_factory(behaviour, model=case.served, flavour=case.flavour)
@@ -262,9 +263,7 @@ async def test_probe_against_the_sim(
     assert len(result.detail) <= 120
 
 
-async def test_a_good_completion_is_timed_and_counted(
-    sim: VllmSim, client: httpx.AsyncClient
-) -> None:
+async def test_a_good_completion_is_timed_and_counted(sim: VllmSim, client: ProbeHttp) -> None:
     result = await probe(endpoint(sim.url), DEEP, client)
     assert result.outcome is OK
     assert result.http_status == 200
@@ -280,7 +279,7 @@ async def test_a_good_completion_is_timed_and_counted(
 
 
 async def test_a_slow_completion_is_degraded_with_its_rate(
-    sim_factory: SimFactory, client: httpx.AsyncClient
+    sim_factory: SimFactory, client: ProbeHttp
 ) -> None:
     server = await sim_factory(SimBehaviour(tok_s=40.0))
     result = await probe(endpoint(server.url, baseline=100.0, max_tokens=10), DEEP, client)
@@ -294,7 +293,7 @@ async def test_a_slow_completion_is_degraded_with_its_rate(
 
 
 async def test_a_completion_at_its_baseline_is_ok(
-    sim_factory: SimFactory, client: httpx.AsyncClient
+    sim_factory: SimFactory, client: ProbeHttp
 ) -> None:
     server = await sim_factory(SimBehaviour(tok_s=40.0))
     result = await probe(endpoint(server.url, baseline=40.0, max_tokens=10), DEEP, client)
@@ -328,14 +327,14 @@ REFUSED = [
 
 @pytest.mark.parametrize(("kind", "tier", "check"), REFUSED)
 async def test_connection_refused(
-    kind: EndpointKind, tier: Tier, check: str, refusing_url: str, client: httpx.AsyncClient
+    kind: EndpointKind, tier: Tier, check: str, refusing_url: str, client: ProbeHttp
 ) -> None:
     result = await probe(endpoint(refusing_url, kind=kind), tier, client)
     assert (result.outcome, result.check, result.reason) == (FAIL, check, "connection refused")
     assert result.http_status is None
 
 
-async def test_cannot_resolve_the_host(client: httpx.AsyncClient) -> None:
+async def test_cannot_resolve_the_host(client: ProbeHttp) -> None:
     result = await probe(endpoint("http://no-such-host.invalid:8000"), LIVE, client)
     assert result.outcome is FAIL
     assert result.reason.startswith("cannot connect: "), result.reason
@@ -481,7 +480,7 @@ async def test_probe_against_canned_answers(
     outcome: ProbeOutcome,
     reason: str,
     canned: Serve,
-    client: httpx.AsyncClient,
+    client: ProbeHttp,
 ) -> None:
     url = await canned(answers)
     path = next(iter(answers))
@@ -490,18 +489,14 @@ async def test_probe_against_canned_answers(
     assert (result.outcome, result.reason) == (outcome, reason)
 
 
-async def test_usage_tokens_win_over_counted_pieces(
-    canned: Serve, client: httpx.AsyncClient
-) -> None:
+async def test_usage_tokens_win_over_counted_pieces(canned: Serve, client: ProbeHttp) -> None:
     usage = '{"choices": [], "usage": {"completion_tokens": 7}}'
     url = await canned({CHAT: sse_response(chunk(R), chunk(C, "stop"), usage, "[DONE]")})
     result = await probe(endpoint(url), DEEP, client)
     assert (result.outcome, result.tokens, result.detail) == (OK, 7, "Thinking. | 42")
 
 
-async def test_without_usage_the_pieces_are_counted(
-    canned: Serve, client: httpx.AsyncClient
-) -> None:
+async def test_without_usage_the_pieces_are_counted(canned: Serve, client: ProbeHttp) -> None:
     url = await canned({CHAT: sse_response(chunk(R), chunk(R), chunk(C, "stop"), "[DONE]")})
     result = await probe(endpoint(url), DEEP, client)
     assert (result.outcome, result.tokens) == (OK, 3)
@@ -538,7 +533,7 @@ async def keep_alive() -> AsyncIterator[tuple[str, list[int]]]:
 
 
 async def test_a_streamed_completion_leaves_its_connection_to_the_next_probe(
-    keep_alive: tuple[str, list[int]], client: httpx.AsyncClient
+    keep_alive: tuple[str, list[int]], client: ProbeHttp
 ) -> None:
     url, accepted = keep_alive
     for _ in range(3):
@@ -548,7 +543,7 @@ async def test_a_streamed_completion_leaves_its_connection_to_the_next_probe(
 
 
 async def test_a_stream_held_open_after_done_passes_and_its_connection_is_closed(
-    keep_alive: tuple[str, list[int]], client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    keep_alive: tuple[str, list[int]], client: ProbeHttp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(completion, "DRAIN_S", 0.05)
     url, accepted = keep_alive
@@ -559,9 +554,7 @@ async def test_a_stream_held_open_after_done_passes_and_its_connection_is_closed
     assert len(accepted) == 2
 
 
-async def test_cancelling_a_probe_cancels_it(
-    sim_factory: SimFactory, client: httpx.AsyncClient
-) -> None:
+async def test_cancelling_a_probe_cancels_it(sim_factory: SimFactory, client: ProbeHttp) -> None:
     server = await sim_factory(SimBehaviour(hang=True))
     task = asyncio.create_task(probe(endpoint(server.url), DEEP, client))
     await eventually(lambda: server.requests[CHAT] == 1, what="the chat request to arrive")
@@ -709,7 +702,7 @@ def test_an_error_record_is_one_clean_line(
 
 
 async def test_a_round_trip_proves_tts_and_asr_at_once(
-    sim_factory: SimFactory, client: httpx.AsyncClient, canned: Serve
+    sim_factory: SimFactory, client: ProbeHttp, canned: Serve
 ) -> None:
     tts = await sim_factory(model="kokoro")
     asr = await sim_factory(model="whisper")

@@ -30,7 +30,7 @@ from supervisor.judge.machine import FleetMachine
 from supervisor.judge.progress.read import ProgressReads
 from supervisor.playbook.actions.registry import ACTIONS
 from supervisor.playbook.live import LivePlaybook
-from supervisor.probe import make_client, make_tls
+from supervisor.probe import make_http_client, make_tls
 from supervisor.probe.clients import ProbeClients
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.resilient import ResilientStore
@@ -116,7 +116,7 @@ class Supervisor:
         self.store = store = await ResilientStore.open(store_target(config.store))
         executor = self._fenced(store)  # [leadership]
         tls = make_tls()  # one CA bundle for the runner's client and every probe client
-        self._http = make_client(tls)
+        self._http = make_http_client(tls)
         self._probes = ProbeClients(tls, self.clock)
         prober = self._prober or self._probes.probe
         self.playbook = LivePlaybook(config.playbook.path)

@@ -17,7 +17,7 @@ from supervisor.core.events import ProbeResult, Tier
 from supervisor.execute.fleet import FleetExecutor
 from supervisor.playbook.actions.registry import ACTIONS
 from supervisor.playbook.loader import load_playbook
-from supervisor.probe import make_client, run_probe
+from supervisor.probe import make_client, make_http_client, run_probe
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.records import SubjectKind
 from supervisor.repair.diagnosis import DiagnosisService
@@ -44,10 +44,10 @@ async def _run(
     playbook = load_playbook(config.playbook.path)
     executor = FleetExecutor(config)
     clock = SystemClock()
-    async with make_client() as http:
+    async with make_http_client() as http, make_client() as probe_http:
 
         async def prober(target: Endpoint, tier: Tier) -> ProbeResult:
-            return await run_probe(target, tier, http, clock=clock)
+            return await run_probe(target, tier, probe_http, clock=clock)
 
         service = DiagnosisService(
             config=config,

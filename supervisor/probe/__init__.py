@@ -11,7 +11,6 @@ import asyncio
 import ssl
 from typing import TYPE_CHECKING
 
-import certifi
 import httpx
 
 from supervisor import __version__
@@ -20,6 +19,7 @@ from supervisor.probe.completion import judge_completion, slow_reason
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import one_line, timed_out_reason, transport_reason
 from supervisor.probe.registry import CHECKS, Check, KindChecks
+from supervisor.probe.wire import CertifiContext, ProbeHttp
 
 if TYPE_CHECKING:
     from supervisor.config.supervised import Endpoint
@@ -34,34 +34,47 @@ __all__ = [
     "ProbeError",
     "judge_completion",
     "make_client",
+    "make_http_client",
     "run_probe",
     "slow_reason",
 ]
 
 
-def make_client(tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
-    """A probe client: no proxies from the environment, no redirects followed.
+USER_AGENT = f"fleet-supervisor/{__version__}"
 
-    The daemon gives each endpoint its own (sharing one TLS context, whose CA bundle is loaded
-    once): one pool for hundreds of servers costs CPU that grows with the square of the probes in
-    flight (500 endpoints at once: 6.5-8.5 s of CPU shared, 0.75-1.2 s one client each), and a
-    broken keep-alive connection of one endpoint never touches another's.
+
+def make_client(tls: ssl.SSLContext | None = None) -> ProbeHttp:
+    """A probe client (`supervisor.probe.wire`): no proxies from the environment, no redirects
+    followed, keep-alive per origin; TLS with `tls`, else certifi's CA bundle (loaded once, on
+    the first `https` URL).
+
+    The daemon gives each endpoint its own (sharing one TLS context): one pool for hundreds of
+    servers costs CPU that grows with the square of the probes in flight (with httpx, 500
+    endpoints at once: 6.5-8.5 s of CPU shared, 0.75-1.2 s one client each), and a broken
+    keep-alive connection of one endpoint never touches another's.
     """
+    return ProbeHttp(tls, user_agent=USER_AGENT)
+
+
+def make_http_client(tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
+    """An httpx client as the probes' was (no proxies from the environment, no redirects
+    followed): the repair runner's and progress reads' (`/metrics`), and the doctor's."""
     return httpx.AsyncClient(
         trust_env=False,
         follow_redirects=False,
-        headers={"user-agent": f"fleet-supervisor/{__version__}"},
+        headers={"user-agent": USER_AGENT},
         verify=tls if tls is not None else True,
     )
 
 
 def make_tls() -> ssl.SSLContext:
-    """The TLS context probe clients share (the CA bundle httpx uses by default)."""
-    return ssl.create_default_context(cafile=certifi.where())
+    """The TLS context probe clients share (the CA bundle httpx uses by default, read on the
+    first TLS connection)."""
+    return CertifiContext()
 
 
 async def run_probe(
-    endpoint: Endpoint, tier: Tier, client: httpx.AsyncClient, *, clock: Clock
+    endpoint: Endpoint, tier: Tier, client: ProbeHttp, *, clock: Clock
 ) -> ProbeResult:
     """Run the endpoint kind's check for `tier` within `endpoint.probe.timeout`."""
     ctx = ProbeContext(endpoint, client, clock)

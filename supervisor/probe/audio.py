@@ -49,7 +49,7 @@ async def tts_check(ctx: ProbeContext) -> CheckFinding:
         "response_format": "wav",
     }
     url = ctx.url("/v1/audio/speech")
-    response = await ctx.client.post(url, json=payload, timeout=ctx.http_timeout)
+    response = await ctx.client.post(url, json=payload)
     ctx.http_status = status = response.status_code
     if not response.is_success:
         raise ProbeError(http_error_reason(status, response.text), http_status=status)
@@ -110,7 +110,7 @@ async def transcribe(ctx: ProbeContext, base_url: str, model: str, audio: bytes)
     data = {"model": model, "response_format": "json"}
     files = {"file": ("probe.wav", audio, "audio/wav")}
     url = f"{base_url}/v1/audio/transcriptions"
-    response = await ctx.client.post(url, data=data, files=files, timeout=ctx.http_timeout)
+    response = await ctx.client.post(url, data=data, files=files)
     ctx.http_status = status = response.status_code
     if not response.is_success:
         raise ProbeError(http_error_reason(status, response.text), http_status=status)

@@ -1,16 +1,16 @@
-"""The daemon's probe clients: one HTTP client per endpoint (sharing one TLS context), made on
-its first probe and closed when the endpoint leaves the config or the daemon stops."""
+"""The daemon's probe clients: one HTTP client per endpoint (`supervisor.probe.wire`, sharing
+one TLS context), made on its first probe and closed when the endpoint leaves the config or the
+daemon stops."""
 
 from __future__ import annotations
 
 import ssl
 
-import httpx
-
 from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.probe import make_client, run_probe
+from supervisor.probe.wire import ProbeHttp
 
 
 class ProbeClients:
@@ -19,7 +19,7 @@ class ProbeClients:
     def __init__(self, tls: ssl.SSLContext, clock: Clock) -> None:
         self._tls = tls
         self._clock = clock
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._clients: dict[str, ProbeHttp] = {}
 
     async def probe(self, endpoint: Endpoint, tier: Tier) -> ProbeResult:
         client = self._clients.get(endpoint.name)

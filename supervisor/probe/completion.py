@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from supervisor.core.events import ProbeOutcome
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import http_error_reason, one_line
-from supervisor.probe.transcript import Transcript, read_sse, read_whole
+from supervisor.probe.transcript import SseReader, Transcript, read_sse, read_whole
 
 if TYPE_CHECKING:
     from supervisor.config.supervised import Endpoint
+    from supervisor.probe.wire import ProbeResponse
 
 DETAIL_CHARS = 120
 
@@ -101,14 +102,13 @@ async def _lines(text: str) -> AsyncIterator[str]:
 DRAIN_S = 0.5
 
 
-async def _drain(lines: AsyncIterator[str]) -> None:
+async def _drain(response: ProbeResponse) -> None:
     """Read the body's end after `[DONE]` (its last chunk, already on its way), so the
     connection goes back to the pool instead of being closed; a server that keeps the stream
     open after `[DONE]` gets DRAIN_S, then the connection is closed as before."""
     with suppress(TimeoutError):
         async with asyncio.timeout(DRAIN_S):
-            async for _ in lines:
-                pass
+            await response.finish()
 
 
 async def completion_check(ctx: ProbeContext) -> CheckFinding:
@@ -118,7 +118,7 @@ async def completion_check(ctx: ProbeContext) -> CheckFinding:
     transcript = Transcript()
     sent_at = ctx.clock.monotonic()
     url = ctx.url("/v1/chat/completions")
-    async with ctx.client.stream("POST", url, json=body, timeout=ctx.http_timeout) as response:
+    async with ctx.client.stream("POST", url, json=body) as response:
         ctx.http_status = response.status_code
         if not response.is_success:
             text = (await response.aread()).decode("utf-8", "replace")
@@ -126,9 +126,12 @@ async def completion_check(ctx: ProbeContext) -> CheckFinding:
                 http_error_reason(response.status_code, text), http_status=ctx.http_status
             )
         if "text/event-stream" in response.headers.get("content-type", ""):
-            lines = response.aiter_lines()
-            await read_sse(lines, transcript, ctx.clock.monotonic)
-            await _drain(lines)
+            # each line is read in the connection's callback as it arrives (stamped then)
+            sse = SseReader(transcript, ctx.clock.monotonic)
+            if await response.read_lines(sse.line):
+                await _drain(response)
+            else:
+                sse.end()
         else:
             text = (await response.aread()).decode("utf-8", "replace")
             if text.lstrip().startswith("data:"):  # SSE without its content type

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import httpx
-
 from supervisor.core.events import ProbeOutcome
 
 if TYPE_CHECKING:
     from supervisor.config.supervised import Endpoint
     from supervisor.core.clock import Clock
+    from supervisor.probe.wire import ProbeHttp
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +51,7 @@ class ProbeContext:
     from anywhere, including the probe-wide deadline, is reported against the right check.
     """
 
-    def __init__(self, endpoint: Endpoint, client: httpx.AsyncClient, clock: Clock) -> None:
+    def __init__(self, endpoint: Endpoint, client: ProbeHttp, clock: Clock) -> None:
         self.endpoint = endpoint
         self.client = client
         self.clock = clock
@@ -62,10 +61,6 @@ class ProbeContext:
     @property
     def timeout_s(self) -> float:
         return self.endpoint.probe.timeout.total_seconds()
-
-    @property
-    def http_timeout(self) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout_s)
 
     def url(self, path: str) -> str:
         """`path` below the endpoint's base URL (which has no trailing slash)."""

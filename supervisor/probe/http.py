@@ -5,12 +5,16 @@ from __future__ import annotations
 import errno
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 import httpx
 
 from supervisor.core.durations import format_duration
 from supervisor.probe.context import ProbeContext, ProbeError
+
+if TYPE_CHECKING:
+    from supervisor.probe.wire import ProbeResponse
 
 _EXCERPT = 60
 _ERROR_TEXT = 200
@@ -96,12 +100,12 @@ def _innermost_os_error(exc: BaseException) -> OSError | None:
 
 def url_path(url: str) -> str:
     """The path of a URL, for `HTTP 503 from /health`."""
-    return httpx.URL(url).path or "/"
+    return unquote(urlsplit(url).path) or "/"
 
 
-async def get_ok(ctx: ProbeContext, url: str) -> httpx.Response:
+async def get_ok(ctx: ProbeContext, url: str) -> ProbeResponse:
     """GET `url`; anything but 2xx is a failure naming the path."""
-    response = await ctx.client.get(url, timeout=ctx.http_timeout)
+    response = await ctx.client.get(url)
     ctx.http_status = response.status_code
     if not response.is_success:
         reason = http_error_reason(response.status_code, response.text, where=url_path(url))
@@ -115,7 +119,7 @@ async def get_json(ctx: ProbeContext, url: str) -> Any:
 
 async def post_json(ctx: ProbeContext, url: str, payload: dict[str, Any]) -> Any:
     """POST a JSON body and return the parsed JSON answer; non-2xx is `HTTP 500: message`."""
-    response = await ctx.client.post(url, json=payload, timeout=ctx.http_timeout)
+    response = await ctx.client.post(url, json=payload)
     ctx.http_status = response.status_code
     if not response.is_success:
         reason = http_error_reason(response.status_code, response.text)

@@ -98,25 +98,45 @@ def _error_text(error: Any) -> str:
     return one_line(str(error))
 
 
+class SseReader:
+    """`data:` events into a transcript, one line at a time: `line` says True at `[DONE]`;
+    `end` takes the end of the body (a last event without its blank line; a stream that ended
+    before `[DONE]` or a finish reason is a failure)."""
+
+    __slots__ = ("_data", "_now", "transcript")
+
+    def __init__(self, transcript: Transcript, now: Callable[[], float]) -> None:
+        self.transcript = transcript
+        self._now = now
+        self._data: list[str] = []
+
+    def line(self, raw: str) -> bool:
+        line = raw.rstrip("\r")
+        if line.startswith("data:"):
+            self._data.append(line[5:].removeprefix(" "))
+            return False
+        if line or not self._data:
+            return False  # comments (`: ping`), `event:`/`id:` fields, blank keep-alives
+        payload, self._data = "\n".join(self._data), []
+        return _dispatch(payload, self.transcript, self._now())
+
+    def end(self) -> None:
+        if self._data:
+            payload, self._data = "\n".join(self._data), []
+            _dispatch(payload, self.transcript, self._now())
+        if not self.transcript.done and self.transcript.finish_reason is None:
+            raise ProbeError("connection closed before the response finished")
+
+
 async def read_sse(
     lines: AsyncIterator[str], transcript: Transcript, now: Callable[[], float]
 ) -> None:
     """Read `data:` events until `[DONE]` or the end of the body."""
-    data: list[str] = []
+    reader = SseReader(transcript, now)
     async for raw in lines:
-        line = raw.rstrip("\r")
-        if line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-            continue
-        if line or not data:
-            continue  # comments (`: ping`), `event:`/`id:` fields, blank keep-alives
-        if _dispatch("\n".join(data), transcript, now()):
+        if reader.line(raw):
             return
-        data = []
-    if data:
-        _dispatch("\n".join(data), transcript, now())
-    if not transcript.done and transcript.finish_reason is None:
-        raise ProbeError("connection closed before the response finished")
+    reader.end()
 
 
 def _dispatch(payload: str, transcript: Transcript, now: float) -> bool:

@@ -17,7 +17,7 @@ from supervisor.judge.progress.read import METRICS_KINDS
 from supervisor.playbook.evidence.execstart import parse_exec_start, script_of, split_argv
 from supervisor.playbook.evidence.launchctl import job_target, print_argv
 from supervisor.playbook.evidence.systemd import parse_unit_status
-from supervisor.probe import CHECKS, ProbeContext, ProbeError
+from supervisor.probe import CHECKS, ProbeContext, ProbeError, make_client
 from supervisor.probe.http import one_line
 from supervisor.trust.doctor.context import DoctorContext
 from supervisor.trust.doctor.model import Finding, fail, ok, warn
@@ -43,11 +43,10 @@ def _quick(endpoint: Endpoint) -> Endpoint:
 async def _probe(ctx: DoctorContext, endpoint: Endpoint, deep: bool) -> tuple[bool, str, str]:
     """(passed, what it said, the reasoning field) of the kind's liveness or real check."""
     kind = CHECKS[endpoint.kind]
-    probe_ctx = ProbeContext(_quick(endpoint), ctx.http, ctx.clock)
     run = kind.deep if deep else kind.liveness
     try:
-        async with asyncio.timeout(COMPLETION_TIMEOUT_S):
-            found = await run(probe_ctx)
+        async with asyncio.timeout(COMPLETION_TIMEOUT_S), make_client() as probe_http:
+            found = await run(ProbeContext(_quick(endpoint), probe_http, ctx.clock))
     except ProbeError as exc:
         return False, exc.reason, ""
     except TimeoutError:
