@@ -151,6 +151,7 @@ class OutboxStore:
             # the held entries being written: read from the table they would be composed again
             # (the composer's write that moves its cursor past them is queued behind them)
             return self._with_held(queueing, [], {}, {}, limit)
+        landed = queueing.landed if queueing is not None else None
         try:
             async with self.store.tx(write=False) as conn:
                 result = await conn.execute(
@@ -166,6 +167,9 @@ class OutboxStore:
                 states = await _states(conn, ids)
         except StoreRefusedError as err:
             self._resilient(err)
+            rows, incident_rows, states = [], {}, {}
+        if queueing is not None and queueing.landed != landed:
+            # a flush began while we read: what we read may be held entries already composed
             rows, incident_rows, states = [], {}, {}
         return self._with_held(self._queueing(), rows, incident_rows, states, limit)
 

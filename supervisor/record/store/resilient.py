@@ -93,6 +93,7 @@ class ResilientStore(Store):
         #: some queued writes landed and the rest wait: the table may hold entries the notifier
         #: composed from memory already (it reads none from the table meanwhile)
         self.flushing = False
+        self.landed = 0  #: queued writes the store took, ever (a read spanning one sees it)
         #: called with the error when writes start queueing, and with '' when they are saved
         self.on_outage: list[Callable[[str], None]] = []
         #: the timeline entries queued, oldest first (gone once the store took them)
@@ -234,6 +235,7 @@ class ResilientStore(Store):
                 self._ids[head.placeholder] = result
             self._queue.popleft()
             self.saved += 1
+            self.landed += 1
             self.flushing = bool(self._queue)  # (until the last: a refusal may stop it midway)
         if not self.outage:
             return
