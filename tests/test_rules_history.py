@@ -14,6 +14,7 @@ import asyncio
 import json
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -308,11 +309,15 @@ STEP_FAILED = (
 )
 
 
-async def _unknown_drill(history: History, at: datetime) -> tuple[int, datetime, datetime]:
+async def _unknown_drill(
+    history: History, at: datetime, *, looked_again: bool = False
+) -> tuple[int, datetime, datetime]:
     """The lab's `unknown-failure` drill, as its store kept it (tests/data/history): the head's
     ExecStartPre exits 1 with a text no rule knows; unknown-failure restarts the pair once, the
-    start fails again, a person is called. Moved to open at `at`; closed after (the drill's
-    reset). Returns its id, opening and diagnosis times."""
+    start fails again, a person is called. With `looked_again`, the escalated endpoint heard
+    something new and diagnosed again on the same evidence (unknown-failure matched again), as
+    it does when systemd's crash loop is heard after the escalation. Moved to open at `at`;
+    closed after (the drill's reset). Returns its id, opening and first diagnosis times."""
     captured = json.loads(DRILL.read_text())
     shift = at - datetime.fromisoformat(captured["incident"]["opened_at"])
     entries = [
@@ -324,6 +329,13 @@ async def _unknown_drill(history: History, at: datetime) -> tuple[int, datetime,
         for e in captured["timeline"]
     ]
     [diagnosed] = [e.at for e in entries if isinstance(e.record, DiagnosisRecord)]
+    if looked_again:
+        again = timedelta(seconds=30)
+        entries += [
+            replace(e, at=e.at + again)
+            for e in entries
+            if isinstance(e.record, (EvidenceRecord, DiagnosisRecord))
+        ]
     async with await Store.open(history.config.store.path) as store:
         incident = await store.transition(
             snapshot=_snapshot("ds4", "down", at),
@@ -618,6 +630,22 @@ def test_a_changed_playbook_replays_to_what_it_would_no_longer_match(
     ]
     assert document["skipped"] == []
     assert document["problems"] == []
+
+
+def test_an_incident_diagnosed_again_alike_is_one_line_of_the_replay_counted(
+    fleet: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history, t0 = _history(fleet)
+    asyncio.run(_unknown_drill(history, t0, looked_again=True))
+    folder = fleet.parent / "playbooks"
+    (folder / "unknown-failure.yaml").unlink()
+    code, out, err = _run(capsys, "--config", str(fleet), "rules", "replay")
+    assert (code, err) == (1, "")
+    assert out == (
+        "#1 ds4 (down): unknown-failure -> none (2 diagnoses)\n"
+        "unknown-failure: no longer matches #1\n"
+        f"replayed 2 diagnoses of 1 incident of the last 30d against {folder}: 2 differ\n"
+    )
 
 
 def test_draft_and_replay_say_in_one_line_what_they_cannot_do(

@@ -133,7 +133,7 @@ async def _replay(config: FleetConfig, playbook: Playbook, since: datetime) -> R
 
 
 def _lines(report: ReplayReport, playbook: Playbook, since: timedelta) -> list[str]:
-    lines = [replayed.line() for replayed in report.differences]
+    lines = _difference_lines(report)
     lines.extend(line for change in report.changes() for line in change.lines())
     lines.extend(f"skipped {why}" for why in report.skipped)
     lines.extend(playbook.lines())
@@ -145,6 +145,16 @@ def _lines(report: ReplayReport, playbook: Playbook, since: timedelta) -> list[s
         f"{format_duration(since)} against {playbook.folder}: {verdict}"
     )
     return lines
+
+
+def _difference_lines(report: ReplayReport) -> list[str]:
+    """A line per differing diagnosis; the same difference in several diagnoses of one
+    incident (an escalated endpoint looked again and decided the same) once, counted."""
+    counted: dict[str, int] = {}
+    for replayed in report.differences:
+        line = replayed.line()
+        counted[line] = counted.get(line, 0) + 1
+    return [line if n == 1 else f"{line} ({n} diagnoses)" for line, n in counted.items()]
 
 
 def _count(n: int, one: str, many: str) -> str:

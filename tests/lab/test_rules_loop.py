@@ -12,6 +12,9 @@ import pytest
 from fleet_lab.drills import run as drills
 from fleet_lab.lab import Lab
 from supervisor.cli import main
+from supervisor.config.loader import load_config
+from supervisor.record.store.store import Store
+from supervisor.record.timeline.repair import Diagnosis
 
 ROOT = Path(__file__).resolve().parents[2]
 UNKNOWN_TEXT = "RuntimeError: lab preflight: the accelerator refused the context (code 0x5eed)"
@@ -20,6 +23,13 @@ UNKNOWN_TEXT = "RuntimeError: lab preflight: the accelerator refused the context
 async def _main(argv: list[str]) -> int:
     """The CLI as a person runs it (its own event loop, in a thread: the drill's is running)."""
     return await asyncio.to_thread(main, argv)
+
+
+async def _diagnoses(config: Path, incident: int) -> int:
+    """How many diagnoses the drill's store kept for `incident`."""
+    async with await Store.open(load_config(config).store.path) as store:
+        rows = await store.timeline(incident)
+    return sum(isinstance(row.record, Diagnosis) for row in rows)
 
 
 async def test_a_rule_drafted_from_the_unknown_drill_takes_that_incident_and_no_other(
@@ -45,10 +55,17 @@ async def test_a_rule_drafted_from_the_unknown_drill_takes_that_incident_and_no_
     assert await _main([*config, "rules", "test", str(fixture), "--playbook", str(playbook)]) == 0
     assert await _main([*config, "rules", "replay", "--playbook", str(playbook)]) == 1
     out = capsys.readouterr().out
+    # one diagnosis, or two when the escalated endpoint heard systemd's crash loop and looked
+    # again (unknown-failure matched again): each now goes to the drafted rule
+    looks = await _diagnoses(tmp_path / "fleet.yaml", incident)
+    counted, diagnoses, differ = {
+        1: ("", "1 diagnosis", "1 differs"),
+        2: (" (2 diagnoses)", "2 diagnoses", "2 differ"),
+    }[looks]
     assert out.splitlines()[-5:] == [
         "1 passed, 0 failed",
-        f"#{incident} ds4 (down): unknown-failure -> {rule_id}",
+        f"#{incident} ds4 (down): unknown-failure -> {rule_id}{counted}",
         f"{rule_id}: now matches #{incident}",
         f"unknown-failure: no longer matches #{incident}",
-        f"replayed 1 diagnosis of 1 incident of the last 30d against {playbook}: 1 differs",
+        f"replayed {diagnoses} of 1 incident of the last 30d against {playbook}: {differ}",
     ]
