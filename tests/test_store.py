@@ -300,6 +300,48 @@ async def test_save_snapshot_with_unknown_incident(store: Store) -> None:
     assert await store.snapshots() == []
 
 
+async def test_saves_that_fall_due_together_share_one_transaction(store: Store) -> None:
+    """A tick's burst of saves (snapshot and sample each) is one group: written in one
+    transaction, a later snapshot of the same subject winning, every sample kept."""
+    names = [f"e{i:02}" for i in range(50)]
+    saves = [store.save_snapshot(snap(n, "healthy", 1), sample=sample(n, 1)) for n in names]
+    saves.append(store.save_snapshot(snap("e00", "down", 2, last_reason="refused")))
+    await asyncio.gather(*saves)
+    assert store.saves.groups == 1
+    stored = {s.name: (s.state, s.last_reason) for s in await store.snapshots()}
+    assert stored == dict.fromkeys(names, ("healthy", "")) | {"e00": ("down", "refused")}
+    assert [len(await store.samples(n)) for n in names] == [1] * 50
+
+
+async def test_a_save_that_fails_in_a_group_fails_only_its_caller(store: Store) -> None:
+    """The group is retried save by save: the others are written."""
+    found = await asyncio.gather(
+        store.save_snapshot(snap("a", "healthy", 0), sample=sample("a", 0)),
+        store.save_snapshot(snap("b", "down", 0, incident_id=7), sample=sample("b", 0)),
+        store.save_snapshot(snap("c", "healthy", 0)),
+        return_exceptions=True,
+    )
+    assert [str(f) if f else None for f in found] == [None, "no incident 7", None]
+    assert [s.name for s in await store.snapshots()] == ["a", "c"]
+    assert (len(await store.samples("a")), len(await store.samples("b"))) == (1, 0)
+
+
+async def test_a_group_the_store_refuses_is_refused_to_every_caller_once(store: Store) -> None:
+    """A deposed leader's group meets the fence once (one refusal told), and every caller
+    hears it."""
+    store.fence_epoch = 5
+    told: list[str] = []
+    store.on_deposed.append(lambda err: told.append(str(err)))
+    found = await asyncio.gather(
+        *(store.save_snapshot(snap(n, "healthy", 0)) for n in "abc"), return_exceptions=True
+    )
+    refusal = "refused under stale epoch 5: nobody leads with epoch 0 (a store write)"
+    assert [str(f) for f in found] == [refusal] * 3
+    assert told == [refusal]
+    store.fence_epoch = None
+    assert await store.snapshots() == []
+
+
 # --- incidents via transition ----------------------------------------------------------------
 
 

@@ -12,8 +12,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from prometheus_client.parser import text_string_to_metric_families
-
 #: sample name -> Load field; summed over label sets
 SUMMED = {
     "vllm:num_requests_running": "running",
@@ -43,6 +41,9 @@ class Load:
 
 
 def _samples(text: str) -> Iterable[tuple[str, float]]:
+    # prometheus_client (~5 MB) only once a `/metrics` page is read (none in a healthy fleet)
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:

@@ -27,6 +27,7 @@ from supervisor.record.store.errors import (
     StoreRefusedError,
     server_unreachable,
 )
+from supervisor.record.store.grouped import GroupedSaves, Save
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.records import (
     AttemptRow,
@@ -56,12 +57,15 @@ class Store:
         self.closed = False
         #: called after each committed timeline entry (the notifier's composer wakes on it)
         self.on_timeline: list[Callable[[], None]] = []
+        #: snapshot saves that fall due together share a transaction (group commit)
+        self.saves = GroupedSaves(self._save_many)
 
     # transactions: one per call, driver errors turned into a `StoreRefusedError` naming the
     # store, and, while we lead, every write fenced by our epoch (a refusal written to the
     # leadership journal and told to whoever listens)
 
     async def close(self) -> None:
+        await self.saves.idle()
         self.closed = True
         await self._engine.dispose()
 
@@ -154,13 +158,19 @@ class Store:
 
     async def save_snapshot(self, snapshot: Snapshot, *, sample: ProbeResult | None = None) -> None:
         """Insert or replace the snapshot of (kind, name), and store the probe `sample` that
-        led to it in the same transaction (one write per probe, not two)."""
+        led to it in the same transaction (one write per probe, not two; the saves of other
+        endpoints that fall due meanwhile share it: `supervisor.record.store.grouped`)."""
+        await self.saves.save(snapshot, sample)
+
+    async def _save_many(self, saves: Sequence[Save]) -> None:
         async with self._tx(write=True) as conn:
-            if snapshot.incident_id is not None:
-                await writes.require_incident(conn, snapshot.incident_id)
-            await writes.upsert_snapshot(conn, snapshot)
-            if sample is not None:
-                await writes.insert_sample(conn, sample)
+            for incident_id in dict.fromkeys(s.snapshot.incident_id for s in saves):
+                if incident_id is not None:
+                    await writes.require_incident(conn, incident_id)
+            await writes.upsert_snapshots(conn, [s.snapshot for s in saves])
+            found = [s.sample for s in saves if s.sample is not None]
+            if found:
+                await writes.insert_samples(conn, found)
 
     async def transition(
         self,

@@ -4,6 +4,7 @@ each run inside a transaction the `Store` opened (the reads are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -86,7 +87,19 @@ def _snapshot_upsert(dialect: str) -> Upsert:
 
 
 async def upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
-    values = {
+    await upsert_snapshots(conn, [snapshot])
+
+
+async def upsert_snapshots(conn: AsyncConnection, snapshots: Sequence[Snapshot]) -> None:
+    """One statement for all (executed once per row by the driver, in order: a later snapshot
+    of the same subject wins)."""
+    await conn.execute(
+        _snapshot_upsert(conn.dialect.name), [_snapshot_values(s) for s in snapshots]
+    )
+
+
+def _snapshot_values(snapshot: Snapshot) -> dict[str, Any]:
+    return {
         "kind": snapshot.kind.value,
         "name": snapshot.name,
         "state": snapshot.state,
@@ -101,7 +114,6 @@ async def upsert_snapshot(conn: AsyncConnection, snapshot: Snapshot) -> None:
         "last_reason": snapshot.last_reason,
         "updated_at": snapshot.updated_at,
     }
-    await conn.execute(_snapshot_upsert(conn.dialect.name), values)
 
 
 #: built once (see `_snapshot_upsert`)
@@ -109,19 +121,24 @@ _INSERT_SAMPLE = insert(samples)
 
 
 async def insert_sample(conn: AsyncConnection, result: ProbeResult) -> None:
-    await conn.execute(
-        _INSERT_SAMPLE,
-        {
-            "endpoint": result.endpoint,
-            "at": result.at,
-            "tier": result.tier.value,
-            "check": result.check,
-            "outcome": result.outcome.value,
-            "reason": result.reason,
-            "latency_s": result.latency_s,
-            "http_status": result.http_status,
-            "ttft_s": result.ttft_s,
-            "tok_s": result.tok_s,
-            "tokens": result.tokens,
-        },
-    )
+    await insert_samples(conn, [result])
+
+
+async def insert_samples(conn: AsyncConnection, results: Sequence[ProbeResult]) -> None:
+    await conn.execute(_INSERT_SAMPLE, [_sample_values(r) for r in results])
+
+
+def _sample_values(result: ProbeResult) -> dict[str, Any]:
+    return {
+        "endpoint": result.endpoint,
+        "at": result.at,
+        "tier": result.tier.value,
+        "check": result.check,
+        "outcome": result.outcome.value,
+        "reason": result.reason,
+        "latency_s": result.latency_s,
+        "http_status": result.http_status,
+        "ttft_s": result.ttft_s,
+        "tok_s": result.tok_s,
+        "tokens": result.tokens,
+    }

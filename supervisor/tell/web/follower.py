@@ -27,8 +27,6 @@ from aiohttp import web
 from supervisor.control.model import Code
 from supervisor.control.routes import PREFIX
 from supervisor.record.store.who_leads import LeaderView, leadership_document
-from supervisor.tell.web import metrics
-from supervisor.tell.web.leadership import LeadershipCollector
 from supervisor.tell.web.page.app import mount_page
 from supervisor.tell.web.site import MAX_BODY, Handler, HttpSite, errors, get_only, not_found, text
 from supervisor.tell.web.stored import StoredFleet, health_text
@@ -90,6 +88,10 @@ class FollowerServer(HttpSite):
         return web.json_response(document, status=503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        # prometheus_client (~5 MB) only once a scraper asks
+        from supervisor.tell.web import metrics
+        from supervisor.tell.web.leadership import LeadershipCollector
+
         view = await gather(self.fleet, self._started_at)
         response = web.Response(
             body=metrics.render_metrics(view, LeadershipCollector(self._leader()))

@@ -25,8 +25,6 @@ from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.who_leads import leader_view, leadership_document
-from supervisor.tell.web import metrics
-from supervisor.tell.web.leadership import LeadershipCollector
 from supervisor.tell.web.page.app import mount_page
 from supervisor.tell.web.page.peers import is_loopback
 from supervisor.tell.web.site import (
@@ -118,6 +116,10 @@ class OpsServer(HttpSite):
         return web.Response(status=status, body=document, content_type="application/json")
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        # prometheus_client (~5 MB) only once a scraper asks
+        from supervisor.tell.web import metrics
+        from supervisor.tell.web.leadership import LeadershipCollector
+
         view = await gather(self._daemon, self._started_at)
         leader = LeadershipCollector(await leader_view(self._daemon.store))  # [leadership]
         response = web.Response(body=metrics.render_metrics(view, leader))
