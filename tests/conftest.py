@@ -14,6 +14,8 @@ from typing import Protocol
 import pytest
 
 from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
+from supervisor.probe import make_client
+from supervisor.probe.wire import ProbeHttp
 from supervisor.record.store.target import StoreTarget
 from tests.pgserver import PgServer
 from tests.pgserver import unavailable as pg_unavailable
@@ -127,3 +129,10 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> StoreTarget:
         return tmp_path / "state" / "supervisor.db"
     server: PgServer = request.getfixturevalue("pg_server")
     return server.database()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[ProbeHttp]:
+    """A probe client (`supervisor.probe.wire`), closed after the spec."""
+    async with make_client() as http:
+        yield http

@@ -40,7 +40,7 @@ from supervisor.playbook.actions.base import (
 from supervisor.playbook.actions.dedupe import DedupeError, plan_dedupe
 from supervisor.playbook.actions.registry import ACTIONS, build_registry
 from supervisor.playbook.actions.steps import shorten
-from supervisor.probe import make_client, run_probe
+from supervisor.probe import run_probe
 from supervisor.probe.wire import ProbeHttp
 from tests.conftest import SimFactory, free_port
 from tests.helpers import eventually
@@ -1175,12 +1175,6 @@ async def test_wait_healthy_plan_does_not_probe() -> None:
     assert outcome == ActionOutcome(
         ok=True, summary="would wait up to 15m for a passing completion"
     )
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[ProbeHttp]:
-    async with make_client() as http:
-        yield http
 
 
 async def test_wait_healthy_waits_through_a_cold_start(

@@ -150,12 +150,6 @@ async def probe(url: str, tier: Tier, client: ProbeHttp, timeout: str = "5s") ->
     return await run_probe(endpoint(url, timeout=timeout), tier, client, clock=SystemClock())
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[ProbeHttp]:
-    async with make_client() as http:
-        yield http
-
-
 # -- keep-alive ---------------------------------------------------------------------------------
 
 

@@ -65,12 +65,6 @@ def endpoint(
     )
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[ProbeHttp]:
-    async with make_client() as http:
-        yield http
-
-
 async def probe(ep: Endpoint, tier: Tier, client: ProbeHttp) -> ProbeResult:
     return await run_probe(ep, tier, client, clock=SystemClock())
 
