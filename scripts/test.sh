@@ -8,14 +8,21 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports
-# FLEET_TEST_WORKERS=N (options only, no paths): what must stay serial (the lab, its install
-# spec included, and the deploy spec) runs as one process beside N pytest-xdist workers that run
-# the rest; its report follows theirs. (Not xdist groups: pytest-xdist 3.8 marks them through
-# `item._nodeid`, which pytest 9 no longer reads.) Unset: one process, as CI runs it.
+# FLEET_TEST_WORKERS=N (options only, no paths): N pytest-xdist workers run all but the lab and
+# the deploy spec; beside them the lab's specs run on FLEET_LAB_WORKERS (default 1) workers of
+# their own, each booting its own lab on a net of its own (tests/conftest.py: nets 11, 12, ...),
+# then the deploy spec (it installs sudoers on this machine) alone. Their report follows. (Not
+# xdist groups: pytest-xdist 3.8 marks them through `item._nodeid`, which pytest 9 no longer
+# reads.) Unset: one process, as CI runs it. docs/lab.md gives the times measured on 2 cores.
 if [ -n "${FLEET_TEST_WORKERS:-}" ]; then
-  serial=(tests/lab tests/test_ops_deploy.py)
   log=$(mktemp)
-  .venv/bin/pytest "$@" "${serial[@]}" >"$log" 2>&1 &
+  (
+    lab=0
+    FLEET_LAB_NET=10 .venv/bin/pytest -n "${FLEET_LAB_WORKERS:-1}" "$@" tests/lab || lab=$?
+    deploy=0
+    .venv/bin/pytest "$@" tests/test_ops_deploy.py || deploy=$?
+    exit $((lab > deploy ? lab : deploy))
+  ) >"$log" 2>&1 &
   serial_pid=$!
   trap 'kill "$serial_pid" 2>/dev/null || true' INT TERM
   rest=0
@@ -23,7 +30,7 @@ if [ -n "${FLEET_TEST_WORKERS:-}" ]; then
     --ignore=tests/test_ops_deploy.py || rest=$?
   serial_rc=0
   wait "$serial_pid" || serial_rc=$?
-  echo "== the serial part (${serial[*]}):"
+  echo "== the lab (on its own workers), then the deploy spec:"
   cat "$log"
   rm -f "$log"
   exit $((rest > serial_rc ? rest : serial_rc))

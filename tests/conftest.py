@@ -7,6 +7,7 @@ import functools
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Protocol
@@ -42,6 +43,22 @@ class SimFactory(Protocol):
         flavour: Flavour = "vllm",
         port: int = 0,
     ) -> VllmSim: ...
+
+
+def _lab_net_of_this_worker() -> None:
+    """A pytest-xdist worker boots its labs on a net of its own (`fleet_lab.network`: worker gwN
+    on net N + 1, after any net set for the run), so the lab specs split across workers run
+    side by side. Before any spec module imports `fleet_lab.network`, which reads it once."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if "fleet_lab.network" in sys.modules:
+        raise RuntimeError("tests/conftest.py sets the lab net before fleet_lab.network is read")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        base = int(os.environ.get(LAB_NET, "0") or 0)
+        os.environ[LAB_NET] = str(base + int(worker[2:]) + 1)
+
+
+LAB_NET = "FLEET_LAB_NET"
+_lab_net_of_this_worker()
 
 
 @pytest.fixture

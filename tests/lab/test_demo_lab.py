@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAD = "vllm-ds4-head.service@spark1"
 
 
-#: The net the interrupted demos boot their labs on (the package's lab is on net 0).
-NET = 121
+#: The net the interrupted demos boot their labs on, beside this process's lab (net 0, or a
+#: worker's net when the lab's specs are split across pytest-xdist workers: tests/conftest.py).
+NET = 121 + network.NET
 SPARK1 = network.address(11, NET)
 HOSTS = {"spark1": SPARK1, "spark2": network.address(12, NET), "m3ultra": network.address(13, NET)}
 CGROUPS = procs.CGROUP_ROOT.parent / network.cgroup_name(NET)

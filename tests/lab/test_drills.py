@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab import fleet
+from fleet_lab import fleet, network
 from fleet_lab.drills import faults
 from fleet_lab.drills import run as drills
 from fleet_lab.drills.report import DrillReport
@@ -165,7 +165,7 @@ async def test_a_host_that_stops_answering_ssh_escalates_without_acting(
     # the host's incident speaks once, then asks for the power-cycle in its own thread
     texts = report.notified.texts
     assert texts[0] == (
-        "🔴 host <b>spark1</b> does not answer: connection refused on 127.0.0.11:22\n"
+        f"🔴 host <b>spark1</b> does not answer: connection refused on {network.address(11)}:22\n"
         "its endpoints are unreachable until it answers: ds4 (no alert per endpoint)\n"
         f"incident #{report.host_incident}"
     ), texts

@@ -8,8 +8,10 @@ import time
 import httpx
 import pytest
 
-from fleet_lab import fleet
+from fleet_lab import fleet, network
 from fleet_lab.lab import Lab, LabHost
+
+SPARK1, SPARK2 = network.address(11), network.address(12)  #: on this process's lab net
 
 pytestmark = pytest.mark.slow
 
@@ -40,14 +42,14 @@ def test_the_fleet_units_run_and_the_head_serves_a_real_completion(lab: Lab) -> 
     for name, units in fleet.units().items():
         for unit in units:
             lab.host(name).wait_active(unit, within=15)
-    _poll(lambda: _serves("http://127.0.0.11:8000", fleet.DS4_MODEL), 20, "the head to serve")
-    reply = _completion("http://127.0.0.11:8000", fleet.DS4_MODEL)
+    _poll(lambda: _serves(f"http://{SPARK1}:8000", fleet.DS4_MODEL), 20, "the head to serve")
+    reply = _completion(f"http://{SPARK1}:8000", fleet.DS4_MODEL)
     assert reply is not None
     message = reply["choices"][0]["message"]  # type: ignore[index]
     assert message["reasoning"]
-    _poll(lambda: _serves("http://127.0.0.11:8001", "qwen"), 20, "the single node to serve")
-    _poll(lambda: _get("http://127.0.0.12:11434/api/tags"), 20, "ollama")
-    _poll(lambda: _get("http://127.0.0.12:8765/health"), 20, "the health-only endpoint")
+    _poll(lambda: _serves(f"http://{SPARK1}:8001", "qwen"), 20, "the single node to serve")
+    _poll(lambda: _get(f"http://{SPARK2}:11434/api/tags"), 20, "ollama")
+    _poll(lambda: _get(f"http://{SPARK2}:8765/health"), 20, "the health-only endpoint")
 
 
 def test_the_head_holds_29501_and_the_worker_joined_it(lab: Lab) -> None:
@@ -56,10 +58,10 @@ def test_the_head_holds_29501_and_the_worker_joined_it(lab: Lab) -> None:
     worker.wait_active("vllm-ds4-worker.service", within=15)
     pid = head.show("vllm-ds4-head.service", "MainPID")["MainPID"]
     listeners = head.nsenter("ss", "-Hltnp", "sport = :29501").stdout
-    assert "127.0.0.11:29501" in listeners
+    assert f"{SPARK1}:29501" in listeners
     assert f"pid={pid}," in listeners
     _poll(
-        lambda: "127.0.0.11:29501" in worker.nsenter("ss", "-Htn", "dport = :29501").stdout,
+        lambda: f"{SPARK1}:29501" in worker.nsenter("ss", "-Htn", "dport = :29501").stdout,
         20,
         "the worker's connection",
     )
@@ -95,7 +97,7 @@ def test_a_missing_launch_script_is_exit_127_restarting(lab: Lab) -> None:
         script.chmod(0o755)
     host.systemctl("restart", unit)
     host.wait_active(unit, within=10)
-    _poll(lambda: _serves("http://127.0.0.11:8000", fleet.DS4_MODEL), 20, "the head again")
+    _poll(lambda: _serves(f"http://{SPARK1}:8000", fleet.DS4_MODEL), 20, "the head again")
 
 
 def test_a_missing_execstart_binary_is_203_exec(lab: Lab) -> None:

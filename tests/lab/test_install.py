@@ -2,12 +2,13 @@
 creates the user, the venv, the config and state dirs and the unit, enables and starts the
 service under the host's real systemd; the second changes nothing and restarts nothing.
 
-The host is this module's own (`forge` on 127.0.0.21, its folder under /var/lib, its cgroup
-`fleet-lab/forge`), never the session lab's. The checkout is copied into the host's folder (seen
-inside as /var/lib/lab/checkout). install.sh runs as `sudo` would run it: a clean environment with
-sudo's PATH (so the venv is made from /usr/bin/python3, not from an interpreter under /root that
-the unit's ProtectHome=yes hides), plus this machine's PIP_* and proxy settings, so pip reaches
-the index this machine's pip is configured for (a machine without one cannot run this spec).
+The host is this module's own (`forge` on .21 of the lab's net, 127.0.0.21 on net 0; its folder
+under /var/lib, its cgroup `forge` beside the net's hosts), never the session lab's. The checkout
+is copied into the host's folder (seen inside as /var/lib/lab/checkout). install.sh runs as `sudo`
+would run it: a clean environment with sudo's PATH (so the venv is made from /usr/bin/python3, not
+from an interpreter under /root that the unit's ProtectHome=yes hides), plus this machine's PIP_*
+and proxy settings, so pip reaches the index this machine's pip is configured for (a machine
+without one cannot run this spec).
 
 The fleet.yaml is written before the install, as an operator would (install.sh never overwrites
 it): the shipped example probes the real fleet's 192.168.1.x addresses, and lab traffic stays on
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet_lab import network
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
 
 pytestmark = [
@@ -70,7 +72,7 @@ def forge() -> Iterator[LabHost]:
     except LabError as exc:
         pytest.skip(str(exc))
     folder = Path(f"/var/lib/fleet-lab-install-{os.getpid()}")
-    lab = Lab.create(folder, addresses={"forge": "127.0.0.21"})
+    lab = Lab.create(folder, addresses={"forge": network.address(21)})
     try:
         lab.up()
         yield lab.host("forge")
