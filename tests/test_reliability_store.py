@@ -181,6 +181,45 @@ async def test_closing_with_the_file_still_locked_reports_the_lost_writes(tmp_pa
         await reopened.close()
 
 
+async def test_a_tick_of_saves_the_store_refuses_begins_one_outage(tmp_path: Path) -> None:
+    """Fifty endpoints' saves refused together (one group: `supervisor.record.store.grouped`)
+    are one outage, told once (the chat says 'the store cannot be written' once), and all 50
+    are kept to be written."""
+    db = tmp_path / "s.db"
+    store = await ResilientStore.open(db)
+    store.retry_every = 60.0
+    told: list[str] = []
+    store.on_outage.append(told.append)
+    now = SystemClock().now()
+    lock = WriteLock(db)
+    await asyncio.to_thread(lock.take)
+    try:
+        await asyncio.gather(
+            *(
+                store.save_snapshot(
+                    Snapshot(
+                        kind=SubjectKind.ENDPOINT,
+                        name=f"e{i}",
+                        state="ok",
+                        since=now,
+                        updated_at=now,
+                    )
+                )
+                for i in range(50)
+            )
+        )
+        assert (store.outages, store.queued) == (1, 50)
+        assert told == [f"cannot write to store {db}: database is locked"]
+    finally:
+        await asyncio.to_thread(lock.release)
+        await store.close()
+    reopened = await Store.open(db)
+    try:
+        assert len(await reopened.snapshots()) == 50
+    finally:
+        await reopened.close()
+
+
 async def test_the_queue_is_bounded_and_drops_the_oldest_samples_never_a_record(
     tmp_path: Path,
 ) -> None:

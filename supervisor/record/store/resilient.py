@@ -160,7 +160,8 @@ class ResilientStore(Store):
             except StoreError as err:
                 if not refused(err):
                     raise
-                self._begin_outage(err)
+                if not self.outage:  # the writes refused together (a tick's saves) begin one
+                    self._begin_outage(err)
         placeholder = next(self._next) if returns_id else None
         self._enqueue(_Write(what, run, placeholder))
         return placeholder, True
