@@ -19,13 +19,16 @@ and vLLM's `mxfp4.py` (with the GPU-cache patch applied once) at the path the sh
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from fleet_lab import account
 from fleet_lab.boot import INSIDE
 from fleet_lab.containers import write_tree
+from fleet_lab.host import LabHost
 from fleet_lab.lab import ADDRESSES, Lab, LabError
 from fleet_lab.launch import DROP_CACHES, MXFP4
 from fleet_lab.mac import host as mac_host
@@ -177,7 +180,7 @@ def prepare(lab: Lab) -> None:
       lock behind, so every later command waits 60s for it.
     """
     for host in lab.hosts.values():
-        if host.pid is None:
+        if host.pid is None or not _fenced(host):
             continue
         script = (
             '[ "$(readlink /usr/local/bin/docker)" = /usr/bin/docker ] || '
@@ -188,6 +191,26 @@ def prepare(lab: Lab) -> None:
             "rm -f /root/.pyenv/shims/.pyenv-shim"
         )
         host.nsenter("sh", "-c", script)
+
+
+def _fenced(host: LabHost, within: float = 30.0) -> bool:
+    """Wait until the host's root is its own overlay, not the machine's: a host still in its
+    boot stages (before `pivot_root`), seen through `nsenter`, writes to the machine's own
+    files. False when the host stopped meanwhile; `LabError` past `within`."""
+    machine = os.stat("/").st_dev
+    deadline = time.monotonic() + within
+    while True:
+        pid = host.pid
+        if pid is None:
+            return False
+        try:
+            if os.stat(f"/proc/{pid}/root/").st_dev != machine:
+                return True
+        except OSError:
+            pass  # it exited meanwhile: look again
+        if time.monotonic() > deadline:
+            raise LabError(f"host {host.name} has no root of its own after {within:g}s")
+        time.sleep(0.05)
 
 
 def create(folder: Path, user: str = account.USER) -> Lab:
