@@ -95,7 +95,11 @@ class PgServer:
         self.start()
 
     def url(self, database: str) -> str:
-        return f"postgresql+asyncpg://fleet@127.0.0.1:{self.port}/{database}"
+        """The database's store URL. Without TLS (`ssl=disable`): the server has none, and
+        asyncpg's default (`prefer`) first asks for it; a chaos spec that stops the server during
+        that question leaves asyncpg's socket and a future unclosed (asyncpg's
+        `TLSUpgradeProto`), reported by the garbage collector in whatever spec runs next."""
+        return f"postgresql+asyncpg://fleet@127.0.0.1:{self.port}/{database}?ssl=disable"
 
     def database(self) -> PgTarget:
         """A new, empty database and the target naming it."""

@@ -107,6 +107,7 @@ class Sshd:
     port: int = 0
     name: str = "spark1"
     user: str = field(default_factory=getpass.getuser)
+    options: tuple[str, ...] = ()  #: more sshd_config lines (`MaxSessions 2`)
     _process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -131,6 +132,7 @@ class Sshd:
                     "PasswordAuthentication no",
                     "KbdInteractiveAuthentication no",
                     "LogLevel VERBOSE",
+                    *self.options,
                     "",
                 ]
             )

@@ -4,6 +4,7 @@ subprocesses, a silent TCP listener. Errors are asserted word for word."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -20,7 +21,7 @@ from supervisor.execute.fleet import FleetExecutor, UnknownHostError
 from supervisor.execute.local import MAX_OUTPUT, LocalExecutor
 from supervisor.execute.ssh import MAX_SESSIONS, SshExecutor
 from tests.helpers import eventually
-from tests.sshd import Sshd, free_port
+from tests.sshd import SSHD, Sshd, free_port
 
 SECOND = timedelta(seconds=5)
 SHORT = timedelta(milliseconds=300)
@@ -290,6 +291,31 @@ async def test_concurrent_commands_share_one_connection(
         (f"{n}\n", "") for n in range(12)
     ]
     assert sshd.logins() == 1
+
+
+async def test_a_session_sshd_refuses_while_its_slots_are_full_is_asked_for_again(
+    tmp_path: Path, ssh: SshExecutor
+) -> None:
+    """sshd frees a session's slot only when it reads the client's close, late on a loaded
+    host: it then refuses a new session ("open failed") although fewer than MaxSessions run.
+    Here MaxSessions is 2 and `MAX_SESSIONS` commands start at once."""
+    if not SSHD.exists() or os.geteuid() != 0:
+        pytest.skip("the sshd tests start sshd, which needs root")
+    server = Sshd(tmp_path / "sshd", options=("MaxSessions 2",))
+    server.start()
+    try:
+        results = await asyncio.gather(
+            *(
+                ssh.run(server.host, ["echo", str(n)], timeout=5 * SECOND)
+                for n in range(MAX_SESSIONS)
+            )
+        )
+    finally:
+        server.stop()
+    assert [(result.stdout, result.error) for result in results] == [
+        (f"{n}\n", "") for n in range(MAX_SESSIONS)
+    ]
+    assert server.logins() == 1
 
 
 async def test_reconnects_after_sshd_restarts(sshd: Sshd, ssh: SshExecutor) -> None:

@@ -104,7 +104,7 @@ async def test_opening_errors_in_plain_words(pg_server: PgServer) -> None:
         await Store.open(empty, create=False)
     assert str(missing.value) == f"no store at {empty} (has the daemon run yet?)"
     other = pg_server.database()
-    conn = await asyncpg.connect(other.url.replace("+asyncpg", ""))
+    conn = await asyncpg.connect(other.url.replace("+asyncpg", "").replace("?ssl=", "?sslmode="))
     await conn.execute("CREATE TABLE invoices (id int)")
     await conn.close()
     with pytest.raises(StoreError) as foreign:

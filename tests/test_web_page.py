@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -354,6 +355,38 @@ async def test_an_endpoint_page_is_live_in_its_states_colour_and_the_tab_shows_t
         assert _background(driver, "#state") == _rgb(TONES["bad"].colour)
         assert driver.find_element(By.ID, "reason").text == "connection refused"
         assert driver.execute_script("return window.notReloaded") is True
+
+
+#: Eight pages in a row, as a person clicks through them.
+CLICKED_THROUGH = (
+    "/",
+    "/incidents",
+    "/silences",
+    "/rules",
+    "/endpoints/llm",
+    "/",
+    "/incidents",
+    "/endpoints/qwen",
+)
+
+
+async def test_page_after_page_opens_without_waiting_for_the_last_ones_streams(
+    fleet: Fleet,
+) -> None:
+    """Every page follows the daemon's event stream. A left page closes its stream: the browser
+    keeps left pages (back-forward cache) and holds 6 connections to a server, so with the
+    streams left open the seventh page waited about a minute for a free one."""
+    with chromium() as driver:
+        driver.set_page_load_timeout(30)
+        waited = []
+        for path in CLICKED_THROUGH:
+            try:
+                await asyncio.to_thread(driver.get, fleet.url + path)
+            except TimeoutException:
+                waited.append(path)
+        assert waited == []
+        # and the page it ended on follows the stream
+        wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "● live")
 
 
 async def test_the_board_fits_a_phone_and_says_why_an_endpoint_is_red(

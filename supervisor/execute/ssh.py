@@ -30,6 +30,11 @@ from supervisor.execute.local import OutputTail
 log = structlog.get_logger("supervisor.ssh")
 
 MAX_SESSIONS = 8  #: sessions open at once on one connection (OpenSSH's MaxSessions is 10)
+#: Waits before opening a session again when sshd refused it on a live connection (OpenSSH
+#: answers "open failed", code 2, when its MaxSessions slots are full). A session the client
+#: has seen close holds its slot until sshd reads the client's close, late on a loaded host;
+#: nothing was sent, so trying again is safe.
+SESSION_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 KEEPALIVE_INTERVAL_S = 15
 KEEPALIVE_COUNT_MAX = 3
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -156,12 +161,7 @@ class SshExecutor:
             progress.connected = True
             async with link.sessions:
                 try:
-                    process = await link.conn.create_process(
-                        line,
-                        encoding=None,
-                        input=stdin.encode() if stdin is not None else None,
-                        stdin=asyncssh.PIPE if stdin is not None else asyncssh.DEVNULL,
-                    )
+                    process = await _open_session(link.conn, line, stdin)
                 except asyncssh.ChannelOpenError as exc:
                     if not link.conn.is_closed():
                         message = f"cannot start a command on {host_where(host)}: {_plain(exc)}"
@@ -273,6 +273,30 @@ async def connect(
         return await SshExecutor(known_hosts_default).open_connection(host)
     except _CommandError as exc:
         raise SshConnectError(str(exc), exc.cause) from None
+
+
+async def _open_session(
+    conn: asyncssh.SSHClientConnection, line: str, stdin: str | None
+) -> asyncssh.SSHClientProcess[bytes]:
+    """A session running `line`; one sshd refused while its slots are full is asked for again
+    after each wait of `SESSION_RETRY_S`, then its refusal is raised."""
+
+    async def create() -> asyncssh.SSHClientProcess[bytes]:
+        return await conn.create_process(
+            line,
+            encoding=None,
+            input=stdin.encode() if stdin is not None else None,
+            stdin=asyncssh.PIPE if stdin is not None else asyncssh.DEVNULL,
+        )
+
+    for wait in SESSION_RETRY_S:
+        try:
+            return await create()
+        except asyncssh.ChannelOpenError:
+            if conn.is_closed():
+                raise
+        await asyncio.sleep(wait)
+    return await create()
 
 
 async def _finish(process: asyncssh.SSHClientProcess[bytes], progress: _Progress) -> int:

@@ -23,6 +23,12 @@ HEAD = "vllm-ds4-head.service@spark1"
 ASK = "🆘 <b>a person is needed</b> on ds4: "
 
 
+#: What a drill's fault may rightly be taken for first, before its own rule matches. The orphan's
+#: head is started into the held GPU and runs until it runs out of memory: a cold start until
+#: then (active, running, port refused, never restarted), which `cold-start` waits out.
+WAITED = {"orphan-enginecore": ("cold-start",)}
+
+
 def _opened(report: DrillReport, state: str = "down", why: str = "connection refused") -> str:
     return f"🔴 <b>ds4</b> is {state}: {why}\nincident #{report.incident}"
 
@@ -67,7 +73,10 @@ async def test_the_daemon_heals_a_real_fault_in_the_lab(
     report = await drills.run_drill(lab, drill, folder=tmp_path)
     print("\n".join(report.lines()))
     assert report.problem == ""
-    assert report.diagnosis == f"ds4 (down): {drill} matched on {HEAD}"
+    assert report.acted_on == f"ds4 (down): {drill} matched on {HEAD}"
+    waited = [f"ds4 (down): {rule} matched on {HEAD}" for rule in WAITED.get(drill, ())]
+    allowed = [(report.acted_on,), *((first, report.acted_on) for first in waited)]
+    assert report.diagnoses in allowed, report.diagnoses
     done = [s.summary.split(":")[0] for s in report.steps]
     assert done == [f"step {action}" for action in actions]
     assert all(": ok: " in s.summary for s in report.steps)

@@ -12,7 +12,7 @@ from fleet_lab.drills.bot import Notified
 from fleet_lab.drills.faults import Expect
 from supervisor.record.store.records import TimelineRow
 from supervisor.record.timeline.base import Record
-from supervisor.record.timeline.repair import StepRan
+from supervisor.record.timeline.repair import Diagnosis, StepRan
 
 #: The states a transition into says the daemon noticed the fault.
 DETECTED = ("down", "unreachable", "degraded", "busy")
@@ -34,7 +34,7 @@ class DrillReport:
     drill: str
     rule: str
     incident: int | None
-    diagnosis: str
+    diagnosis: str  #: the first diagnosis of the incident
     steps: tuple[DrillStep, ...]
     outcome: str | None
     detect_s: float | None
@@ -54,6 +54,10 @@ class DrillReport:
     main_pids: tuple[str, ...] = ()  #: the drilled unit's MainPID before the fault and at the end
     deep_checks: int | None = None  #: real checks the daemon sent from the fault to the end
     held_s: float | None = None  #: how long the fault was held (a saturation)
+    #: every diagnosis of the incident, in order, and the one its first step followed ("" for
+    #: none): a fault may pass through a state another rule rightly waits out first
+    diagnoses: tuple[str, ...] = ()
+    acted_on: str = ""
 
     @property
     def healed(self) -> bool:
@@ -133,3 +137,15 @@ def steps_of(timeline: list[TimelineRow]) -> tuple[DrillStep, ...]:
         for row in timeline
         if isinstance(row.record, StepRan)
     )
+
+
+def diagnoses_of(timeline: list[TimelineRow]) -> tuple[tuple[str, ...], str]:
+    """Every diagnosis's summary in order, and the last one before the first step ran."""
+    said: list[str] = []
+    acted_on = ""
+    for row in timeline:
+        if isinstance(row.record, Diagnosis):
+            said.append(row.record.summary)
+        elif isinstance(row.record, StepRan) and not acted_on and said:
+            acted_on = said[-1]
+    return tuple(said), acted_on

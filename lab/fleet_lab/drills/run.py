@@ -31,7 +31,16 @@ from pathlib import Path
 from fleet_lab.drills import faults
 from fleet_lab.drills.bot import DELIVER_WITHIN_S, TIMING, DrillBot
 from fleet_lab.drills.config import ENDPOINTS, PROBE, completes, install_sudoers, write_config
-from fleet_lab.drills.report import DETECTED, DrillReport, DrillStep, at, first, seconds, steps_of
+from fleet_lab.drills.report import (
+    DETECTED,
+    DrillReport,
+    DrillStep,
+    at,
+    diagnoses_of,
+    first,
+    seconds,
+    steps_of,
+)
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError
 from supervisor.app.root import Supervisor
@@ -257,6 +266,7 @@ async def _run(
     escalated = at(first(own, Transition, lambda t: t.dest == "escalated"))
     diagnosis = first(timeline, Diagnosis)
     escalation = first(timeline, Escalation, lambda e: not e.dry_run)
+    diagnoses, acted_on = diagnoses_of(timeline)
     return DrillReport(
         drill=fault.name,
         endpoint=name,
@@ -279,4 +289,6 @@ async def _run(
         main_pids=tuple(pids),
         deep_checks=deep,
         held_s=held,
+        diagnoses=diagnoses,
+        acted_on=acted_on,
     )

@@ -48,12 +48,26 @@
     while (feed.children.length > 50) feed.lastElementChild.remove();
   }
 
-  if (window.EventSource) {
-    const source = new EventSource("/events");
+  // The stream is closed when the page is left: a browser keeps a left page (its back-forward
+  // cache) with its stream open, and holds at most 6 connections to one server, so the seventh
+  // page opened would wait for one of them. Shown again from that cache, it follows again.
+  let source = null;
+  function follow() {
+    source = new EventSource("/events");
     source.onopen = function () { badge.textContent = "● live"; badge.classList.add("on"); };
     source.onerror = function () { badge.textContent = "○ reconnecting"; badge.classList.remove("on"); };
     source.addEventListener("timeline", function (e) { show(JSON.parse(e.data)); soon(); });
     source.addEventListener("tick", soon);
+  }
+  if (window.EventSource) {
+    follow();
+    window.addEventListener("pagehide", function () {
+      if (source) source.close();
+      source = null;
+    });
+    window.addEventListener("pageshow", function (e) {
+      if (e.persisted && !source) { follow(); soon(); }
+    });
   }
 
   // a picked end time is the browser's local time: say its offset from UTC
