@@ -8,13 +8,17 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports
-# FLEET_TEST_WORKERS=N (options only, no paths): N pytest-xdist workers run all but the lab and
-# the deploy spec; beside them the lab's specs run on FLEET_LAB_WORKERS (default 1) workers of
-# their own, each booting its own lab on a net of its own (tests/conftest.py: nets 11, 12, ...),
-# then the deploy spec (it installs sudoers on this machine) alone. Their report follows. (Not
-# xdist groups: pytest-xdist 3.8 marks them through `item._nodeid`, which pytest 9 no longer
-# reads.) Unset: one process, as CI runs it. docs/lab.md gives the times measured on 2 cores.
-if [ -n "${FLEET_TEST_WORKERS:-}" ]; then
+# The suite runs on FLEET_TEST_WORKERS pytest-xdist workers (default: this machine's cores + 1,
+# at most 8): they run all but the lab and the deploy spec, work-stealing; beside them the lab's
+# specs run on FLEET_LAB_WORKERS (default 1) workers of their own, each booting its own lab on a
+# net of its own (tests/conftest.py: nets 11, 12, ...), then the deploy spec (it installs
+# sudoers on this machine) alone. Their report follows. (Not xdist groups: pytest-xdist 3.8
+# marks them through `item._nodeid`, which pytest 9 no longer reads.) FLEET_TEST_WORKERS=1:
+# one process, every spec in order. Arguments are pytest options (no paths) given to each run.
+# docs/lab.md gives the times measured on 2 cores.
+cores=$(nproc 2>/dev/null || echo 1)
+workers=${FLEET_TEST_WORKERS:-$((cores + 1 > 8 ? 8 : cores + 1))}
+if [ "$workers" -gt 1 ]; then
   log=$(mktemp)
   (
     lab=0
@@ -26,7 +30,7 @@ if [ -n "${FLEET_TEST_WORKERS:-}" ]; then
   serial_pid=$!
   trap 'kill "$serial_pid" 2>/dev/null || true' INT TERM
   rest=0
-  .venv/bin/pytest -n "$FLEET_TEST_WORKERS" "$@" --ignore=tests/lab \
+  .venv/bin/pytest -n "$workers" --dist worksteal "$@" --ignore=tests/lab \
     --ignore=tests/test_ops_deploy.py || rest=$?
   serial_rc=0
   wait "$serial_pid" || serial_rc=$?
