@@ -38,7 +38,7 @@ class StoreConfig(Frozen):
         default=None,
         description="PostgreSQL instead of the SQLite file, shared by every instance: "
         "postgresql+asyncpg://USER@HOST[:PORT]/DB (no password here: password_file or "
-        "PGPASSWORD)",
+        "PGPASSWORD); `?ssl=require` (disable, prefer, verify-full) chooses TLS",
     )
     password_file: FilePath | None = Field(
         default=None, description="file holding the PostgreSQL password (one line)"

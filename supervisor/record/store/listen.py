@@ -51,9 +51,13 @@ async def notify(conn: AsyncConnection, channel: str, payload: str) -> None:
         await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
 
 
-def dsn(target: PgTarget) -> str:
-    """The target's URL as asyncpg takes it (the password, if any, is passed on its own)."""
-    return parse_pg_url(target.url).set(drivername="postgresql").render_as_string()
+def connect_args(target: PgTarget) -> dict[str, Any]:
+    """`asyncpg.connect`'s arguments for the target, read from its URL as the store's engine
+    reads them (host, port, user and database, then the query as keywords), so `?ssl=require`
+    means the same to both: in a DSN, asyncpg would take `ssl` for a server setting. The
+    password, if any, is passed on its own."""
+    url = parse_pg_url(target.url)
+    return {**url.translate_connect_args(username="user"), **url.query}
 
 
 class Listener:
@@ -114,7 +118,7 @@ class Listener:
         while True:
             try:
                 conn = await asyncpg.connect(
-                    dsn(target), password=target.password, timeout=CONNECT_TIMEOUT_S
+                    **connect_args(target), password=target.password, timeout=CONNECT_TIMEOUT_S
                 )
             except Exception as err:  # refused, timed out, a bad password: tried again later
                 log.warning("listen: cannot connect", error=str(err) or type(err).__name__)
