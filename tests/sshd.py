@@ -132,6 +132,11 @@ class Sshd:
                     "PasswordAuthentication no",
                     "KbdInteractiveAuthentication no",
                     "LogLevel VERBOSE",
+                    # Debian's bash, started by sshd, reads the user's ~/.bashrc unless it is a
+                    # nested shell (SHLVL): root's here runs `pyenv init`, whose rehash holds a
+                    # lock file, and a spec that cuts a session off mid-login left it behind:
+                    # every later login waited 60 s for it. The commands under test never need it.
+                    "SetEnv SHLVL=1",
                     *self.options,
                     "",
                 ]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_lab import account, fleet, procs
+from fleet_lab import account, boot, fleet, procs
 from fleet_lab.drills.config import install_sudoers, write_config
 from fleet_lab.lab import Lab, LabError, LabHost
 from supervisor.config.loader import load_config
@@ -94,11 +94,16 @@ async def test_its_systemctl_show_needs_the_system_bus_and_sudo_only_what_is_gen
 def test_a_host_cannot_change_the_machine(lab: Lab, tmp_path: Path) -> None:
     host = lab.host("spark1")
     marker = tmp_path / "written-inside"
-    # The host's /tmp is its own tmpfs; the repo and the rest of the disk are its overlay.
-    for path in (marker, Path(__file__).with_name("written-inside")):
+    in_checkout = Path(__file__).with_name("written-inside")
+    # The host's /tmp is its own tmpfs; the checkout and the rest of the disk are its overlay,
+    # except a checkout a private folder would hide (under /tmp), bound in read-only
+    for path, bound in ((marker, False), (in_checkout, bool(boot.hidden([str(in_checkout)])))):
         script = f"mkdir -p {path.parent} && echo x > {path} && cat {path}"
         result = host.nsenter("sh", "-c", script)
-        assert result.stdout == "x\n"
+        if bound:
+            assert "Read-only file system" in result.stderr, result
+        else:
+            assert result.stdout == "x\n", result
         assert not path.exists()
     sysctl = host.nsenter("sh", "-c", "echo 1 > /proc/sys/vm/swappiness")
     assert "Read-only file system" in sysctl.stderr
