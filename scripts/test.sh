@@ -8,16 +8,17 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports
-# The suite runs on FLEET_TEST_WORKERS pytest-xdist workers (default: this machine's cores + 1,
-# at most 8): they run all but the lab and the deploy spec, work-stealing; beside them the lab's
-# specs run on FLEET_LAB_WORKERS (default 1) workers of their own, each booting its own lab on a
-# net of its own (tests/conftest.py: nets 11, 12, ...), then the deploy spec (it installs
-# sudoers on this machine) alone. Their report follows. (Not xdist groups: pytest-xdist 3.8
-# marks them through `item._nodeid`, which pytest 9 no longer reads.) FLEET_TEST_WORKERS=1:
-# one process, every spec in order. Arguments are pytest options (no paths) given to each run.
-# docs/lab.md gives the times measured on 2 cores.
+# The suite runs on FLEET_TEST_WORKERS pytest-xdist workers (default: this machine's cores, 2
+# to 8; more on 2 cores only add load, the lab's process being the run's length): they run all
+# but the lab and the deploy spec, work-stealing. Beside them the lab's specs run on
+# FLEET_LAB_WORKERS (default 1) workers of their own, each booting its own lab on a net of its
+# own (tests/conftest.py: nets 11, 12, ...), then the deploy spec (it installs sudoers on this
+# machine) alone. Their report follows. (Not xdist groups: pytest-xdist 3.8 marks them through
+# `item._nodeid`, which pytest 9 no longer reads.) FLEET_TEST_WORKERS=1: one process, every
+# spec in order. Arguments are pytest options (no paths) given to each run. docs/lab.md gives
+# the times measured on 2 cores.
 cores=$(nproc 2>/dev/null || echo 1)
-workers=${FLEET_TEST_WORKERS:-$((cores + 1 > 8 ? 8 : cores + 1))}
+workers=${FLEET_TEST_WORKERS:-$((cores < 2 ? 2 : cores > 8 ? 8 : cores))}
 if [ "$workers" -gt 1 ]; then
   log=$(mktemp)
   (

@@ -353,7 +353,7 @@ async def test_an_endpoint_page_is_live_in_its_states_colour_and_the_tab_shows_t
         )
         assert state in ("down", "remediating", "verifying", "escalated")
         assert _background(driver, "#state") == _rgb(TONES["bad"].colour)
-        assert driver.find_element(By.ID, "reason").text == "connection refused"
+        assert _texts(driver, "#reason") == ["connection refused"]
         assert driver.execute_script("return window.notReloaded") is True
 
 
@@ -400,7 +400,10 @@ async def test_the_board_fits_a_phone_and_says_why_an_endpoint_is_red(
         await asyncio.to_thread(wait_for, driver, _red)
         reason = wait_for(driver, lambda d: _texts(d, "#ep-llm .reason"))
         assert reason == ["connection refused"]
-        assert driver.find_element(By.CSS_SELECTOR, "#ep-llm .reason").is_displayed()
+        # a live refresh may replace the row between the find and the read: read it again then
+        assert wait_for(
+            driver, lambda d: d.find_element(By.CSS_SELECTOR, "#ep-llm .reason").is_displayed()
+        )
         widths = driver.execute_script(
             "const e = document.documentElement; return [e.scrollWidth, e.clientWidth]"
         )
@@ -631,7 +634,7 @@ async def test_availability_on_the_page_is_what_the_store_says(
             percent, serving, down, silenced, off = rows["7d"]
             assert (percent, down, silenced) == ("95.65%", "2h 0m", "2h 0m")
             assert (serving, off) in (("1d 19h", "5d 0h"), ("1d 20h", "4d 23h"))
-            assert driver.find_element(By.ID, "mttr").text == "2h 0m"
+            assert _texts(driver, "#mttr") == ["2h 0m"]
             height = driver.execute_script("return document.documentElement.scrollHeight")
             driver.set_window_size(1280, min(int(height), 3000))
             driver.save_screenshot(str(_shots(tmp_path) / "endpoint.png"))
