@@ -761,7 +761,13 @@ async def test_kill_processes_plan_lists_the_pids(spawn: Spawner) -> None:
     assert outcome.summary == (
         f"would send TERM on forge to {label(worker)}, then KILL those still running after 30s"
     )
-    assert plan(executor) == [("forge", f"sudo -n kill -s TERM -- {worker.pid}")]
+    # as root the daemon signals with kill itself; as another user, through the signal helper
+    signalled = (
+        f"kill -s TERM -- {worker.pid}"
+        if os.geteuid() == 0
+        else f"/usr/local/libexec/fleet-supervisor/signal TERM {worker.pid}"
+    )
+    assert plan(executor) == [("forge", f"sudo -n {signalled}")]
     assert running(worker)
 
 

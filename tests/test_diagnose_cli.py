@@ -126,11 +126,19 @@ async def test_diagnose_dry_run_on_a_pair_lists_the_ordered_plan_across_both_hos
     assert any(line.strip().startswith("procs.count = 1: ge 1: yes") for line in lines)
     plan = lines[lines.index("plan (auto mode, 2 steps):") :]
     pid = worker.pid
+
+    def kill(unit: str) -> str:
+        """A root login signals with kill itself; another user's, through the signal helper."""
+        if spark1.user == "root":
+            return f"sudo -n kill -s KILL -- {pid}"
+        helper = "/usr/local/libexec/fleet-supervisor/signal"
+        return f"sudo -n {helper} KILL {pid} --unit={unit} --container=vllm_ds4"
+
     assert plan[1:] == [
         "  1. kill_processes on spark2",
-        f"       [spark2] sudo -n kill -s KILL -- {pid}",
+        f"       [spark2] {kill('vllm-ds4-worker.service')}",
         "  1. kill_processes on spark1",
-        f"       [spark1] sudo -n kill -s KILL -- {pid}",
+        f"       [spark1] {kill('vllm-ds4-head.service')}",
         "  2. restart_units on ds4",
         "       [spark1] sudo -n systemctl stop vllm-ds4-head.service",
         "       [spark2] sudo -n systemctl stop vllm-ds4-worker.service",

@@ -12,6 +12,7 @@ on a real SQLite file; the Bot API is the lab's stand-in over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -53,6 +54,8 @@ MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it retu
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs: the store's own filesystem, that the spec fills up."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mounts a tmpfs)")
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)

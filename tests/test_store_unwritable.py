@@ -11,6 +11,7 @@ starting, and `status`. A store that fills up while the daemon runs: tests/test_
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,8 @@ NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A small tmpfs of the spec's own."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mounts a tmpfs)")
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
