@@ -21,7 +21,7 @@ from supervisor.record.store.target import StoreTarget
 from tests.pgserver import PgServer
 from tests.pgserver import unavailable as pg_unavailable
 from tests.skips import reason, skip_line
-from tests.sshd import SSHD, Sshd
+from tests.sshd import Sshd, skip_unless_sshd_runs
 
 FAST_TOK_S = 2000.0
 
@@ -93,10 +93,7 @@ async def sim(sim_factory: SimFactory) -> VllmSim:
 def sshd(tmp_path: Path) -> Iterator[Sshd]:
     """A real OpenSSH server on 127.0.0.21 (free port), everything in `tmp_path / "sshd"`:
     `.host` logs in as the current user with a generated key and checks the host key."""
-    if not SSHD.exists():
-        pytest.skip(f"the OpenSSH server is not installed ({SSHD}): run scripts/setup.sh as root")
-    if os.geteuid() != 0:
-        pytest.skip("the sshd tests start sshd, which needs root")
+    skip_unless_sshd_runs()
     server = Sshd(tmp_path / "sshd")
     server.start()
     yield server

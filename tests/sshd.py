@@ -19,10 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncssh
+import pytest
 
 from supervisor.config.supervised import Host
 
 SSHD = Path("/usr/sbin/sshd")
+
+
+def skip_unless_sshd_runs() -> None:
+    """Skip the calling spec where a test sshd cannot start: not installed, or not root."""
+    if not SSHD.exists():
+        pytest.skip(f"the OpenSSH server is not installed ({SSHD}): run scripts/setup.sh as root")
+    if os.geteuid() != 0:
+        pytest.skip("the sshd tests start sshd, which needs root")
+
+
 PRIVSEP_DIR = Path("/run/sshd")
 ADDRESS = "127.0.0.21"
 START_WITHIN_S = 10.0

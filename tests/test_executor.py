@@ -4,7 +4,6 @@ subprocesses, a silent TCP listener. Errors are asserted word for word."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -21,7 +20,7 @@ from supervisor.execute.fleet import FleetExecutor, UnknownHostError
 from supervisor.execute.local import MAX_OUTPUT, LocalExecutor
 from supervisor.execute.ssh import MAX_SESSIONS, SshExecutor
 from tests.helpers import eventually
-from tests.sshd import SSHD, Sshd, free_port
+from tests.sshd import Sshd, free_port, skip_unless_sshd_runs
 
 SECOND = timedelta(seconds=5)
 SHORT = timedelta(milliseconds=300)
@@ -299,8 +298,7 @@ async def test_a_session_sshd_refuses_while_its_slots_are_full_is_asked_for_agai
     """sshd frees a session's slot only when it reads the client's close, late on a loaded
     host: it then refuses a new session ("open failed") although fewer than MaxSessions run.
     Here MaxSessions is 2 and `MAX_SESSIONS` commands start at once."""
-    if not SSHD.exists() or os.geteuid() != 0:
-        pytest.skip("the sshd tests start sshd, which needs root")
+    skip_unless_sshd_runs()
     server = Sshd(tmp_path / "sshd", options=("MaxSessions 2",))
     server.start()
     try:

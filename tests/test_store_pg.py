@@ -20,6 +20,7 @@ from supervisor.control.model import PauseRow
 from supervisor.control.tables import ControlStore
 from supervisor.judge.machine import State, Trigger
 from supervisor.record.store.errors import SERVER_DOWN, StoreError, StoreRefusedError
+from supervisor.record.store.listen import connect_args
 from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.store import Store
@@ -104,7 +105,7 @@ async def test_opening_errors_in_plain_words(pg_server: PgServer) -> None:
         await Store.open(empty, create=False)
     assert str(missing.value) == f"no store at {empty} (has the daemon run yet?)"
     other = pg_server.database()
-    conn = await asyncpg.connect(other.url.replace("+asyncpg", "").replace("?ssl=", "?sslmode="))
+    conn = await asyncpg.connect(**connect_args(other))
     await conn.execute("CREATE TABLE invoices (id int)")
     await conn.close()
     with pytest.raises(StoreError) as foreign:

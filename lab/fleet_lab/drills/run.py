@@ -51,7 +51,7 @@ from supervisor.core.streamstatus import STREAMING
 from supervisor.judge.machine import State
 from supervisor.record.store.records import SubjectKind
 from supervisor.record.timeline.decision import Decision, Outcome
-from supervisor.record.timeline.repair import Diagnosis, Escalation
+from supervisor.record.timeline.repair import Escalation
 from supervisor.record.timeline.state import Transition
 
 SETTLE_WITHIN_S = 40.0
@@ -264,7 +264,6 @@ async def _run(
     down = at(first(own, Transition, lambda t: t.dest in DETECTED))
     up = at(first(own, Transition, lambda t: t.dest == "healthy"))
     escalated = at(first(own, Transition, lambda t: t.dest == "escalated"))
-    diagnosis = first(timeline, Diagnosis)
     escalation = first(timeline, Escalation, lambda e: not e.dry_run)
     diagnoses, acted_on = diagnoses_of(timeline)
     return DrillReport(
@@ -272,7 +271,7 @@ async def _run(
         endpoint=name,
         rule=fault.rule,
         incident=incident,
-        diagnosis=diagnosis[1].summary if diagnosis else "",
+        diagnosis=diagnoses[0] if diagnoses else "",
         steps=steps_of(timeline),
         outcome=attempts[-1].outcome if attempts else None,
         detect_s=seconds(injected, down),
