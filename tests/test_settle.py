@@ -1,14 +1,14 @@
-"""Settle before diagnosing: a unit systemd (or launchd's KeepAlive) is about to restart is
-watched until that restart's outcome is known, and the diagnosis reads the latest attempt, not
-the last death. systemd and launchd cannot run here: their answers are captured shapes
-(`systemctl show`, `launchctl print`) played by a scripted executor, on a clock that moves only
-when the wait pauses."""
+"""Settle before diagnosing: a server whose engine died is watched until it exits, a unit
+systemd (or launchd's KeepAlive) is about to restart is watched until that restart's outcome is
+known, and the diagnosis reads the latest attempt, not the last death. systemd and launchd
+cannot run here: their answers are captured shapes (`systemctl show`, `launchctl print`) played
+by a scripted executor, on a clock that moves only when the wait pauses."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -16,13 +16,16 @@ import pytest
 
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint, Host, UnitRef
+from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
 from supervisor.playbook.evidence.restarts import (
     SHOW,
     Restart,
     RestartOutcome,
+    engine_died,
     policy_fires,
+    wait_for_exit,
     wait_for_restarts,
 )
 from supervisor.playbook.evidence.unitstate import timespan_s
@@ -319,19 +322,27 @@ async def run_diagnosis(
     rules: Mapping[str, str],
     *,
     settle_first: bool,
+    trigger: ProbeResult | None = None,
+    exits_at: float | None = None,
 ) -> tuple[DiagnosisResult, ScriptedExecutor]:
+    """The diagnosis of qwen, its unit on a clock: killed and restarting (`UnitOnAClock`), or
+    with `exits_at` a server whose engine died (`ServerOnAClock`)."""
     for name, text in rules.items():
         (tmp_path / f"{name}.yaml").write_text(text)
     playbook = load_playbook(tmp_path)
     assert playbook.problems == ()
     time = FakeTime()
-    executor = UnitOnAClock(answers={}, time=time)
+    executor: ScriptedExecutor = (
+        UnitOnAClock(answers={}, time=time)
+        if exits_at is None
+        else ServerOnAClock(answers={}, time=time, exits_at=exits_at)
+    )
     cfg = config()
     diagnosis = await diagnose(
         cfg.endpoints["qwen"],
         config=cfg,
         state="down",
-        trigger=None,
+        trigger=trigger,
         playbook=playbook,
         executor=executor,
         http=http,
@@ -429,3 +440,184 @@ async def test_collectors_that_do_not_apply_are_not_run_nor_recorded(
         "    job.loaded: missing (launchd_job: spark1 is not a launchd host (systemd)): "
         "eq false: no"
     )
+
+
+# --- a server whose engine died: its exit is waited for first ----------------------------------
+
+HEALTH_503 = ProbeResult(
+    endpoint="qwen",
+    tier=Tier.LIVENESS,
+    check="health",
+    outcome=ProbeOutcome.FAIL,
+    reason="HTTP 503 from /health",
+    at=datetime(2026, 3, 3, 7, 2, 11, tzinfo=UTC),
+    latency_s=0.01,
+    http_status=503,
+)
+CLEAN_EXIT = unit(active="inactive", sub="dead", code=EXITED, status=0)  # vLLM's exit 0
+ENGINE_500 = (
+    "HTTP 500: EngineCore encountered an issue. See stack trace (above) for the root cause."
+)
+
+
+@pytest.mark.parametrize(
+    ("trigger", "died"),
+    [
+        (HEALTH_503, True),
+        (replace(HEALTH_503, http_status=500, reason="HTTP 500 from /health"), False),
+        (replace(HEALTH_503, check="completion", http_status=500, reason=ENGINE_500), True),
+        (replace(HEALTH_503, check="completion", reason="HTTP 503"), False),  # queue full
+        (replace(HEALTH_503, http_status=None, reason="connection refused"), False),
+        (None, False),
+    ],
+)
+def test_only_health_503_says_the_engine_died(trigger: ProbeResult | None, died: bool) -> None:
+    assert engine_died(trigger) is died
+
+
+async def exits(
+    answers: Sequence[Answer], http: httpx.AsyncClient
+) -> tuple[tuple[Restart, ...], FakeTime]:
+    time = FakeTime()
+    executor = ScriptedExecutor(answers={}, sequences={SHOW_ARGV: list(answers)})
+    scope = Scope(endpoint=QWEN, host=SPARK1, unit=QWEN_UNIT)
+    return await wait_for_exit([context(executor, time, scope, http)]), time
+
+
+@pytest.mark.parametrize(
+    ("answers", "outcome", "after", "waited"),
+    [
+        # vLLM's API server exits 0 a second or two after its engine died
+        ([HEALTHY, HEALTHY, HEALTHY, CLEAN_EXIT], RestartOutcome.EXITED,
+         "status=0, inactive/dead, 0 restarts", 1.5),
+        # with Restart=always systemd is already bringing it back: a new main process
+        ([HEALTHY, replace(HEALTHY, stdout=HEALTHY.stdout.replace("MainPID=4000", "MainPID=5000"))],
+         RestartOutcome.EXITED, "no exit yet, active/running, 0 restarts", 0.5),
+        ([HEALTHY, unit(active="deactivating", sub="stop-sigterm", code=0, status=0, pid=4000)],
+         RestartOutcome.EXITED, "no exit yet, deactivating/stop-sigterm, 0 restarts", 0.5),
+        # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1: it stays up, and is diagnosed as it is
+        ([HEALTHY], RestartOutcome.STILL_RUNNING, "no exit yet, active/running, 0 restarts", 5.5),
+        ([HEALTHY, Answer(status=1, stderr="Failed to connect to bus\n")],
+         RestartOutcome.UNREADABLE, "no exit yet, active/running, 0 restarts", 0.5),
+    ],
+)  # fmt: skip
+async def test_a_server_whose_engine_died_is_watched_until_it_exits(
+    http: httpx.AsyncClient,
+    answers: list[Answer],
+    outcome: RestartOutcome,
+    after: str,
+    waited: float,
+) -> None:
+    found, time = await exits(answers, http)
+    assert [(r.outcome, r.after, r.waited_s, r.bound_s, r.waited_for) for r in found] == [
+        (outcome, after, waited, 5.5, "exit")
+    ]
+    assert time.pauses == [0.5] * int(waited / 0.5)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        CLEAN_EXIT,  # it has exited already: the diagnosis reads that now
+        KILLED_RESTING,  # systemd is about to restart it: the restart wait's business
+        unit(active="activating", sub="start", code=0, status=0),  # still starting
+        Answer(status=1, stderr="Failed to connect to bus\n"),
+    ],
+)
+async def test_a_unit_not_serving_is_not_waited_for_to_exit(
+    http: httpx.AsyncClient, answer: Answer
+) -> None:
+    found, time = await exits([answer], http)
+    assert (found, time.pauses) == ((), [])
+
+
+async def test_the_first_unit_of_a_pair_to_exit_ends_the_wait_for_both(
+    http: httpx.AsyncClient,
+) -> None:
+    """ds4's head exits after its engine died; its worker on the other box stays up."""
+    spark2 = Host(name="spark2", address="192.168.1.12")
+    worker = UnitRef(host="spark2", unit="vllm-ds4-worker.service")
+    head = UnitRef(host="spark1", unit="vllm-ds4-head.service")
+    ds4 = Endpoint(
+        name="ds4", kind="openai", url="http://192.168.1.11:8000", model="d", units=(worker, head)
+    )
+    show = ("systemctl", "show", "{}", "-p", ",".join(SHOW), "--no-pager")
+    worker_argv = tuple(word.format(worker.unit) for word in show)
+    head_argv = tuple(word.format(head.unit) for word in show)
+    time = FakeTime()
+    executor = ScriptedExecutor(
+        answers={worker_argv: HEALTHY},
+        sequences={head_argv: [HEALTHY, HEALTHY, CLEAN_EXIT]},
+    )
+    contexts = [
+        context(executor, time, Scope(endpoint=ds4, host=spark2, unit=worker), http),
+        context(executor, time, Scope(endpoint=ds4, host=SPARK1, unit=head, index=1), http),
+    ]
+    found = await wait_for_exit(contexts)
+    assert [r.line() for r in found] == [
+        "waited 1.0s (of up to 5.5s) for the exit of vllm-ds4-worker.service@spark2: "
+        "still running: no exit yet, active/running, 0 restarts "
+        "(before: no exit yet, active/running, 0 restarts)",
+        "waited 1.0s (of up to 5.5s) for the exit of vllm-ds4-head.service@spark1: exited: "
+        "status=0, inactive/dead, 0 restarts (before: no exit yet, active/running, 0 restarts)",
+    ]
+
+
+ENGINE_DEATH = rule(
+    "engine-death",
+    "{all: [{fact: status.active_state, op: eq, value: inactive},"
+    " {fact: status.result, op: eq, value: success}]}",
+    50,
+)
+
+
+@dataclass(kw_only=True)
+class ServerOnAClock(ScriptedExecutor):
+    """The unit as systemd shows it at the fake clock's time: serving until `exits_at` seconds
+    (its engine is dead), then inactive with `Result=success` (whoever asks)."""
+
+    time: FakeTime
+    exits_at: float
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        now = HEALTHY if self.time.at - 1000.0 < self.exits_at else CLEAN_EXIT
+        answers: dict[tuple[str, ...], Answer] = {SHOW_ARGV: now, STATUS_ARGV: status(now)}
+        return answers.get(argv, super().answer(argv))
+
+
+@pytest.mark.parametrize(
+    ("trigger", "exits_at", "lines"),
+    [
+        # the issue's host: diagnosed 0.2 s after the 503, the server exits 1.2 s later
+        (HEALTH_503, 1.2, [
+            "qwen (down): engine-death matched on vllm-qwen.service@spark1",
+            "waited 1.5s (of up to 5.5s) for the exit of vllm-qwen.service@spark1: exited: "
+            "status=0, inactive/dead, 0 restarts "
+            "(before: no exit yet, active/running, 0 restarts)",
+        ]),
+        # kept alive on engine death: it stays up, and nothing explains it
+        (HEALTH_503, 60.0, [
+            "qwen (down): unknown matched on vllm-qwen.service@spark1",
+            "waited 5.5s (of up to 5.5s) for the exit of vllm-qwen.service@spark1: still "
+            "running: no exit yet, active/running, 0 restarts "
+            "(before: no exit yet, active/running, 0 restarts)",
+        ]),
+        # a refused connection says nothing of the engine: nothing to wait for
+        (replace(HEALTH_503, http_status=None, reason="connection refused"), 1.2, [
+            "qwen (down): unknown matched on vllm-qwen.service@spark1",
+        ]),
+    ],
+)  # fmt: skip
+async def test_the_diagnosis_reads_the_server_after_it_exited(
+    tmp_path: Path,
+    http: httpx.AsyncClient,
+    trigger: ProbeResult,
+    exits_at: float,
+    lines: list[str],
+) -> None:
+    rules = {"engine-death": ENGINE_DEATH, "unknown": UNKNOWN}
+    diagnosis, _ = await run_diagnosis(
+        tmp_path, http, rules, settle_first=True, trigger=trigger, exits_at=exits_at
+    )
+    assert [line for line in diagnosis.lines() if not line.startswith(" ")][: len(lines)] == lines
+    assert len(diagnosis.restarts) == len(lines) - 1

@@ -466,8 +466,16 @@ async def test_standalone_serves_probes_and_exits_0_on_sigterm() -> None:
 
 @pytest.mark.slow
 async def test_standalone_exits_0_by_itself_when_its_engine_dies() -> None:
-    async with standalone("--port", "0", "--model", "m", "--exit-on-engine-death") as (p, url):
+    """`--exit-delay`: /health says 503 until it exits (vLLM: 1.5-4.5 s after the death)."""
+    argv = ("--port", "0", "--model", "m", "--exit-on-engine-death", "--exit-delay", "300ms")
+    async with standalone(*argv) as (p, url):
         p.send_signal(signal.SIGUSR1)
+        async with make_client() as client:
+
+            async def health_is_503() -> bool:
+                return (await client.get(url + "/health")).status_code == 503
+
+            await eventually(health_is_503, what="/health 503 before the exit")
         assert await ended(p) == (0, "", "")
     async with make_client() as client:
         with pytest.raises(httpx.ConnectError):
@@ -505,6 +513,10 @@ async def test_standalone_keeps_serving_a_dead_engine_and_listens_after_cold_sta
         (
             ["--model", "m", "--cold-start", "soon"],
             "argument --cold-start: expected a duration like 90s, 15m or 2h, got 'soon'",
+        ),
+        (
+            ["--model", "m", "--exit-delay", "later"],
+            "argument --exit-delay: expected a duration like 90s, 15m or 2h, got 'later'",
         ),
         (
             ["--model", "m", "--port", "70000"],

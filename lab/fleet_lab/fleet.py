@@ -48,8 +48,10 @@ QWEN_KNOWN_GOOD = f"{INSIDE}/known-good/vllm-qwen.sh"
 QWEN_CONTROL = "qwen-control.json"
 #: The host's GPU (see `launch.claim_gpu`): a file in the host's own folder.
 GPU = f"{INSIDE}/gpu"
-#: What the launch scripts give the vLLM-shaped server: vLLM 0.32's exit 0 after engine death.
-SIM_FLAGS = f"--cold-start {COLD_START} --exit-on-engine-death"
+#: What the launch scripts give the vLLM-shaped server: vLLM 0.32's exit 0 after engine death,
+#: 1.5 s after it (measured: 1.5-4.5 s): a probe can see /health 503 while the unit still runs.
+EXIT_DELAY = "1.5s"
+SIM_FLAGS = f"--cold-start {COLD_START} --exit-on-engine-death --exit-delay {EXIT_DELAY}"
 
 #: vLLM's mxfp4 post-load step, cut down to the part the fleet patched (2 lines say empty_cache).
 MXFP4_TEXT = '''\

@@ -7,7 +7,8 @@ the rules that needed it do not match, and the diagnosis records why. A collecto
 apply to the scope (a launchd collector on a systemd host, a container's file where there is no
 container) is neither run nor recorded as a run; the rules that asked for it still say why.
 
-With `settle`, the diagnosis first waits for a restart systemd or launchd is about to make (see
+With `settle`, the diagnosis first waits for a server whose engine died to exit, and for a
+restart systemd or launchd is about to make (see
 `supervisor.playbook.evidence.restarts` and `supervisor.playbook.matching`); what was gathered
 before the wait is not reused after it, and `latest` says which probe failure and unit death to
 read then.
@@ -36,7 +37,12 @@ from supervisor.playbook.evidence.base import (
     CollectorParams,
     Scope,
 )
-from supervisor.playbook.evidence.restarts import Restart, wait_for_restarts
+from supervisor.playbook.evidence.restarts import (
+    Restart,
+    engine_died,
+    wait_for_exit,
+    wait_for_restarts,
+)
 from supervisor.playbook.loader import Playbook
 from supervisor.playbook.matching import Latest, match_rules
 from supervisor.playbook.model import EvidenceItem
@@ -145,9 +151,10 @@ async def diagnose(
 ) -> DiagnosisResult:
     """Gather evidence for `endpoint` (in `state`, after `trigger`) and match the playbook.
     `last_ok_at` (when the endpoint last passed a check) reaches the collectors through their
-    context: the journal reads only what was logged since. With `settle`, the restarts systemd
-    or launchd is about to make are waited for first (`latest`: the probe failure and unit death
-    to read after the wait; default: `trigger` and `event`); `clock` and `pause` pace the wait."""
+    context: the journal reads only what was logged since. With `settle`, the exit of a server
+    whose engine died and the restarts systemd or launchd is about to make are waited for
+    first (`latest`: the probe failure and unit death to read after the wait; default:
+    `trigger` and `event`); `clock` and `pause` pace the wait."""
     gather = _CachedGather(executor=executor, http=http, timeout=timeout, last_ok_at=last_ok_at)
     scopes = scopes_of(endpoint, config)
     restarts: list[Restart] = []
@@ -158,11 +165,14 @@ async def diagnose(
             contexts = [replace(ctx, clock=clock) for ctx in contexts]
         if pause is not None:
             contexts = [replace(ctx, pause=pause) for ctx in contexts]
+        now = latest() if latest is not None else Latest(trigger=trigger, event=event)
+        if engine_died(trigger) or engine_died(now.trigger):
+            restarts.extend(await wait_for_exit(contexts))
         found = await wait_for_restarts(contexts)
         restarts.extend(found)
-        if found:
+        if restarts:
             gather.forget()
-        return latest() if latest is not None else Latest(trigger=trigger, event=event)
+        return latest() if latest is not None else now
 
     matched, evaluations = await match_rules(
         playbook.rules,

@@ -96,5 +96,6 @@ def settled_entry(restart: Restart, subject: str, at: datetime) -> TimelineEntry
         after=restart.after,
         waited_s=restart.waited_s,
         bound_s=restart.bound_s,
+        waited_for=restart.waited_for,
     )
     return entry(record, subject, at)

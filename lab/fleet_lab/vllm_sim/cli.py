@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--no-stream", action="store_true", help="answer chat whole even when asked to stream")
     add("--exit-on-engine-death", action="store_true", help="exit 0 soon after the engine dies")
     add(
+        "--exit-delay",
+        type=_duration_s,
+        default=0.5,
+        help="how soon after its engine died it exits, e.g. 1.5s (vLLM: 1.5-4.5 s)",
+    )
+    add(
         "--die-after-pieces",
         type=_int_between(1, 1_000_000),
         default=None,
@@ -143,6 +149,7 @@ def behaviour_from(args: argparse.Namespace) -> SimBehaviour:
         no_stream=args.no_stream,
         cold_start_s=args.cold_start,
         exit_on_engine_death=args.exit_on_engine_death,
+        exit_delay_s=args.exit_delay,
         die_after_pieces=args.die_after_pieces,
         load_running=args.load_running,
         load_waiting=args.load_waiting,

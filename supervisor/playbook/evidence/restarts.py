@@ -18,15 +18,25 @@ reads each unit of the endpoint once; for each one about to be restarted it samp
   throttle interval).
 
 A unit whose host cannot be asked (an error) is not waited for: the diagnosis goes ahead.
+
+Before that, a server whose engine died is about to exit. vLLM answers `/health` 503 only on
+`EngineDeadError` (and a chat completion 500), and its API server then exits (code 0) 1.5-4.5 s
+later. A diagnosis that began in between reads a unit still `active/running`: no rule about the
+exit can match, and the catch-all would. So when the failed probe was one of those
+(`engine_died`), `wait_for_exit` first
+watches the endpoint's running units together, every `PAUSE`, until one of them exits (it
+leaves `active/running`, or its main process changes) or `EXIT_WAIT` runs out: `exited`, or
+`still running` (a server kept alive on engine death stays up, and is diagnosed as it is).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from supervisor.core.events import ProbeResult
 from supervisor.execute.base import CommandResult
 from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
 from supervisor.playbook.evidence.launchctl import (
@@ -42,6 +52,8 @@ from supervisor.playbook.evidence.unitstate import (
 )
 
 SLACK = 1.0
+#: how long a server whose engine died is given to exit (vLLM: within 4.5 s, API-FACTS)
+EXIT_WAIT = 4.5 + SLACK
 
 SHOW = (
     "ActiveState",
@@ -70,6 +82,8 @@ class RestartOutcome(StrEnum):
     STOPPED = "stopped"  #: inactive or failed: nothing restarts it (start limit, a stop)
     NO_OUTCOME = "no outcome"  #: the bound ran out first
     UNREADABLE = "unreadable"  #: the unit could not be read again
+    EXITED = "exited"  #: the server whose engine died exited (`wait_for_exit`)
+    STILL_RUNNING = "still running"  #: it had not exited when EXIT_WAIT ran out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,11 +98,13 @@ class Restart:
     after: str  #: `status=127, auto-restart, 1 restart`
     waited_s: float
     bound_s: float
+    waited_for: str = "restart"  #: `restart`, or `exit` (a server whose engine died)
 
     def line(self) -> str:
         return (
-            f"waited {self.waited_s:.1f}s (of up to {self.bound_s:.1f}s) for the restart of "
-            f"{self.scope}: {self.outcome}: {self.after} (before: {self.before})"
+            f"waited {self.waited_s:.1f}s (of up to {self.bound_s:.1f}s) for the "
+            f"{self.waited_for} of {self.scope}: {self.outcome}: {self.after} "
+            f"(before: {self.before})"
         )
 
 
@@ -212,6 +228,14 @@ class _SystemdReading:
         return _SystemdWatch(facts)
 
     @staticmethod
+    def serving(facts: Mapping[str, FactValue]) -> bool:
+        return (facts.get("active_state"), facts.get("sub_state")) == ("active", "running")
+
+    @staticmethod
+    def exited(first: Mapping[str, FactValue], facts: Mapping[str, FactValue]) -> bool:
+        return not _SystemdReading.serving(facts) or attempt_of(facts) != attempt_of(first)
+
+    @staticmethod
     def words(facts: Mapping[str, FactValue]) -> str:
         return _systemd_words(facts)
 
@@ -235,6 +259,15 @@ class _LaunchdReading:
         return _LaunchdWatch(facts)
 
     @staticmethod
+    def serving(facts: Mapping[str, FactValue]) -> bool:
+        return bool(facts.get("loaded")) and bool(facts.get("running"))
+
+    @staticmethod
+    def exited(first: Mapping[str, FactValue], facts: Mapping[str, FactValue]) -> bool:
+        again = (facts.get("pid"), facts.get("runs")) != (first.get("pid"), first.get("runs"))
+        return not _LaunchdReading.serving(facts) or again
+
+    @staticmethod
     def words(facts: Mapping[str, FactValue]) -> str:
         return _launchd_words(facts)
 
@@ -250,9 +283,22 @@ def _reading(scope: Scope) -> tuple[list[str], type[_SystemdReading] | type[_Lau
     return show, _SystemdReading
 
 
-async def _settle_one(ctx: CollectContext) -> Restart | None:
-    """The wait for one scope's unit, or None when nothing is about to restart it (or it cannot
-    be read)."""
+_Reading = type[_SystemdReading] | type[_LaunchdReading]
+_Sample = Callable[[], Awaitable[dict[str, FactValue] | None]]
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A scope's unit read once, and how to read it again."""
+
+    reading: _Reading
+    sample: _Sample
+    first: Mapping[str, FactValue]
+
+
+async def _read(ctx: CollectContext) -> _Read | None:
+    """The scope's unit read once; None when it has no unit (or is a launchd host's unit that is
+    not a job) or cannot be read."""
     scope = ctx.scope
     if scope.unit is None or scope.host is None:
         return None
@@ -267,8 +313,16 @@ async def _settle_one(ctx: CollectContext) -> Restart | None:
         return reading.read(result)
 
     first = await sample()
-    if first is None or not reading.pending(first):
+    return None if first is None else _Read(reading=reading, sample=sample, first=first)
+
+
+async def _settle_one(ctx: CollectContext) -> Restart | None:
+    """The wait for one scope's unit, or None when nothing is about to restart it (or it cannot
+    be read)."""
+    read = await _read(ctx)
+    if read is None or not read.reading.pending(read.first):
         return None
+    reading, sample, first = read.reading, read.sample, read.first
     began = ctx.clock.monotonic()
     bound = reading.bound(first)
     watch = reading.watch(first)
@@ -285,15 +339,108 @@ async def _settle_one(ctx: CollectContext) -> Restart | None:
             break
         last = facts
         outcome = watch.outcome(facts, ctx.clock.monotonic())
+    return _restart(ctx, reading, first, last, outcome, began=began, bound=bound)
+
+
+def _restart(
+    ctx: CollectContext,
+    reading: _Reading,
+    first: Mapping[str, FactValue],
+    last: Mapping[str, FactValue],
+    outcome: RestartOutcome,
+    *,
+    began: float,
+    bound: float,
+    waited_for: str = "restart",
+) -> Restart:
+    scope = ctx.scope
+    assert scope.unit is not None
+    assert scope.host is not None
     return Restart(
         scope=scope.label,
-        host=host.name,
+        host=scope.host.name,
         unit=scope.unit.unit,
         before=reading.words(first),
         outcome=outcome,
         after=reading.words(last),
         waited_s=round(ctx.clock.monotonic() - began, 3),
         bound_s=round(bound, 3),
+        waited_for=waited_for,
+    )
+
+
+#: (check, HTTP status) of a failed probe that vLLM gives once its engine died: `/health` 503
+#: (only on `EngineDeadError`) and a chat completion's 500 (`EngineCore encountered an issue`)
+ENGINE_DEAD_ANSWERS = frozenset({("health", 503), ("completion", 500)})
+
+
+def engine_died(trigger: ProbeResult | None) -> bool:
+    """The failed probe may say the endpoint's engine died; vLLM's API server then exits a few
+    seconds later. (A completion's 500 for another cause costs a wait that finds it running.)"""
+    return trigger is not None and (trigger.check, trigger.http_status) in ENGINE_DEAD_ANSWERS
+
+
+@dataclass
+class _Serving:
+    """A unit seen serving when the exit wait began, and how it looks now."""
+
+    ctx: CollectContext
+    reading: _Reading
+    sample: _Sample
+    first: Mapping[str, FactValue]
+    last: Mapping[str, FactValue] | None = None  #: None once a reading failed
+
+    @property
+    def exited(self) -> bool:
+        return self.last is not None and self.reading.exited(self.first, self.last)
+
+
+async def _first_serving(ctx: CollectContext) -> _Serving | None:
+    read = await _read(ctx)
+    if read is None or not read.reading.serving(read.first):
+        return None
+    return _Serving(
+        ctx=ctx, reading=read.reading, sample=read.sample, first=read.first, last=read.first
+    )
+
+
+async def _sample_again(unit: _Serving) -> None:
+    unit.last = await unit.sample()
+
+
+async def wait_for_exit(contexts: Sequence[CollectContext]) -> tuple[Restart, ...]:
+    """The endpoint's engine died: its units that are serving, watched together until one of
+    them exits (or cannot be read) or EXIT_WAIT runs out. One entry per unit watched, in scope
+    order: `exited`, `still running` or `unreadable`."""
+    found = await asyncio.gather(*(_first_serving(ctx) for ctx in contexts))
+    units = [unit for unit in found if unit is not None]
+    if not units:
+        return ()
+    clock, pause = units[0].ctx.clock, units[0].ctx.pause
+    began = clock.monotonic()
+    while clock.monotonic() + PAUSE <= began + EXIT_WAIT:
+        await pause(PAUSE)
+        await asyncio.gather(*(_sample_again(unit) for unit in units))
+        if any(unit.last is None or unit.exited for unit in units):
+            break
+    return tuple(_exit_of(unit, began) for unit in units)
+
+
+def _exit_of(unit: _Serving, began: float) -> Restart:
+    if unit.last is None:
+        outcome, last = RestartOutcome.UNREADABLE, unit.first
+    else:
+        last = unit.last
+        outcome = RestartOutcome.EXITED if unit.exited else RestartOutcome.STILL_RUNNING
+    return _restart(
+        unit.ctx,
+        unit.reading,
+        unit.first,
+        last,
+        outcome,
+        began=began,
+        bound=EXIT_WAIT,
+        waited_for="exit",
     )
 
 

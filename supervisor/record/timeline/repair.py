@@ -39,7 +39,9 @@ class Evidence(Record):
 class Settled(Record):
     """Before a diagnosis: systemd (or launchd) was about to restart a unit, and the diagnosis
     waited for that restart's outcome (`running`, `failed again`, `stopped`, `no outcome`,
-    `unreadable`) to read the latest attempt, not the last death."""
+    `unreadable`) to read the latest attempt, not the last death. Or (`waited_for: exit`) the
+    probe said the engine died, and the diagnosis waited for the server to exit (`exited`,
+    `still running`, `unreadable`)."""
 
     TAG = "settled"
     KIND = EntryKind.EVIDENCE
@@ -51,12 +53,14 @@ class Settled(Record):
     after: str  #: how it looked when the wait ended: `status=127, activating/auto-restart`
     waited_s: float
     bound_s: float  #: the most it would have waited (RestartSec + start timeout + settle)
+    waited_for: str = "restart"  #: `restart`, or `exit` (a server whose engine died)
 
     @property
     def summary(self) -> str:
         return (
-            f"waited {self.waited_s:.1f}s (of up to {self.bound_s:.1f}s) for the restart of "
-            f"{self.scope}: {self.outcome}: {self.after} (before: {self.before})"
+            f"waited {self.waited_s:.1f}s (of up to {self.bound_s:.1f}s) for the "
+            f"{self.waited_for} of {self.scope}: {self.outcome}: {self.after} "
+            f"(before: {self.before})"
         )
 
 
