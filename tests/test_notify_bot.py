@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import closing
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -170,6 +172,48 @@ async def test_a_state_change_is_composed_at_once_not_at_the_next_round(
         assert _alerts(stub)[0].text.startswith("🔴 <b>ds4</b> is down: ")
     finally:
         await daemon.stop()
+
+
+async def test_an_endpoint_down_when_the_daemon_first_starts_is_told(
+    tmp_path: Path, stub: BotApiStub
+) -> None:
+    """On a new store the outbox's cursor starts at the timeline's end (history is not
+    announced). It is found before the first probe, so the incident of an endpoint already down
+    is not taken for history. (It was found after the probes had begun: on a loaded machine an
+    endpoint down from the start was never told.) The endpoint is a server that reads the
+    cursor in the store's file when a probe connects, then hangs up."""
+    path = _fleet(tmp_path, stub, "http://127.0.0.1:1")
+    store = tmp_path / "state" / "supervisor.db"
+    seen: list[int | None] = []
+
+    def cursor() -> int | None:
+        with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+            try:
+                row = db.execute("SELECT last_id FROM notify_cursor").fetchone()
+            except sqlite3.OperationalError:  # no such table yet
+                return None
+        return None if row is None else int(row[0])
+
+    async def hang_up(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(cursor())
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    document = yaml.safe_load(path.read_text())
+    document["endpoints"]["ds4"]["url"] = f"http://127.0.0.1:{port}"
+    path.write_text(yaml.safe_dump(document))
+    daemon = await _daemon(path)
+    worker = daemon.workers["ds4"]
+    try:
+        await eventually(lambda: worker.record.incident_id is not None, what="an incident")
+        assert seen[0] == 0  # found (the new timeline's end) before the first probe
+        await eventually(lambda: bool(_alerts(stub)), within=5, what="the down message")
+        assert _alerts(stub)[0].text.startswith("🔴 <b>ds4</b> is down: ")
+    finally:
+        await daemon.stop()
+        server.close()
+        await server.wait_closed()
 
 
 async def test_every_command(tmp_path: Path, stub: BotApiStub, vllm: VllmSim) -> None:

@@ -153,14 +153,16 @@ class Supervisor:
             remediator=remediator,
             clock=self.clock,
         )
-        daemon.start_probing()
-        await self.ops.start(
-            daemon, control=control, tenure=self.tenure
-        )  # HTTP (+ control), READY=1, watchdog
+        # the outbox's cursor is found before the first probe: on a new store, an endpoint
+        # already down is told, not taken for history
         self.notifier = self._make_notifier(daemon, remediator, control)
         if self.notifier is not None:
             remediator.approver = self.notifier.approve  # confirm-mode rules ask in chat
             await self.notifier.start()
+        daemon.start_probing()
+        await self.ops.start(
+            daemon, control=control, tenure=self.tenure
+        )  # HTTP (+ control), READY=1, watchdog
         log.info("started", endpoints=len(daemon.workers), hosts=len(daemon.hosts))
 
     def _fenced(self, store: Store) -> Executor:

@@ -43,13 +43,23 @@ class Composer:
         #: held while the composer reads and writes memories (an /ack takes it too)
         self.lock = asyncio.Lock()
         self._woken = asyncio.Event()
+        self._cursor: int | None = None  #: found by `begin`
 
     def wake(self) -> None:
         """A timeline entry was committed: compose now rather than at the next round."""
         self._woken.set()
 
+    async def begin(self) -> None:
+        """Find the cursor now (on a new store: the timeline's end), before anything this run
+        records: what the endpoints do from then on is told, not taken for history. A store that
+        does not answer leaves it to the first round `run` makes."""
+        try:
+            self._cursor = await self._outbox.start_cursor()
+        except Exception:
+            log.exception("composer: the outbox's cursor is not readable yet; retrying")
+
     async def run(self) -> None:
-        cursor: int | None = None  # found in the first round the store answers
+        cursor = self._cursor  # else found in the first round the store answers
         while True:
             self._woken.clear()  # an entry committed while this round reads is seen next round
             try:

@@ -119,7 +119,9 @@ class Notifier:
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
+        """Before the first probe (`Supervisor.start`): the composer's cursor is found first."""
         await self.outbox.ensure()
+        await self.composer.begin()
         self._store.on_timeline.append(self.composer.wake)
         if isinstance(self._store, ResilientStore):
             self._store.on_outage.append(self._store_outage)
