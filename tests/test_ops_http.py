@@ -46,6 +46,14 @@ async def test_metrics_parse_and_show_every_endpoint(tmp_path: Path, sim: VllmSi
         await daemon.store.finish_attempt(attempt, at=daemon.clock.now(), outcome="fixed")
         assert daemon.ops.server is not None
         async with httpx.AsyncClient(base_url=daemon.ops.server.url) as client:
+
+            async def serving_time_stored() -> bool:
+                """The worker is healthy in memory first; its availability counts from the
+                transition the store holds (a loaded machine's write comes a moment later)."""
+                text = (await client.get("/metrics")).text
+                return 'fleet_endpoint_availability{endpoint="llm",window="24h"}' in text
+
+            await eventually(serving_time_stored, what="the llm's serving time stored")
             response = await client.get("/metrics")
             assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
             families = {f.name: f for f in text_string_to_metric_families(response.text)}
