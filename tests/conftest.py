@@ -14,6 +14,7 @@ from typing import Protocol
 
 import pytest
 
+from fleet_lab import netns
 from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
 from supervisor.probe import make_client
 from supervisor.probe.wire import ProbeHttp
@@ -59,6 +60,20 @@ def _lab_net_of_this_worker() -> None:
 
 LAB_NET = "FLEET_LAB_NET"
 _lab_net_of_this_worker()
+
+
+def _own_network_namespace() -> None:
+    """With `FLEET_LAB_NETNS=1` (scripts/test.sh sets it, as root, for the lab's workers), this
+    process moves into a network namespace of its own before any spec opens a socket, so that
+    its lab and another worker's do not see each other's listeners (`fleet_lab.netns`)."""
+    if netns.wanted() and os.geteuid() == 0:
+        try:
+            netns.enter_own()
+        except netns.NetnsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+_own_network_namespace()
 
 
 @pytest.fixture

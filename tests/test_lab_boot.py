@@ -32,3 +32,10 @@ def test_a_clone_under_tmp_is_bound_read_only_over_the_host_s_private_tmp() -> N
         'mount -o remount,bind,ro "$R"/tmp/clone',
     ]
     assert lines.index("pivot_root . oldroot") > private + 3
+
+
+def test_a_host_s_own_name_resolves_without_dns() -> None:
+    """As on a real host (sudo looks its name up; a lab in a network namespace of its own has
+    no DNS to ask, and sudo then warns before it answers)."""
+    lines = boot.stage2("spark1", "/var/lib/lab1/spark1", address="127.0.4.11").splitlines()
+    assert 'echo "127.0.4.11 spark1" >> "$R/etc/hosts"' in lines

@@ -151,6 +151,7 @@ mount --bind {folder} "$R{inside}"
 mount -t tmpfs -o mode=755 fleet-lab-units "$R/etc/systemd/system"
 cp -a {folder}/units/. "$R/etc/systemd/system/"
 echo {name} > "$R/etc/hostname"
+echo "{address} {name}" >> "$R/etc/hosts"
 cp {folder}/bin/docker "$R/usr/bin/docker"
 install -D -m 0755 {folder}/bin/fleet-supervisor-signal "$R{signal}"
 install -D -m 0755 {folder}/bin/fleet-supervisor-dropin "$R{dropin}"
@@ -204,12 +205,17 @@ def stage1(name: str, folder: str) -> str:
     return STAGE1.format(name=name, folder=folder, cgroup=network.cgroup_name())
 
 
-def stage2(name: str, folder: str, shared: Sequence[str] = (), account: str = "") -> str:
+def stage2(
+    name: str, folder: str, shared: Sequence[str] = (), account: str = "", address: str = ""
+) -> str:
     """Stage 2 of host `name`: the fenced-off root and the exec of systemd; `shared` are the
     machine's folders bound read-only at their own path over the host's private ones;
-    `account`, the lines that make the host's login account (`fleet_lab.account`)."""
+    `account`, the lines that make the host's login account (`fleet_lab.account`); `address`,
+    where its own name resolves in its `/etc/hosts` (as a real host's does, without DNS: sudo
+    looks it up, and a lab in a network namespace of its own has no DNS to ask)."""
     return STAGE2.format(
         name=name,
+        address=address or "127.0.1.1",
         folder=folder,
         inside=INSIDE,
         devices=" ".join(_DEVICES),

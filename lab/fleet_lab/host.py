@@ -139,7 +139,8 @@ class LabHost:
         made = ""
         if self.account is not None:
             made = self.account.boot_lines() + boot.traversable(boot.interpreter())
-        (self.folder / "stage2.sh").write_text(boot.stage2(self.name, folder, shared, made))
+        stage2 = boot.stage2(self.name, folder, shared, made, address=self.address)
+        (self.folder / "stage2.sh").write_text(stage2)
         self.stage1.chmod(0o755)
         (self.folder / "stage2.sh").chmod(0o755)
 

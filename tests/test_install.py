@@ -3,7 +3,9 @@ creates the user, the venv, the config and state dirs and the unit, enables and 
 service under the host's real systemd; the second changes nothing and restarts nothing.
 
 The host is this module's own (`forge` on .21 of the lab's net, 127.0.0.21 on net 0; its folder
-under /var/lib, its cgroup `forge` beside the net's hosts), never the session lab's. The checkout
+under /var/lib, its cgroup `forge` beside the net's hosts), never the session lab's. It runs
+among the other specs, not the lab's: their workers keep the machine's network, which pip
+needs (the lab's workers have a namespace of their own, `fleet_lab.netns`). The checkout
 is copied into the host's folder (seen inside as /var/lib/lab/checkout). install.sh runs as `sudo`
 would run it: a clean environment with sudo's PATH (so the venv is made from /usr/bin/python3, not
 from an interpreter under /root that the unit's ProtectHome=yes hides), plus this machine's PIP_*
@@ -33,7 +35,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: boots a lab host (systemd as PID 1)"),
 ]
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parent.parent
 UNIT = "fleet-supervisor.service"
 USER = "fleet-supervisor"
 OPT = "/opt/fleet-supervisor"
