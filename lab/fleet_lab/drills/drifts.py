@@ -70,8 +70,8 @@ def inject_prefix_caching(lab: Lab) -> None:
 
 def inject_no_reasoning(lab: Lab) -> None:
     """The head relaunches without its reasoning parser: it serves, but no reasoning text. (The
-    relaunch is quick, under the probes' two failures: a slow one is a cold start first, see
-    the report.)"""
+    relaunch is quick, under the drill's six failures (3 s): a slower one is a cold start
+    first, see the report.)"""
     quick = f"--cold-start {fleet.COLD_START}", "--cold-start 0s"
     _drift_head_script(lab, lambda text: text.replace(*quick).rstrip("\n") + NO_REASONING + "\n")
 

@@ -382,7 +382,13 @@ FAULTS: Mapping[str, Fault] = {
             "mamba-block-size", "mamba-block-size", drifts.inject_prefix_caching, Expect.ESCALATE
         ),
         Fault(
-            "silent-degradation", "silent-degradation", drifts.inject_no_reasoning, Expect.ESCALATE
+            "silent-degradation",
+            "silent-degradation",
+            drifts.inject_no_reasoning,
+            Expect.ESCALATE,
+            # the relaunch (a Python start, 0.5-2 s on a loaded machine) stays under the failures
+            # that make it down: with 2 (1 s) a slow one was a cold start first
+            probe={"failures_to_down": 6},
         ),
         Fault(
             "saturated",
