@@ -4,6 +4,7 @@ subprocesses, a silent TCP listener. Errors are asserted word for word."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -18,7 +19,7 @@ from supervisor.execute.base import CommandResult, command_line
 from supervisor.execute.dryrun import DryRunExecutor
 from supervisor.execute.fleet import FleetExecutor, UnknownHostError
 from supervisor.execute.local import MAX_OUTPUT, LocalExecutor
-from supervisor.execute.ssh import MAX_SESSIONS, SshExecutor
+from supervisor.execute.ssh import MAX_SESSIONS, SshExecutor, lost_reason
 from tests.helpers import eventually
 from tests.sshd import Sshd, free_port, skip_unless_sshd_runs
 
@@ -333,6 +334,20 @@ async def test_restart_without_a_failed_command_in_between(sshd: Sshd, ssh: SshE
     sshd.start()
     after = await ssh.run(sshd.host, ["echo", "after"], timeout=SECOND)
     assert (after.stdout, after.error, sshd.logins()) == ("after\n", "", 2)
+
+
+@pytest.mark.parametrize(
+    ("exc", "said"),
+    [
+        # however the end of a connection the host closed reaches the client: one sentence
+        (asyncssh.ConnectionLost("Connection lost"), "the host closed the connection"),
+        (BrokenPipeError(errno.EPIPE, "Broken pipe"), "the host closed the connection"),
+        (ConnectionResetError(errno.ECONNRESET, "reset"), "the host closed the connection"),
+        (OSError(errno.ETIMEDOUT, "timed out"), "connection timed out"),
+    ],
+)
+def test_a_connection_lost_mid_command_is_one_sentence(exc: BaseException, said: str) -> None:
+    assert lost_reason(exc) == f"connection lost: {said}"
 
 
 async def test_connection_lost_mid_command(sshd: Sshd, ssh: SshExecutor) -> None:

@@ -9,6 +9,7 @@ Errors name the host and say what went wrong; key contents and passphrases never
 from __future__ import annotations
 
 import asyncio
+import errno
 import getpass
 import os
 import socket
@@ -168,12 +169,12 @@ class SshExecutor:
                         raise _CommandError(message, Failure.START) from None
                     self._drop(host.name, link)
                     if fresh:
-                        raise _CommandError(_lost(exc), Failure.LOST) from None
+                        raise _CommandError(lost_reason(exc), Failure.LOST) from None
                     progress.connected = False
                     continue  # the reused connection had died unnoticed; nothing was sent
                 except (asyncssh.Error, OSError) as exc:
                     self._drop(host.name, link)
-                    raise _CommandError(_lost(exc), Failure.LOST) from None
+                    raise _CommandError(lost_reason(exc), Failure.LOST) from None
                 progress.process = process
                 try:
                     return await _finish(process, progress)
@@ -308,7 +309,7 @@ async def _finish(process: asyncssh.SSHClientProcess[bytes], progress: _Progress
         )
         await process.wait_closed()
     except (asyncssh.Error, OSError) as exc:
-        raise _CommandError(_lost(exc), Failure.LOST) from None
+        raise _CommandError(lost_reason(exc), Failure.LOST) from None
     status = process.returncode
     if status is None:
         raise _CommandError(
@@ -317,7 +318,17 @@ async def _finish(process: asyncssh.SSHClientProcess[bytes], progress: _Progress
     return status
 
 
-def _lost(exc: BaseException) -> str:
+#: How the end of a connection the host closed mid-command reaches us, as it happens to fall:
+#: asyncssh reads the end ("connection lost"), or a write after it fails (EPIPE), or the
+#: host's kernel answers with a reset (ECONNRESET).
+_HOST_CLOSED = frozenset({errno.EPIPE, errno.ECONNRESET})
+
+
+def lost_reason(exc: BaseException) -> str:
+    """`connection lost: the host closed the connection`, or the other reason the connection
+    ended while a command ran."""
+    if isinstance(exc, OSError) and exc.errno in _HOST_CLOSED:
+        return "connection lost: the host closed the connection"
     reason = _plain(exc)
     if reason == "connection lost":  # asyncssh's word for a TCP connection that just ended
         reason = "the host closed the connection"
