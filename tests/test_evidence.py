@@ -20,7 +20,7 @@ from typing import Protocol
 
 import httpx
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -1180,6 +1180,8 @@ PARSERS: tuple[Callable[[str], object], ...] = (
 
 
 @settings(max_examples=150, database=None)
+@example(":²")  # found by CI: str.isdigit() is true of "²", which int() refuses
+@example("² x")
 @given(st.text(alphabet=st.sampled_from('abc019 =:{}()",;[]-+/\\\n\t.#_Ee') | st.characters()))
 def test_parsers_never_raise(text: str) -> None:
     for parse in PARSERS:

@@ -39,7 +39,7 @@ def meminfo_kib(text: str) -> dict[str, int]:
     for line in text.splitlines():
         name, sep, rest = line.partition(":")
         words = rest.split()
-        if sep and words and words[0].isdigit():
+        if sep and words and words[0].isascii() and words[0].isdigit():
             values[name.strip()] = int(words[0])
     return values
 

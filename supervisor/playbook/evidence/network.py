@@ -58,7 +58,7 @@ def parse_pid_args(text: str) -> dict[int, str]:
     lines: dict[int, str] = {}
     for line in text.splitlines():
         pid, _, args = line.strip().partition(" ")
-        if pid.isdigit() and args.strip():
+        if pid.isascii() and pid.isdigit() and args.strip():
             lines[int(pid)] = args.strip()
     return lines
 
