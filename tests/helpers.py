@@ -31,8 +31,10 @@ async def eventually(
     within: float = 10.0,
     what: str = "condition",
 ) -> None:
-    """Poll `predicate` every 20 ms until it holds; fail with `what` after `within` seconds."""
-    if not await poll(predicate, within):
+    """Poll `predicate` until it holds, first every 20 ms, then less often (at most 100 ms
+    apart: a predicate that opens the store or reads a daemon's log costs CPU on each ask); fail
+    with `what` after `within` seconds."""
+    if not await poll(predicate, within, every=0.02, at_most=0.1):
         raise AssertionError(f"timed out after {within}s waiting for {what}")
 
 

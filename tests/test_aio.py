@@ -50,3 +50,23 @@ async def test_a_poll_sees_a_plain_or_async_predicate_and_gives_up_at_its_deadli
     assert len(asked) == 3
     assert await poll(at_once, 0) is True
     assert await poll(lambda: False, 0.01, every=0.001) is False
+
+
+@pytest.mark.parametrize(
+    ("at_most", "pauses"),
+    [
+        (None, [0.02, 0.02, 0.02, 0.02, 0.02, 0.02]),
+        (0.1, [0.02, 0.03, 0.045, 0.0675, 0.1, 0.1]),
+    ],
+)
+async def test_a_poll_with_at_most_asks_half_as_long_again_after_each_miss_up_to_it(
+    monkeypatch: pytest.MonkeyPatch, at_most: float | None, pauses: list[float]
+) -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    assert await poll(lambda: len(slept) == 6, 10, every=0.02, at_most=at_most) is True
+    assert slept == pytest.approx(pauses)

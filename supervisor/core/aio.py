@@ -26,11 +26,17 @@ async def wait_event(event: asyncio.Event, seconds: float) -> bool:
 
 
 async def poll(
-    predicate: Callable[[], bool | Awaitable[bool]], within: float, every: float = 0.02
+    predicate: Callable[[], bool | Awaitable[bool]],
+    within: float,
+    every: float = 0.02,
+    at_most: float | None = None,
 ) -> bool:
     """Ask `predicate` (plain or async) every `every` seconds until it holds (True) or `within`
-    seconds have passed (False): a wait with a deadline for what has no event to wait on."""
+    seconds have passed (False): a wait with a deadline for what has no event to wait on. With
+    `at_most`, each pause is half as long again as the last, up to `at_most` seconds: a long
+    wait asks less often, a short one is as quick."""
     deadline = time.monotonic() + within
+    pause = every
     while True:
         value = predicate()
         if not isinstance(value, bool):
@@ -39,4 +45,6 @@ async def poll(
             return True
         if time.monotonic() > deadline:
             return False
-        await asyncio.sleep(every)
+        await asyncio.sleep(pause)
+        if at_most is not None:
+            pause = min(at_most, pause * 1.5)
