@@ -53,6 +53,14 @@ def _start(width: int, height: int, phone: bool) -> webdriver.Chrome:
         "--no-sandbox",  # root in a container has no user namespace for the sandbox
         "--disable-dev-shm-usage",
         "--disable-gpu",
+        # nothing to reach beyond the spec's own servers: no background fetches, updates or
+        # sign-in (on a closed network each is a refused connection, retried)
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--no-first-run",
+        "--disable-quic",
         f"--window-size={width},{height}",
     ):
         options.add_argument(flag)
