@@ -4,6 +4,7 @@ line the run ends with when it skipped something (`tests.skips`)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import socket
 import subprocess
@@ -27,12 +28,47 @@ from tests.sshd import Sshd, skip_unless_sshd_runs
 FAST_TOK_S = 2000.0
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the OS hands out for bind(0) and outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+PORTS_FROM = 10000
+"""Below this, the ports of services a machine may run (PostgreSQL's 5432, 8000, 8080...)."""
+PORT_BLOCKS = 16
+"""Blocks between PORTS_FROM and the OS's own range: one per pytest-xdist worker (gwN: block N)."""
+
+
+def _port_block() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) % PORT_BLOCKS if worker[2:].isdigit() else 0
+    size = max(1, (_ephemeral_low() - PORTS_FROM) // PORT_BLOCKS)
+    return range(PORTS_FROM + index * size, PORTS_FROM + (index + 1) * size)
+
+
+_BLOCK = _port_block()
+_next_port = itertools.count(os.getpid() % len(_BLOCK))  # a nested run starts elsewhere in it
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the OS picks it; it may be taken again later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port nothing listens on right now, for a server a spec starts later. Not one the OS
+    picks (bind to port 0): the OS hands those out to every client's connection too, so one
+    could take it before the server binds (seen with four workers). This process's ports come
+    from its worker's own block, below the OS's range (`ip_local_port_range`), in turn: no
+    client, no other worker and no earlier spec of this one holds it, and one that will not
+    bind is passed over."""
+    for _ in range(len(_BLOCK)):
+        port = _BLOCK[next(_next_port) % len(_BLOCK)]
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_BLOCK.start}-{_BLOCK.stop - 1} on {host}")
 
 
 class SimFactory(Protocol):
@@ -125,6 +161,32 @@ def sudo_refused() -> str | None:
     except FileNotFoundError:
         return "needs sudo -n: sudo is not installed"
     return None if ran.returncode == 0 else "needs sudo -n: sudo asks this user for a password"
+
+
+WAIT_FIRST = (
+    "tests/test_leadership_chaos.py",
+    "tests/test_leadership_fence.py",
+    "tests/test_install.py",
+    "tests/test_bench_smoke.py",
+    "tests/test_demo.py",
+    "tests/test_ops_deploy.py",
+    "tests/test_busy.py",
+    "tests/test_web_page.py",
+)
+"""The modules whose specs mostly wait (a 60 s database outage or freeze, lease expiries, a fresh
+host's install, the demos, the benchmarks' smoke runs; 20-85 s each), in this order before all
+others. On workers (scripts/test.sh: `--dist load --maxschedchunk 1` hands each worker two specs,
+then one more each time it finishes one) they start first and side by side, so that none is left
+running alone at the end of the run."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        where = item.nodeid.split("::", 1)[0]
+        return WAIT_FIRST.index(where) if where in WAIT_FIRST else len(WAIT_FIRST)
+
+    items.sort(key=rank)  # stable: each module's specs keep their order
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
