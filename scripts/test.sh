@@ -22,18 +22,19 @@ types() {
   return $rc
 }
 # The suite runs on two pools of pytest-xdist workers side by side. The first, FLEET_TEST_WORKERS
-# workers (default: two more than this machine's cores, 4 to 8: many of its specs wait more than
-# they compute), runs all but the lab's specs, one at a time to whichever worker is free, those
-# that wait longest first (tests/conftest.py: WAIT_FIRST), so that none is left running alone at
-# the end. The second, FLEET_LAB_WORKERS workers (default: the cores, 2 to 8), runs the lab's
-# specs, which mostly wait on real timers: each worker boots its own lab on a net of its own
-# (tests/conftest.py: nets 11, 12, ...), as root in a network namespace of its own
-# (FLEET_LAB_NETNS=1: fleet_lab/netns.py). The second pool's report follows the first's. (Not
-# xdist groups: pytest-xdist 3.8 marks them through `item._nodeid`, which pytest 9 no longer
-# reads.) FLEET_TEST_WORKERS=1: one process, every spec in order. Arguments are pytest options
-# (no paths) given to each run. docs/lab.md gives the times measured on 2 cores.
+# workers (default: one more than this machine's cores, 3 to 8: many of its specs wait more than
+# they compute; with two more, specs failed by their own timeouts on 2 cores), runs all but the
+# lab's specs, one at a time to whichever worker is free, those that wait longest first
+# (tests/conftest.py: WAIT_FIRST), so that none is left running alone at the end. The second,
+# FLEET_LAB_WORKERS workers (default: the cores, 2 to 8), runs the lab's specs, which mostly wait
+# on real timers: each worker boots its own lab on a net of its own (tests/conftest.py: nets 11,
+# 12, ...), as root in a network namespace of its own (FLEET_LAB_NETNS=1: fleet_lab/netns.py).
+# The second pool's report follows the first's. (Not xdist groups: pytest-xdist 3.8 marks them
+# through `item._nodeid`, which pytest 9 no longer reads.) FLEET_TEST_WORKERS=1: one process,
+# every spec in order. Arguments are pytest options (no paths) given to each run. docs/lab.md
+# gives the times measured on 2 cores.
 cores=$(nproc 2>/dev/null || echo 1)
-workers=${FLEET_TEST_WORKERS:-$((cores < 2 ? 4 : cores > 6 ? 8 : cores + 2))}
+workers=${FLEET_TEST_WORKERS:-$((cores < 2 ? 3 : cores > 7 ? 8 : cores + 1))}
 lab_workers=${FLEET_LAB_WORKERS:-$((cores < 2 ? 2 : cores > 8 ? 8 : cores))}
 if [ "$workers" -gt 1 ]; then
   log=$(mktemp)
