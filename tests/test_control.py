@@ -24,7 +24,7 @@ from supervisor.judge.machine import State, Trigger
 from supervisor.record.timeline.control import Silenced, Unsilenced
 from supervisor.record.timeline.state import Transition
 from tests.conftest import free_port
-from tests.helpers import eventually, write_fleet
+from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
 
 ALICE = Actor(who="alice", via=Via.CLI)
 HOSTS = {"ds4": ("spark1", "spark2"), "qwen": ("spark1",), "embed": ("forge",)}
@@ -308,7 +308,7 @@ async def test_the_http_routes_answer_json_with_who_from_a_header(tmp_path: Path
     try:
         server = daemon.ops.server
         assert server is not None
-        async with httpx.AsyncClient(base_url=server.url) as client:
+        async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=server.url) as client:
             done = await _post(
                 client,
                 "/control/silence",

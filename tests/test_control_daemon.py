@@ -18,7 +18,7 @@ from supervisor.cli import main
 from supervisor.record.store.records import SubjectKind
 from supervisor.record.store.store import Store
 from tests.conftest import free_port
-from tests.helpers import eventually, spawn_daemon, write_fleet
+from tests.helpers import LOOPBACK_TLS, eventually, spawn_daemon, write_fleet
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str
 
 async def _answers(url: str) -> bool:
     try:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
             return (await client.get(f"{url}/healthz")).status_code == 200
     except httpx.TransportError:
         return False

@@ -53,7 +53,7 @@ from supervisor.playbook.evidence.settling import may_be_mid_attempt
 from supervisor.playbook.evidence.systemd import parse_main_pid, parse_unit_status
 from supervisor.playbook.loader import load_playbook
 from tests.conftest import SimFactory, free_port
-from tests.helpers import eventually
+from tests.helpers import LOOPBACK_TLS, eventually
 
 DATA = Path(__file__).parent / "data" / "evidence"
 SHIPPED = load_playbook(Path(__file__).resolve().parent.parent / "playbooks")
@@ -147,7 +147,7 @@ class ScriptedExecutor:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False) as client:
         yield client
 
 
@@ -1287,7 +1287,7 @@ async def test_the_declared_collector_stamps_its_name(collect: Collect) -> None:
     )(_nothing)
     ctx = CollectContext(
         scope=NO_HOST_SCOPE, executor=ScriptedExecutor(answers={}), timeout=timedelta(seconds=1),
-        http=httpx.AsyncClient(),
+        http=httpx.AsyncClient(verify=LOOPBACK_TLS),
     )  # fmt: skip
     async with ctx.http:
         evidence = await declared.run(ctx, NoEvidenceParams())

@@ -29,6 +29,7 @@ from supervisor.playbook.evidence.macos import (
     parse_vm_stat,
 )
 from supervisor.playbook.evidence.registry import COLLECTORS
+from tests.helpers import LOOPBACK_TLS
 from tests.test_evidence import Answer, ScriptedExecutor
 
 DATA = Path(__file__).parent / "data" / "evidence" / "macos"
@@ -64,7 +65,7 @@ NOT_FOUND = Answer(status=113, stderr=data("launchctl-print-not-found.stderr"))
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False) as client:
         yield client
 
 

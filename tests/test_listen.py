@@ -33,7 +33,7 @@ from supervisor.record.timeline.control import Note
 from supervisor.record.timeline.state import Transition
 from supervisor.tell.web.page import feed
 from tests.conftest import free_port
-from tests.helpers import eventually, write_fleet
+from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
 from tests.pgserver import PgServer
 from tests.test_leadership import Running
 
@@ -242,7 +242,7 @@ async def test_a_followers_page_streams_an_entry_another_process_commits(
         try:
             await eventually(lambda: _following(b), within=20, what="b following and listening")
             async with (
-                httpx.AsyncClient() as client,
+                httpx.AsyncClient(verify=LOOPBACK_TLS) as client,
                 client.stream("GET", f"{b.url}/events") as events,
             ):
                 lines = events.aiter_lines()
@@ -266,7 +266,7 @@ async def _following(run: Running) -> bool:
     if not run.gate.listener.connected.is_set():
         return False
     try:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
             health = await client.get(f"{run.url}/healthz")
     except httpx.TransportError:
         return False
@@ -299,7 +299,7 @@ async def test_a_followers_page_shows_the_leaders_change_live(
         b = Running(_config(tmp_path, target, "b", lease="60s", url=url))
         await eventually(partial(_follows, b, "a"), within=20, what="b following and listening")
         async with (
-            httpx.AsyncClient(timeout=30) as client,
+            httpx.AsyncClient(verify=LOOPBACK_TLS, timeout=30) as client,
             client.stream("GET", f"{b.url}/events") as events,
         ):
             lines = events.aiter_lines()
@@ -335,7 +335,7 @@ async def _follows(run: Running, leader: str) -> bool:
     if not run.gate.listener.connected.is_set():
         return False
     try:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
             health = await client.get(f"{run.url}/healthz")
     except httpx.TransportError:
         return False

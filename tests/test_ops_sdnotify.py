@@ -20,6 +20,7 @@ import yaml
 
 from supervisor.app.sdnotify import HANG_FILE_ENV, SdNotifier, watchdog_interval
 from tests.conftest import free_port
+from tests.helpers import LOOPBACK_TLS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,7 +117,9 @@ def _health(port: int) -> dict[str, object]:
 
 
 def _status_names(http_port: int) -> list[str]:
-    document = httpx.get(f"http://127.0.0.1:{http_port}/status", timeout=5).json()
+    document = httpx.get(
+        f"http://127.0.0.1:{http_port}/status", verify=LOOPBACK_TLS, timeout=5
+    ).json()
     return [e["name"] for e in document["endpoints"]]
 
 

@@ -24,7 +24,7 @@ from supervisor.judge.progress.read import read_progress
 from supervisor.playbook.evidence.base import CollectContext, Scope
 from supervisor.playbook.evidence.registry import COLLECTORS
 from tests.conftest import SimFactory
-from tests.helpers import eventually
+from tests.helpers import LOOPBACK_TLS, eventually
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 CHAT = "/v1/chat/completions"
@@ -167,7 +167,7 @@ def test_a_malformed_page_is_a_format_error_in_the_parsers_words() -> None:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False, timeout=5) as client:
         yield client
 
 

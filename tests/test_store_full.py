@@ -34,7 +34,7 @@ from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.store import Store
 from supervisor.tell.telegram.timing import Pacing, Timing
 from tests.conftest import free_port
-from tests.helpers import eventually, write_fleet
+from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
 
 pytestmark = pytest.mark.slow
 
@@ -187,7 +187,7 @@ async def test_a_full_disk_keeps_the_lead_the_alerts_and_every_record(
     assert elector.holds()
     assert daemon.gate.supervisor is supervisor
     # the HTTP side and the CLI say the store is full, and why
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
         status = (await client.get(f"{daemon.url}/status")).json()
         health = await client.get(f"{daemon.url}/healthz")
     assert status["role"] == "leader"

@@ -28,7 +28,7 @@ from supervisor.core.durations import parse_duration
 from supervisor.core.events import ProbeOutcome, Tier
 from supervisor.probe import make_client, run_probe
 from tests.conftest import SimFactory, free_port
-from tests.helpers import eventually
+from tests.helpers import LOOPBACK_TLS, eventually
 
 ENGINE_500 = {
     "error": {
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False, timeout=5) as client:
         yield client
 
 
@@ -563,7 +563,7 @@ def test_cli_port_in_use_gives_one_line(capsys: pytest.CaptureFixture[str]) -> N
 async def _in_flight(url: str) -> asyncio.Task[httpx.Response]:
     """A real completion sent to `url` and left waiting (the engine is hung); its request is
     counted in `vllm:num_requests_running` once the server holds it."""
-    client = httpx.AsyncClient(timeout=60)
+    client = httpx.AsyncClient(verify=LOOPBACK_TLS, timeout=60)
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
     async def send() -> httpx.Response:

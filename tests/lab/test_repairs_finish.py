@@ -31,7 +31,7 @@ from supervisor.judge.machine import State
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome
 from supervisor.playbook.actions.registry import ACTIONS
 from supervisor.record.timeline.repair import Escalation, StepRan, UnitsLeft
-from tests.helpers import eventually
+from tests.helpers import LOOPBACK_TLS, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,8 @@ def _hang(lab: Lab) -> str:
     the hung process's pid."""
     faults.inject_hung_engine(lab)
     pid = faults.qwen_main_pid(lab)
-    httpx.get(f"{ENDPOINTS['qwen'].url}/health", timeout=5)  # it reads its control file now
+    # it reads its control file now
+    httpx.get(f"{ENDPOINTS['qwen'].url}/health", verify=LOOPBACK_TLS, timeout=5)
     return pid
 
 

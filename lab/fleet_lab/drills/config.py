@@ -20,6 +20,7 @@ from fleet_lab.drills.steps import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCR
 from fleet_lab.lab import ADDRESSES, Lab, LabError
 from fleet_lab.mac import host as mac_host
 from supervisor.config.models import FleetConfig
+from supervisor.probe.wire import default_tls
 
 PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks"
 #: The probes every drill's daemon runs (the figures are measured against these).
@@ -87,7 +88,10 @@ def completes(name: str) -> bool:
     body = {"model": endpoint.model, "messages": [{"role": "user", "content": "hi"}]}
     try:
         reply = httpx.post(
-            f"{endpoint.url}/v1/chat/completions", json={**body, "max_tokens": 8}, timeout=5
+            f"{endpoint.url}/v1/chat/completions",
+            json={**body, "max_tokens": 8},
+            verify=default_tls(),
+            timeout=5,
         )
     except httpx.HTTPError:
         return False

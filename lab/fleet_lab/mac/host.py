@@ -36,6 +36,7 @@ from fleet_lab.account import Account
 from fleet_lab.boot import INSIDE
 from fleet_lab.lab import Lab, LabError, LabHost
 from supervisor.playbook.evidence.launchctl import parse_print
+from supervisor.probe.wire import default_tls
 
 HOST = "m3ultra"
 #: The Macs of the lab and their addresses (the Sparks' are `fleet_lab.lab.ADDRESSES`).
@@ -206,7 +207,7 @@ def inject_zombie(lab: Lab) -> None:
         raise LabError(f"{LABEL} does not run on {HOST}: nothing to hang")
     control_path(host).write_text(json.dumps({"engine_hung": True, "pid": pid}))
     try:
-        httpx.get(f"{url()}/v1/models", timeout=5)
+        httpx.get(f"{url()}/v1/models", verify=default_tls(), timeout=5)
     except httpx.HTTPError as exc:
         raise LabError(f"{url()}/v1/models did not answer: {exc}") from None
 

@@ -20,6 +20,7 @@ from telegram.error import Conflict, NetworkError, TelegramError
 from telegram.request import HTTPXRequest
 
 from supervisor.core.tenure import Tenure
+from supervisor.probe.wire import default_tls
 
 log = structlog.get_logger("supervisor.notify")
 
@@ -89,8 +90,12 @@ class _TenuredBackend(httpcore.AsyncNetworkBackend):
 
 def _transport(tenure: Tenure, connections: int) -> httpx.AsyncHTTPTransport:
     """httpx's transport, its connections' writes asking `tenure` (httpx builds the pool; the
-    pool's network backend is wrapped)."""
-    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=connections))
+    pool's network backend is wrapped). It verifies with the process's one CA-bundle context,
+    read at the first TLS connection (httpx's default reads certifi's bundle for each transport:
+    about 50 ms of CPU, twice at each start)."""
+    transport = httpx.AsyncHTTPTransport(
+        verify=default_tls(), limits=httpx.Limits(max_connections=connections)
+    )
     pool = transport._pool
     pool._network_backend = _TenuredBackend(pool._network_backend, tenure.holds)
     return transport
