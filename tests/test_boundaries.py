@@ -71,8 +71,8 @@ def test_the_check_finds_reach_ins(source: str, expected: list[str]) -> None:
 #: check made when it began; tests/test_leadership_chaos.py fails without it).
 LIBRARY_REACH_INS = frozenset(
     {
-        "supervisor.tell.telegram.request: line 94: transport._pool",
-        "supervisor.tell.telegram.request: line 95: pool._network_backend",
+        "supervisor.tell.telegram.request: line 99: transport._pool",
+        "supervisor.tell.telegram.request: line 100: pool._network_backend",
     }
 )
 

@@ -5,9 +5,11 @@ plans with `sudo -n` has one of the declared shapes, so the generated sudoers (a
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from supervisor.execute.local import LocalExecutor
 from supervisor.execute.shape import Shape
 from supervisor.playbook.actions.base import ActionContext, ActionScope
 from supervisor.playbook.actions.registry import ACTIONS
+from tests.helpers import eventually
 
 SPARK = Host(name="spark1", address="192.0.2.11", user="supervisor")
 HEAD = UnitRef(host="spark1", unit="vllm-ds4-head.service", container="vllm_ds4")
@@ -30,13 +33,17 @@ async def _no_probe() -> ProbeResult:
     raise AssertionError("not probed")
 
 
+#: The title of this process's stand-in worker: specs of this module run side by side on other
+#: pytest workers, each with a stand-in of its own, and a pattern must find this one only.
+TITLE = f"VLLM::Worker_TP0 privileges-spec-{os.getpid()}"
+
+
 @pytest.fixture
 async def worker() -> AsyncIterator[int]:
     """A process titled like a vLLM worker (for kill_processes to plan a signal to)."""
-    proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", 'exec -a "VLLM::Worker_TP0 privileges-spec" "$0" 60', "sleep"
-    )
-    await asyncio.sleep(0.1)
+    proc = await asyncio.create_subprocess_exec("bash", "-c", f'exec -a "{TITLE}" "$0" 60', "sleep")
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    await eventually(lambda: cmdline.read_bytes().startswith(TITLE.encode()), what="the exec")
     yield proc.pid
     proc.kill()
     await proc.wait()
@@ -63,7 +70,7 @@ def _planned(executor: DryRunExecutor) -> list[list[str]]:
         ("docker_exec", {"argv": ["touch", "/w/flag"]}, True),
         (
             "kill_processes",
-            {"pattern": "^VLLM::Worker_TP0 privileges-spec", "signal": "TERM"},
+            {"pattern": f"^{TITLE} ", "signal": "TERM"},
             False,
         ),
         ("drop_page_cache", {"shm_globs": []}, False),
@@ -103,7 +110,7 @@ async def test_a_service_account_signals_through_the_helper_with_its_units(worke
         probe=_no_probe,
     )  # fmt: skip
     kill = ACTIONS["kill_processes"]
-    outcome = await kill.run(ctx, kill.params(pattern="^VLLM::Worker_TP0 privileges-spec"))
+    outcome = await kill.run(ctx, kill.params(pattern=f"^{TITLE} "))
     assert outcome.ok, outcome.summary
     assert [r.command for r in executor.planned] == [
         f"sudo -n /usr/local/libexec/fleet-supervisor/signal KILL {worker} "

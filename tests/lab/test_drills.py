@@ -271,7 +271,10 @@ async def test_a_persons_job_is_escalated_with_no_action(
     assert report.detect_s is not None
     assert 0 < report.detect_s < 10
     assert report.escalate_s is not None
-    assert 0 <= report.escalate_s < 10
+    # the settle waits for systemd's next restart (RestartSec=3) and its outcome (2 s), not for
+    # the whole window (the start timeout plus 3 s past the restart: over 30 s); 10.4 s on 2 busy
+    # cores
+    assert 0 <= report.escalate_s < 20
     assert report.passed
     texts = _told_the_diagnosis_first(report, state)
     assert texts[-1].startswith(f"{ASK}{asked}")

@@ -50,7 +50,9 @@ async def test_a_kill_into_a_ghost_is_diagnosed_from_the_next_start(
     assert not [e.summary for e in gathered if e.collector.startswith(("launchd", "mac_"))]
     assert not [e.summary for e in gathered if "no container" in e.error]
     assert report.detect_s is not None
-    assert report.detect_s < 2  # heard at once: the wait is the diagnosis's, not the detection's
+    # heard at once: the wait is the diagnosis's, not the detection's (a detection that waited
+    # for systemd's restart into the ghost, RestartSec=3, would be past 3 s)
+    assert report.detect_s < 3
 
 
 async def test_an_escalated_endpoint_whose_evidence_changes_to_a_known_rule_heals(
