@@ -80,6 +80,8 @@ class LabHost:
     units: dict[str, str] = field(default_factory=dict)
     wants: list[str] = field(default_factory=list)
     account: Account | None = None
+    #: (the `unshare` process, the host's PID 1) as last found: checked, not searched for again
+    _found: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def stage1(self) -> Path:
@@ -101,12 +103,26 @@ class LabHost:
 
     @property
     def pid(self) -> int | None:
-        """The host's PID 1 as the machine sees it, or None while it is not running."""
+        """The host's PID 1 as the machine sees it, or None while it is not running. The one
+        found last is checked first (three reads); only when it is gone is every process's
+        command line read again (a few ms on a busy machine, at each `nsenter`)."""
+        if self._found is not None and self._still(*self._found):
+            return self._found[1]
+        self._found = None
         for parent in procs.find(self.boot_argv):
             for child in procs.children(parent):
                 if procs.alive(child):
+                    self._found = (parent, child)
                     return child
         return None
+
+    def _still(self, parent: int, child: int) -> bool:
+        """Whether `parent` still runs this host and `child` is still its live PID 1."""
+        return (
+            procs.cmdline(parent) == self.boot_argv
+            and child in procs.children(parent)
+            and procs.alive(child)
+        )
 
     def write(self, host_key: bytes, authorized_keys: str, meminfo: str) -> None:
         """Write the host's folder: boot scripts, units and masks, sshd files, meminfo."""

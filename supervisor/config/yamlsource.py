@@ -4,6 +4,10 @@ PyYAML's safe loader builds the data; the composed node tree, walked beside it, 
 document path (`('endpoints', 'ds4', 'units', 0)`) the 1-based line of its key and its value.
 Duplicate keys, which PyYAML silently lets win, are reported. Nothing here raises anything but
 `ConfigError`, whatever the text.
+
+The text is parsed by LibYAML (PyYAML's C parser, about 8 times faster: a daemon, a CLI command
+and a reload each read the config and every rule file) where PyYAML has it; a text it refuses
+is parsed again by PyYAML's own parser, whose error (its words, its line) is the one reported.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
@@ -23,6 +28,10 @@ _INT_TAG = "tag:yaml.org,2002:int"
 _MAX_INT_DIGITS = 4000  # Python refuses to convert longer digit strings (sys.int_info)
 _MAX_NODES = 50_000  # enough for any fleet; stops alias bombs from walking forever
 _MAX_DEPTH = 32  # deeper values (only reachable through alias loops) keep their parent's line
+#: Deeper is refused, whichever parser read it (PyYAML's own recurses, and runs out of stack a few
+#: hundred levels down; LibYAML does not): a fleet's files are a handful of levels deep.
+_MAX_NESTING = 100
+_TOO_DEEP = "YAML syntax error: the document is nested too deeply"
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,7 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         reason = f"unacceptable character #x{code:04x}: {exc.reason}"
         raise ConfigError([ConfigIssue(file, line, "", f"YAML syntax error: {reason}")]) from None
     except RecursionError:
-        message = "YAML syntax error: the document is nested too deeply"
-        raise ConfigError([ConfigIssue(file, None, "", message)]) from None
+        raise ConfigError([ConfigIssue(file, None, "", _TOO_DEEP)]) from None
     except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         message = f"YAML error: {_one_line(str(exc))}"
         raise ConfigError([ConfigIssue(file, None, "", message)]) from None
@@ -99,8 +107,31 @@ _Loader.add_implicit_resolver(
 )
 
 
+@cache
+def _fast_loader() -> type[yaml.CSafeLoader] | None:
+    """`_Loader`'s resolvers on LibYAML's parser; None where PyYAML was built without it."""
+    base: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
+    if base is None:
+        return None
+    return type("_CLoader", (base,), {"yaml_implicit_resolvers": _Loader.yaml_implicit_resolvers})
+
+
+#: The exceptions after which the text is parsed again by PyYAML's own parser: LibYAML's errors,
+#: a text that cannot be UTF-8 (a lone surrogate), and what building the data may raise.
+_RETRY = (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError)
+
+
 def _parse(text: str, file: str) -> YamlDocument:
-    loader = _Loader(text)
+    fast = _fast_loader()
+    if fast is not None:
+        try:
+            return _load(fast(text), file)
+        except _RETRY:
+            pass
+    return _load(_Loader(text), file)
+
+
+def _load(loader: _Loader | yaml.CSafeLoader, file: str) -> YamlDocument:
     try:
         node = loader.get_single_node()
         if node is None:
@@ -161,7 +192,8 @@ def _children(loc: Loc, node: Node) -> Iterator[tuple[Loc, Node, Node | None]]:
 
 
 def _check_nodes(root: Node, file: str) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
-    """Duplicate keys and integers too long to convert, before the loader builds anything."""
+    """Duplicate keys, integers too long to convert and nesting too deep, before the loader
+    builds anything."""
     fatal: list[ConfigIssue] = []  # the loader could not even build the data
     duplicates: list[ConfigIssue] = []
     seen_nodes: set[int] = set()
@@ -171,6 +203,8 @@ def _check_nodes(root: Node, file: str) -> tuple[list[ConfigIssue], list[ConfigI
         if id(node) in seen_nodes:
             continue
         seen_nodes.add(id(node))
+        if len(loc) > _MAX_NESTING:
+            return [ConfigIssue(file, None, "", _TOO_DEEP)], []
         if isinstance(node, ScalarNode) and node.tag == _INT_TAG:
             if len(node.value) > _MAX_INT_DIGITS:
                 line = node.start_mark.line + 1
