@@ -142,10 +142,9 @@ def test_a_lab_leaves_nothing_behind_and_the_tmp_canary_survives(tmp_path: Path)
         inside = [p for p in procs.pids() if procs.cgroup_of("canary1").name in _cgroup(p)]
         assert pid in inside
         assert len(inside) >= 3  # systemd, journald, sshd
-        assert host.pid == pid  # found again: the one found before, checked
+        assert lab.running() == {"canary1": pid}  # the one found before, checked
         lab.down()
-        assert host.pid is None  # the one found before is gone, not remembered
-        assert lab.running() == {"canary1": None}
+        assert lab.running() == {"canary1": None}  # the one found before is gone: not kept
         assert [p for p in inside if procs.alive(p)] == []
         assert procs.find(host.boot_argv) == []
         assert not procs.cgroup_of("canary1").exists()
