@@ -5,6 +5,10 @@
 #   deploy/install.sh --root /tmp/r        # into a staging root (DESTDIR style): files, user
 #                                          # (when ROOT/etc/passwd exists), enable (symlink only)
 #   --no-venv                              # skip the venv (/opt/fleet-supervisor/venv)
+#   --uv                                   # make the venv and install into it with uv (on
+#                                          # PATH; its index: UV_INDEX_URL, default PyPI):
+#                                          # seconds where pip takes half a minute; the venv
+#                                          # still has pip, and its bytecode is compiled
 #   PYTHON=/usr/bin/python3                # the interpreter the venv is made from
 #   --postgresql postgresql+asyncpg://fleet@db/fleet
 #                                          # the store on PostgreSQL (shared by a second
@@ -30,6 +34,7 @@ set -eu
 
 ROOT=""
 VENV=1
+UV=0
 PG_URL=""
 SUDOERS=""
 while [ $# -gt 0 ]; do
@@ -37,6 +42,7 @@ while [ $# -gt 0 ]; do
         --root|--prefix) ROOT="${2:?--root needs a directory}"; shift 2 ;;
         --root=*|--prefix=*) ROOT="${1#*=}"; shift ;;
         --no-venv) VENV=0; shift ;;
+        --uv) UV=1; shift ;;
         --postgresql) PG_URL="${2:?--postgresql needs a URL like postgresql+asyncpg://fleet@db/fleet}"; shift 2 ;;
         --postgresql=*) PG_URL="${1#*=}"; shift ;;
         --sudoers) SUDOERS="${2:?--sudoers needs a file (fleet-supervisor sudoers --host H)}"; shift 2 ;;
@@ -118,6 +124,9 @@ if [ -n "$PG_URL" ]; then
         { print }' "$EXAMPLE" >"$EXAMPLE.pg" && mv "$EXAMPLE.pg" "$EXAMPLE"
     grep -q "^  url: " "$EXAMPLE" || fail "deploy/fleet.example.yaml has no store path line to replace"
 fi
+if [ "$UV" = 1 ] && [ "$VENV" = 1 ]; then
+    command -v uv >/dev/null || fail "--uv: no uv on PATH (install it, or leave out --uv: pip does the same, slower)"
+fi
 if [ -z "$ROOT" ] && [ "$VENV" = 1 ]; then
     # the unit's ProtectHome=yes hides /home, /root and /run/user from the service: a venv made
     # from an interpreter there (pyenv, a user's build) cannot start
@@ -195,7 +204,12 @@ if [ "$VENV" = 1 ]; then
     STAMP="$VENV_DIR/.installed-from"
     WANT="$(cd "$SRC" && cat pyproject.toml $(find supervisor -name '*.py' | LC_ALL=C sort) | sha256sum | cut -d' ' -f1)"
     if [ ! -x "$VENV_DIR/bin/python" ]; then
-        "$PYTHON" -m venv "$VENV_DIR"; changed "created the venv $VENV_DIR"
+        if [ "$UV" = 1 ]; then
+            uv venv --quiet --seed --allow-existing --python "$PYTHON" "$VENV_DIR"
+        else
+            "$PYTHON" -m venv "$VENV_DIR"
+        fi
+        changed "created the venv $VENV_DIR"
     fi
     if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
         # built from a copy: pip builds in the source tree, and a build/ left in the checkout
@@ -204,7 +218,12 @@ if [ "$VENV" = 1 ]; then
         cp "$SRC/pyproject.toml" "$SRC/README.md" "$BUILD_DIR/"
         cp -R "$SRC/supervisor" "$BUILD_DIR/supervisor"
         find "$BUILD_DIR/supervisor" -name __pycache__ -prune -exec rm -rf {} +
-        "$VENV_DIR/bin/pip" install --quiet --upgrade "$BUILD_DIR"
+        if [ "$UV" = 1 ]; then
+            uv pip install --quiet --python "$VENV_DIR/bin/python" --compile-bytecode \
+                --upgrade "$BUILD_DIR"
+        else
+            "$VENV_DIR/bin/pip" install --quiet --upgrade "$BUILD_DIR"
+        fi
         rm -rf "$BUILD_DIR"
         echo "$WANT" >"$STAMP"
         changed "installed fleet-supervisor from $SRC into $VENV_DIR"
