@@ -14,22 +14,15 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 from supervisor.record.store.target import PgTarget
+from tests.ports import free_port
 
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 RUN_AS = "postgres"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def unavailable() -> str | None:
@@ -51,7 +44,7 @@ class PgServer:
         self.bin = PG_BIN_DIRS[0]
         self.root = Path(tempfile.mkdtemp(prefix="fleet-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._names = itertools.count(1)
         self.running = False
         if os.geteuid() == 0:

@@ -22,6 +22,7 @@ import asyncssh
 import pytest
 
 from supervisor.config.supervised import Host
+from tests.ports import free_port
 
 SSHD = Path("/usr/sbin/sshd")
 
@@ -41,13 +42,6 @@ START_WITHIN_S = 10.0
 
 class SshdError(RuntimeError):
     """sshd would not start; the message holds the end of its log."""
-
-
-def free_port(address: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((address, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _write_key_pair(path: Path) -> str:

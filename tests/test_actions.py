@@ -42,8 +42,9 @@ from supervisor.playbook.actions.registry import ACTIONS, build_registry
 from supervisor.playbook.actions.steps import shorten
 from supervisor.probe import run_probe
 from supervisor.probe.wire import ProbeHttp
-from tests.conftest import SimFactory, free_port
+from tests.conftest import SimFactory
 from tests.helpers import eventually
+from tests.ports import free_port
 from tests.sshd import Sshd
 
 FORGE = Host(name="forge", local=True)

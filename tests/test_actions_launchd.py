@@ -21,9 +21,9 @@ from supervisor.execute.base import Executor
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.actions.base import ActionContext
 from supervisor.playbook.evidence.launchctl import parse_print
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually
 from tests.macfakes import MacTools, mac_tools
+from tests.ports import free_port
 from tests.test_actions import act, dry, plan
 from tests.test_actions import context as actions_context
 

@@ -23,8 +23,8 @@ from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State, Trigger
 from supervisor.record.timeline.control import Silenced, Unsilenced
 from supervisor.record.timeline.state import Transition
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.ports import free_port
 
 ALICE = Actor(who="alice", via=Via.CLI)
 HOSTS = {"ds4": ("spark1", "spark2"), "qwen": ("spark1",), "embed": ("forge",)}

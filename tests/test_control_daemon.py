@@ -17,8 +17,8 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
 from supervisor.record.store.records import SubjectKind
 from supervisor.record.store.store import Store
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually, spawn_daemon, write_fleet
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

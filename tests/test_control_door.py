@@ -19,8 +19,8 @@ from supervisor.app.root import Supervisor
 from supervisor.cli import main
 from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.ports import free_port
 
 TOKEN = "s3cret-control-token"
 BROWSER = "forbidden: the control API does not answer browsers"

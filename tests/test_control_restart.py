@@ -20,8 +20,8 @@ from supervisor.judge.machine import State
 from supervisor.record.store.records import TimelineRow
 from supervisor.record.timeline.base import EntryKind
 from supervisor.worker import EndpointWorker
-from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from supervisor.cli.diagnose import stored_last_ok
 from supervisor.config.loader import load_config
 from supervisor.record.store.records import Snapshot, SubjectKind
 from supervisor.record.store.store import Store
-from tests.conftest import free_port
 from tests.helpers import write_fleet
+from tests.ports import free_port
 from tests.sshd import Sshd
 
 pytestmark = pytest.mark.slow

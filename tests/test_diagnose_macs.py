@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
 from tests.helpers import write_fleet
 from tests.macfakes import MacTools, mac_tools
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -52,8 +52,9 @@ from supervisor.playbook.evidence.registry import COLLECTORS, collectors_of
 from supervisor.playbook.evidence.settling import may_be_mid_attempt
 from supervisor.playbook.evidence.systemd import parse_main_pid, parse_unit_status
 from supervisor.playbook.loader import load_playbook
-from tests.conftest import SimFactory, free_port
+from tests.conftest import SimFactory
 from tests.helpers import LOOPBACK_TLS, eventually
+from tests.ports import free_port
 
 DATA = Path(__file__).parent / "data" / "evidence"
 SHIPPED = load_playbook(Path(__file__).resolve().parent.parent / "playbooks")

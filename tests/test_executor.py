@@ -21,7 +21,8 @@ from supervisor.execute.fleet import FleetExecutor, UnknownHostError
 from supervisor.execute.local import MAX_OUTPUT, LocalExecutor
 from supervisor.execute.ssh import MAX_SESSIONS, SshExecutor, lost_reason
 from tests.helpers import eventually
-from tests.sshd import Sshd, free_port, skip_unless_sshd_runs
+from tests.ports import free_port
+from tests.sshd import Sshd, skip_unless_sshd_runs
 
 SECOND = timedelta(seconds=5)
 SHORT = timedelta(milliseconds=300)

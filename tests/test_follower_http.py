@@ -29,9 +29,9 @@ from supervisor.record.store.store import Store
 from supervisor.record.store.who_leads import LeaderView
 from supervisor.tell.web.follower import FollowerServer
 from supervisor.tell.web.stored import StoredFleet, health_text, leader_words
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
 from tests.pgserver import PgServer
+from tests.ports import free_port
 from tests.test_leadership import Running
 
 HOST = socket.gethostname()

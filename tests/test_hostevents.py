@@ -24,7 +24,7 @@ from supervisor.hear.streams.poll import PolledUnit, changes, parse_show
 from supervisor.hear.streams.recognise import Recognised, Recogniser
 from supervisor.hear.streams.ssh import SshTransport
 from supervisor.hear.streams.stream import HostStream, StreamSettings
-from tests.conftest import free_port
+from tests.ports import free_port
 
 DATA = Path(__file__).parent / "data" / "hostevents"
 

@@ -31,8 +31,8 @@ from supervisor.record.store.records import TimelineRow
 from supervisor.record.store.store import Store
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.reads import entries_after
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.ports import free_port
 from tests.test_store import open_incident_at
 
 

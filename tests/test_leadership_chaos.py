@@ -31,9 +31,9 @@ from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.records import AttemptRow
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually, spawn_daemon, write_fleet
 from tests.pgserver import PgServer
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

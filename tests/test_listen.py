@@ -32,9 +32,9 @@ from supervisor.record.store.target import PgTarget
 from supervisor.record.timeline.control import Note
 from supervisor.record.timeline.state import Transition
 from supervisor.tell.web.page import feed
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
 from tests.pgserver import PgServer
+from tests.ports import free_port
 from tests.test_leadership import Running
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -31,8 +31,8 @@ from supervisor.playbook.evidence.launchctl import (
 )
 from supervisor.playbook.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
 from supervisor.playbook.evidence.restarts import Restart, RestartOutcome, wait_for_restarts
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

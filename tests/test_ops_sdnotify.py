@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from supervisor.app.sdnotify import HANG_FILE_ENV, SdNotifier, watchdog_interval
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

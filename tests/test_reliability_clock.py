@@ -33,8 +33,8 @@ from supervisor.record.store.store import Store
 from supervisor.record.timeline.state import Transition
 from supervisor.repair.guards import check_budget
 from supervisor.worker import EndpointWorker, restored_from
-from tests.conftest import free_port
 from tests.helpers import write_fleet
+from tests.ports import free_port
 
 START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 H2 = timedelta(hours=2)

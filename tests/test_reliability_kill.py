@@ -14,8 +14,8 @@ from supervisor.record.store.errors import StoreError
 from supervisor.record.store.records import AttemptRow, SubjectKind
 from supervisor.record.store.store import Store
 from supervisor.record.timeline.repair import INTERRUPTED, AttemptFinished
-from tests.conftest import free_port
 from tests.helpers import eventually, spawn_daemon, write_fleet
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,8 @@ from supervisor.record.timeline.base import EntryKind
 from supervisor.record.timeline.repair import Evidence
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
-from tests.sshd import ADDRESS, SSHD, Sshd, descendants, free_port, kill_trees
+from tests.ports import free_port
+from tests.sshd import ADDRESS, SSHD, Sshd, descendants, kill_trees
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,9 @@ from supervisor.record.timeline.decision import Decision, Outcome
 from supervisor.record.timeline.repair import StepRan
 from supervisor.repair.guards import HostLocks
 from supervisor.worker import EndpointWorker
-from tests.conftest import SimFactory, free_port
+from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
+from tests.ports import free_port
 from tests.sshd import Sshd
 
 pytestmark = pytest.mark.slow

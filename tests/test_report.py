@@ -26,8 +26,8 @@ from supervisor.record.timeline.repair import StepRan
 from supervisor.record.timeline.state import Transition
 from supervisor.trust.needs import Needs
 from supervisor.trust.report import build_report
-from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

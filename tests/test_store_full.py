@@ -33,8 +33,8 @@ from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.store import Store
 from supervisor.tell.telegram.timing import Pacing, Timing
-from tests.conftest import free_port
 from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

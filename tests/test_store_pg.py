@@ -27,8 +27,8 @@ from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget, StoreTarget, store_target
 from supervisor.record.timeline.control import Note
 from supervisor.record.timeline.state import Transition
-from tests.conftest import free_port
 from tests.pgserver import PgServer
+from tests.ports import free_port
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 BIG_CHAT = -1001234567890  # a Telegram supergroup id: more than 32 bits

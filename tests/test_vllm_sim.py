@@ -27,8 +27,9 @@ from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
 from supervisor.core.events import ProbeOutcome, Tier
 from supervisor.probe import make_client, run_probe
-from tests.conftest import SimFactory, free_port
+from tests.conftest import SimFactory
 from tests.helpers import LOOPBACK_TLS, eventually
+from tests.ports import free_port
 
 ENGINE_500 = {
     "error": {

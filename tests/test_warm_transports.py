@@ -13,8 +13,8 @@ from supervisor.config.supervised import Host
 from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.stream import StreamSettings
 from supervisor.hear.streams.warm import WarmTransports
-from tests.conftest import free_port
 from tests.helpers import eventually
+from tests.ports import free_port
 from tests.sshd import Sshd
 
 FAST = StreamSettings(backoff=Backoff(base_s=0.1, cap_s=0.1, jitter=0.0))

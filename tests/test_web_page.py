@@ -37,8 +37,9 @@ from supervisor.record.timeline.state import Transition
 from supervisor.tell.web.page.states import TONES, tone_of
 from supervisor.trust.doctor.model import DoctorRun, fail, ok, warn
 from tests.browser import chromium, missing, wait_for
-from tests.conftest import SimFactory, free_port
+from tests.conftest import SimFactory
 from tests.helpers import LOOPBACK_TLS, eventually, spawn_daemon, write_fleet
+from tests.ports import free_port
 
 pytestmark = [
     pytest.mark.slow,

@@ -29,8 +29,8 @@ from supervisor.record.store.cursors import read_streams
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget, StoreTarget
 from supervisor.record.timeline.unit import UnitHeard
-from tests.conftest import free_port
 from tests.helpers import eventually, write_fleet
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
