@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -13,12 +12,6 @@ from typing import Any
 import yaml
 
 from supervisor.core.aio import poll
-
-#: The TLS context the specs' HTTP clients are made with. Their servers speak plain HTTP on
-#: loopback, so no client needs httpx's default: certifi's CA bundle, read anew for each client
-#: (about 50 ms of CPU; a spec polling a daemon through a new client every few tens of ms spent
-#: most of its CPU there). This one trusts no CA at all: a TLS server would fail verification.
-LOOPBACK_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 #: Probe settings that make a whole outage take well under a second.
 FAST_PROBE: dict[str, Any] = {

@@ -21,7 +21,8 @@ from supervisor.execute.base import Executor
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.actions.base import ActionContext
 from supervisor.playbook.evidence.launchctl import parse_print
-from tests.helpers import LOOPBACK_TLS, eventually
+from supervisor.probe.wire import default_tls
+from tests.helpers import eventually
 from tests.macfakes import MacTools, mac_tools
 from tests.ports import free_port
 from tests.test_actions import act, dry, plan
@@ -352,7 +353,7 @@ async def test_a_restart_of_a_job_that_ignores_term_is_bounded_by_launchctl_kill
     booted = await asyncio.to_thread(subprocess.run, bootstrap, check=False)
     assert booted.returncode == 0
     hung = _pid()
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
 
         async def serving() -> bool:
             try:

@@ -21,9 +21,10 @@ from supervisor.control.matchers import MatchError, select
 from supervisor.control.model import Answer, Code
 from supervisor.core.actor import Actor, Via
 from supervisor.judge.machine import State, Trigger
+from supervisor.probe.wire import default_tls
 from supervisor.record.timeline.control import Silenced, Unsilenced
 from supervisor.record.timeline.state import Transition
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.helpers import eventually, write_fleet
 from tests.ports import free_port
 
 ALICE = Actor(who="alice", via=Via.CLI)
@@ -308,7 +309,7 @@ async def test_the_http_routes_answer_json_with_who_from_a_header(tmp_path: Path
     try:
         server = daemon.ops.server
         assert server is not None
-        async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=server.url) as client:
+        async with httpx.AsyncClient(verify=default_tls(), base_url=server.url) as client:
             done = await _post(
                 client,
                 "/control/silence",

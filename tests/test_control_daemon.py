@@ -15,9 +15,10 @@ import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
+from supervisor.probe.wire import default_tls
 from supervisor.record.store.records import SubjectKind
 from supervisor.record.store.store import Store
-from tests.helpers import LOOPBACK_TLS, eventually, spawn_daemon, write_fleet
+from tests.helpers import eventually, spawn_daemon, write_fleet
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str
 
 async def _answers(url: str) -> bool:
     try:
-        async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+        async with httpx.AsyncClient(verify=default_tls()) as client:
             return (await client.get(f"{url}/healthz")).status_code == 200
     except httpx.TransportError:
         return False

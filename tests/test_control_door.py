@@ -19,7 +19,8 @@ from supervisor.app.root import Supervisor
 from supervisor.cli import main
 from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from supervisor.probe.wire import default_tls
+from tests.helpers import eventually, write_fleet
 from tests.ports import free_port
 
 TOKEN = "s3cret-control-token"
@@ -111,7 +112,7 @@ async def _journal(daemon: Supervisor) -> list[tuple[str, str]]:
 async def test_a_browser_is_refused_before_the_route_reads_the_body(
     daemon: Supervisor, path: str, body: dict[str, str], headers: dict[str, str], why: str
 ) -> None:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=_url(daemon)) as client:
+    async with httpx.AsyncClient(verify=default_tls(), base_url=_url(daemon)) as client:
         response = await client.post(path, content=json.dumps(body), headers=headers)
     assert response.status_code == 403
     assert response.json() == {
@@ -127,7 +128,7 @@ async def test_a_browser_is_refused_before_the_route_reads_the_body(
 
 
 async def test_a_post_must_declare_json(daemon: Supervisor) -> None:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=_url(daemon)) as client:
+    async with httpx.AsyncClient(verify=default_tls(), base_url=_url(daemon)) as client:
         plain = await client.post(
             "/control/silence",
             content=json.dumps({"target": "ds4", "for": "1h"}),
@@ -189,7 +190,7 @@ async def test_with_a_token_file_only_its_token_is_answered(
     guarded: Supervisor, authorization: str | bytes | None, status: int, text: str
 ) -> None:
     headers = {"Authorization": authorization} if authorization is not None else {}
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=_url(guarded)) as client:
+    async with httpx.AsyncClient(verify=default_tls(), base_url=_url(guarded)) as client:
         response = await client.post(
             "/control/pause",
             json={"endpoint": "ds4"},

@@ -52,8 +52,9 @@ from supervisor.playbook.evidence.registry import COLLECTORS, collectors_of
 from supervisor.playbook.evidence.settling import may_be_mid_attempt
 from supervisor.playbook.evidence.systemd import parse_main_pid, parse_unit_status
 from supervisor.playbook.loader import load_playbook
+from supervisor.probe.wire import default_tls
 from tests.conftest import SimFactory
-from tests.helpers import LOOPBACK_TLS, eventually
+from tests.helpers import eventually
 from tests.ports import free_port
 
 DATA = Path(__file__).parent / "data" / "evidence"
@@ -148,7 +149,7 @@ class ScriptedExecutor:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False) as client:
+    async with httpx.AsyncClient(verify=default_tls(), trust_env=False) as client:
         yield client
 
 
@@ -1288,7 +1289,7 @@ async def test_the_declared_collector_stamps_its_name(collect: Collect) -> None:
     )(_nothing)
     ctx = CollectContext(
         scope=NO_HOST_SCOPE, executor=ScriptedExecutor(answers={}), timeout=timedelta(seconds=1),
-        http=httpx.AsyncClient(verify=LOOPBACK_TLS),
+        http=httpx.AsyncClient(verify=default_tls()),
     )  # fmt: skip
     async with ctx.http:
         evidence = await declared.run(ctx, NoEvidenceParams())

@@ -29,7 +29,7 @@ from supervisor.playbook.evidence.macos import (
     parse_vm_stat,
 )
 from supervisor.playbook.evidence.registry import COLLECTORS
-from tests.helpers import LOOPBACK_TLS
+from supervisor.probe.wire import default_tls
 from tests.test_evidence import Answer, ScriptedExecutor
 
 DATA = Path(__file__).parent / "data" / "evidence" / "macos"
@@ -65,7 +65,7 @@ NOT_FOUND = Answer(status=113, stderr=data("launchctl-print-not-found.stderr"))
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False) as client:
+    async with httpx.AsyncClient(verify=default_tls(), trust_env=False) as client:
         yield client
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import update
 from supervisor.cli import main
 from supervisor.cli.status import collect
 from supervisor.config.loader import load_config
+from supervisor.probe.wire import default_tls
 from supervisor.record.store.lease import claim
 from supervisor.record.store.records import Snapshot, SubjectKind
 from supervisor.record.store.schema import leader_lease
@@ -29,7 +30,7 @@ from supervisor.record.store.store import Store
 from supervisor.record.store.who_leads import LeaderView
 from supervisor.tell.web.follower import FollowerServer
 from supervisor.tell.web.stored import StoredFleet, health_text, leader_words
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.helpers import eventually, write_fleet
 from tests.pgserver import PgServer
 from tests.ports import free_port
 from tests.test_leadership import Running
@@ -90,14 +91,14 @@ def _config(tmp_path: Path, instance: str, port: int, *, lease: str = "15s") -> 
 
 
 async def _get(url: str) -> tuple[int, str]:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         response = await client.get(url)
     return response.status_code, response.text
 
 
 async def _role(url: str) -> str | None:
     try:
-        async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+        async with httpx.AsyncClient(verify=default_tls()) as client:
             role: str | None = (await client.get(f"{url}/status")).json().get("role")
     except (httpx.TransportError, ValueError):
         return None
@@ -132,7 +133,7 @@ async def test_a_follower_names_the_leader_and_refuses_control_then_the_roles_sw
     a, b = pair["a"], pair["b"]
     assert await _role(a.url) == "leader"
     assert await _get(f"{b.url}/healthz") == (200, f"ok: following a on {HOST} (epoch 1)\n")
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         paused = await client.post(
             f"{a.url}/control/pause", json={"why": "upgrading"}, headers={"X-Fleet-Who": "op"}
         )
@@ -184,7 +185,7 @@ async def test_a_follower_names_the_leader_and_refuses_control_then_the_roles_sw
     # a stops: b takes over and its leader's server binds the port its follower's held
     await a.end()
     await eventually(lambda: _is(b.url, "leader"), within=10, what="b serving as the leader")
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         status = (await client.get(f"{b.url}/status")).json()
     assert (status["leadership"]["leader"], status["leadership"]["epoch"]) == ("b", 2)
     # a again: it follows b
@@ -270,7 +271,7 @@ def _snapshot(kind: SubjectKind, name: str, state: str, reason: str) -> Snapshot
 
 async def _served(url: str, config: Any, pg_server: PgServer) -> None:
     assert await _get(f"{url}/healthz") == (200, "ok: following a on forge (epoch 1)\n")
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         status = (await client.get(f"{url}/status")).json()
         metrics = (await client.get(f"{url}/metrics")).text
     expected = await collect(config)  # what `status --json` says

@@ -25,13 +25,14 @@ from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
 from supervisor.core.tenure import Tenure
+from supervisor.probe.wire import default_tls
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.lease import Lease, lease_journal
 from supervisor.record.store.records import TimelineRow
 from supervisor.record.store.store import Store
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.reads import entries_after
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.helpers import eventually, write_fleet
 from tests.ports import free_port
 from tests.test_store import open_incident_at
 
@@ -84,7 +85,7 @@ async def test_the_leader_says_so_and_a_clean_stop_hands_over_at_once(
 ) -> None:
     a, b = pair
     assert b.gate.supervisor is None  # b runs nothing while it follows
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         await eventually(lambda: _answers(client, a.url), within=20, what="a's HTTP")
         status = (await client.get(f"{a.url}/status")).json()["leadership"]
         metrics = (await client.get(f"{a.url}/metrics")).text

@@ -25,13 +25,14 @@ import pytest
 import yaml
 
 from fleet_lab.botapi import BotApiStub
+from supervisor.probe.wire import default_tls
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, lease_journal
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.records import AttemptRow
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
-from tests.helpers import LOOPBACK_TLS, eventually, spawn_daemon, write_fleet
+from tests.helpers import eventually, spawn_daemon, write_fleet
 from tests.pgserver import PgServer
 from tests.ports import free_port
 
@@ -226,7 +227,7 @@ async def _a_leads_and_heals_then_b_follows(fleet: Fleet) -> None:
 
 
 async def _get(fleet: Fleet, instance: str, path: str) -> Any:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         return (await client.get(fleet.urls[instance] + path)).json()
 
 
@@ -241,7 +242,7 @@ async def _serves(fleet: Fleet, instance: str, role: str, health: str) -> None:
             return False
 
     await eventually(serves, within=20, what=f"{instance} answering as the {role}")
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         answer = await client.get(fleet.urls[instance] + "/healthz")
     assert (answer.status_code, answer.text) == (200, health + "\n")
 
@@ -389,7 +390,7 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
     assert warning.startswith(
         "⚠️ <b>the store cannot be written</b>: the database server is down or unreachable ("
     ), warning
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         health = await client.get(fleet.urls["a"] + "/healthz")
     assert health.status_code == 503
     assert health.text.startswith(
@@ -585,7 +586,7 @@ class _Feed:
     async def read(self, url: str) -> None:
         timeout = httpx.Timeout(10.0, read=None)  # the stream is quiet while its server is
         async with (
-            httpx.AsyncClient(verify=LOOPBACK_TLS, timeout=timeout) as client,
+            httpx.AsyncClient(verify=default_tls(), timeout=timeout) as client,
             client.stream("GET", url) as got,
         ):
             with suppress(httpx.TransportError):  # ended by the server closing it, or cut
@@ -605,7 +606,7 @@ async def _roles_until_following(fleet: Fleet, instance: str) -> list[str]:
     after = len(fleet.events(instance, "following"))
     followed: float | None = None
     deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, timeout=2.0) as client:
+    async with httpx.AsyncClient(verify=default_tls(), timeout=2.0) as client:
         while followed is None or time.monotonic() - followed < 1.0:
             if followed is None and time.monotonic() > deadline:
                 leading = fleet.events(instance, "leading")

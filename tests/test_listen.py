@@ -24,6 +24,7 @@ from sqlalchemy import text
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.leader.elector import Elector, Me
 from supervisor.judge.machine import State, Trigger
+from supervisor.probe.wire import default_tls
 from supervisor.record.store.lease import claim, lease_journal, release
 from supervisor.record.store.listen import CHANNELS, LEASE, TIMELINE, Listener, notify
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
@@ -32,7 +33,7 @@ from supervisor.record.store.target import PgTarget
 from supervisor.record.timeline.control import Note
 from supervisor.record.timeline.state import Transition
 from supervisor.tell.web.page import feed
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.helpers import eventually, write_fleet
 from tests.pgserver import PgServer
 from tests.ports import free_port
 from tests.test_leadership import Running
@@ -242,7 +243,7 @@ async def test_a_followers_page_streams_an_entry_another_process_commits(
         try:
             await eventually(lambda: _following(b), within=20, what="b following and listening")
             async with (
-                httpx.AsyncClient(verify=LOOPBACK_TLS) as client,
+                httpx.AsyncClient(verify=default_tls()) as client,
                 client.stream("GET", f"{b.url}/events") as events,
             ):
                 lines = events.aiter_lines()
@@ -266,7 +267,7 @@ async def _following(run: Running) -> bool:
     if not run.gate.listener.connected.is_set():
         return False
     try:
-        async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+        async with httpx.AsyncClient(verify=default_tls()) as client:
             health = await client.get(f"{run.url}/healthz")
     except httpx.TransportError:
         return False
@@ -299,7 +300,7 @@ async def test_a_followers_page_shows_the_leaders_change_live(
         b = Running(_config(tmp_path, target, "b", lease="60s", url=url))
         await eventually(partial(_follows, b, "a"), within=20, what="b following and listening")
         async with (
-            httpx.AsyncClient(verify=LOOPBACK_TLS, timeout=30) as client,
+            httpx.AsyncClient(verify=default_tls(), timeout=30) as client,
             client.stream("GET", f"{b.url}/events") as events,
         ):
             lines = events.aiter_lines()
@@ -335,7 +336,7 @@ async def _follows(run: Running, leader: str) -> bool:
     if not run.gate.listener.connected.is_set():
         return False
     try:
-        async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+        async with httpx.AsyncClient(verify=default_tls()) as client:
             health = await client.get(f"{run.url}/healthz")
     except httpx.TransportError:
         return False

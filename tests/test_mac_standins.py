@@ -31,7 +31,7 @@ from supervisor.playbook.evidence.launchctl import (
 )
 from supervisor.playbook.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
 from supervisor.playbook.evidence.restarts import Restart, RestartOutcome, wait_for_restarts
-from tests.helpers import LOOPBACK_TLS
+from supervisor.probe.wire import default_tls
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -95,7 +95,7 @@ class Mac:
     def serving(self) -> bool:
         try:
             return httpx.get(
-                f"http://127.0.0.1:{self.port}/v1/models", verify=LOOPBACK_TLS, timeout=2
+                f"http://127.0.0.1:{self.port}/v1/models", verify=default_tls(), timeout=2
             ).is_success
         except httpx.HTTPError:
             return False
@@ -166,10 +166,10 @@ def test_the_zombie_mode_is_the_process_s_own_and_a_restart_cures_it(mac: Mac) -
     url = f"http://127.0.0.1:{mac.port}/v1/chat/completions"
     body = {"model": "kimi", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, json=body, verify=LOOPBACK_TLS, timeout=1.5)
+        httpx.post(url, json=body, verify=default_tls(), timeout=1.5)
     mac.launchctl("kickstart", "-k", JOB)
     assert _until(mac.serving)
-    assert httpx.post(url, json=body, verify=LOOPBACK_TLS, timeout=5).status_code == 200
+    assert httpx.post(url, json=body, verify=default_tls(), timeout=5).status_code == 200
 
 
 def test_launchctl_refuses_as_macos_does(mac: Mac) -> None:
@@ -354,7 +354,7 @@ async def _settle(mac: Mac) -> tuple[Restart, ...]:
         name="kimi", kind="openai", url=f"http://127.0.0.1:{mac.port}", model="kimi",
         units=(KIMI_JOB,),
     )  # fmt: skip
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as http:
+    async with httpx.AsyncClient(verify=default_tls()) as http:
         ctx = CollectContext(
             scope=Scope(endpoint=endpoint, host=MAC_HOST, unit=KIMI_JOB),
             executor=StandinExecutor(mac),

@@ -15,8 +15,9 @@ from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
 from supervisor.core.events import Stop
 from supervisor.judge.machine import State
+from supervisor.probe.wire import default_tls
 from supervisor.tell.web.listen import ListenError, parse_listen
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.helpers import eventually, write_fleet
 
 
 async def _daemon(tmp_path: Path, sim: VllmSim) -> Supervisor:
@@ -45,7 +46,9 @@ async def test_metrics_parse_and_show_every_endpoint(tmp_path: Path, sim: VllmSi
         )
         await daemon.store.finish_attempt(attempt, at=daemon.clock.now(), outcome="fixed")
         assert daemon.ops.server is not None
-        async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=daemon.ops.server.url) as client:
+        async with httpx.AsyncClient(
+            verify=default_tls(), base_url=daemon.ops.server.url
+        ) as client:
 
             async def serving_time_stored() -> bool:
                 """The worker is healthy in memory first; its availability counts from the

@@ -23,9 +23,10 @@ from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
 from supervisor.judge.machine import State
 from supervisor.probe import make_client, run_probe
+from supervisor.probe.wire import default_tls
 from supervisor.worker import EndpointWorker
 from tests.conftest import SimFactory
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.helpers import eventually, write_fleet
 
 
 class CountingProber:
@@ -97,7 +98,7 @@ def _state(daemon: Supervisor, name: str) -> State | None:
 async def _status(daemon: Supervisor) -> dict[str, Any]:
     server = daemon.ops.server
     assert server is not None
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False) as client:
+    async with httpx.AsyncClient(verify=default_tls(), trust_env=False) as client:
         response = await client.get(f"{server.url}/status", timeout=5)
     assert response.status_code == 200
     document: dict[str, Any] = response.json()

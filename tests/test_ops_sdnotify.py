@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from supervisor.app.sdnotify import HANG_FILE_ENV, SdNotifier, watchdog_interval
-from tests.helpers import LOOPBACK_TLS
+from supervisor.probe.wire import default_tls
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +118,7 @@ def _health(port: int) -> dict[str, object]:
 
 def _status_names(http_port: int) -> list[str]:
     document = httpx.get(
-        f"http://127.0.0.1:{http_port}/status", verify=LOOPBACK_TLS, timeout=5
+        f"http://127.0.0.1:{http_port}/status", verify=default_tls(), timeout=5
     ).json()
     return [e["name"] for e in document["endpoints"]]
 

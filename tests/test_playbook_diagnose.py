@@ -24,7 +24,7 @@ from supervisor.playbook.evidence.base import (
 )
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.playbook.results import DiagnosisResult
-from tests.helpers import LOOPBACK_TLS
+from supervisor.probe.wire import default_tls
 from tests.test_playbook_support import FileCollectors, action_registry, fleet
 
 WORKER = UnitRef(host="spark2", unit="vllm-ds4-worker.service", container="vllm_ds4")
@@ -102,7 +102,7 @@ class Lab:
 
 @pytest.fixture
 async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as http:
+    async with httpx.AsyncClient(verify=default_tls()) as http:
         yield Lab(tmp_path, http)
 
 

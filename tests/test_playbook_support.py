@@ -36,7 +36,7 @@ from supervisor.playbook.evidence.base import (
     FactValue,
     NoEvidenceParams,
 )
-from tests.helpers import LOOPBACK_TLS
+from supervisor.probe.wire import default_tls
 
 STATUS_FACTS = {
     "active_state": "active, failed ...",
@@ -222,7 +222,7 @@ async def test_status_collector_reads_a_real_file(tmp_path: Path) -> None:
     from supervisor.playbook.scopes import scopes_of
 
     scope = scopes_of(endpoint, config)[0]
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as http:
+    async with httpx.AsyncClient(verify=default_tls()) as http:
         context = CollectContext(
             scope=scope, executor=LocalExecutor(), timeout=timedelta(seconds=5), http=http
         )

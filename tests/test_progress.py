@@ -23,8 +23,9 @@ from supervisor.judge.progress.load import Load, MetricsFormatError, parse_vllm_
 from supervisor.judge.progress.read import read_progress
 from supervisor.playbook.evidence.base import CollectContext, Scope
 from supervisor.playbook.evidence.registry import COLLECTORS
+from supervisor.probe.wire import default_tls
 from tests.conftest import SimFactory
-from tests.helpers import LOOPBACK_TLS, eventually
+from tests.helpers import eventually
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 CHAT = "/v1/chat/completions"
@@ -167,7 +168,7 @@ def test_a_malformed_page_is_a_format_error_in_the_parsers_words() -> None:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False, timeout=5) as client:
+    async with httpx.AsyncClient(verify=default_tls(), trust_env=False, timeout=5) as client:
         yield client
 
 

@@ -31,7 +31,7 @@ from supervisor.playbook.evidence.restarts import (
 from supervisor.playbook.evidence.unitstate import timespan_s
 from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.results import DiagnosisResult
-from tests.helpers import LOOPBACK_TLS
+from supervisor.probe.wire import default_tls
 from tests.test_evidence import (
     STATUS_PROPERTIES,
     Answer,
@@ -114,7 +114,7 @@ async def settle(
 
 @pytest.fixture
 async def http() -> httpx.AsyncClient:
-    return httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False)
+    return httpx.AsyncClient(verify=default_tls(), trust_env=False)
 
 
 @pytest.mark.parametrize(

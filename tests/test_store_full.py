@@ -29,11 +29,12 @@ from supervisor.app.root import Supervisor
 from supervisor.cli.status import collect
 from supervisor.config.loader import load_config
 from supervisor.core.aio import poll
+from supervisor.probe.wire import default_tls
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.store import Store
 from supervisor.tell.telegram.timing import Pacing, Timing
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.helpers import eventually, write_fleet
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -187,7 +188,7 @@ async def test_a_full_disk_keeps_the_lead_the_alerts_and_every_record(
     assert elector.holds()
     assert daemon.gate.supervisor is supervisor
     # the HTTP side and the CLI say the store is full, and why
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS) as client:
+    async with httpx.AsyncClient(verify=default_tls()) as client:
         status = (await client.get(f"{daemon.url}/status")).json()
         health = await client.get(f"{daemon.url}/healthz")
     assert status["role"] == "leader"

@@ -27,8 +27,9 @@ from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
 from supervisor.core.events import ProbeOutcome, Tier
 from supervisor.probe import make_client, run_probe
+from supervisor.probe.wire import default_tls
 from tests.conftest import SimFactory
-from tests.helpers import LOOPBACK_TLS, eventually
+from tests.helpers import eventually
 from tests.ports import free_port
 
 ENGINE_500 = {
@@ -46,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, trust_env=False, timeout=5) as client:
+    async with httpx.AsyncClient(verify=default_tls(), trust_env=False, timeout=5) as client:
         yield client
 
 
@@ -566,7 +567,7 @@ def test_cli_port_in_use_gives_one_line(capsys: pytest.CaptureFixture[str]) -> N
 async def _in_flight(url: str) -> asyncio.Task[httpx.Response]:
     """A real completion sent to `url` and left waiting (the engine is hung); its request is
     counted in `vllm:num_requests_running` once the server holds it."""
-    client = httpx.AsyncClient(verify=LOOPBACK_TLS, timeout=60)
+    client = httpx.AsyncClient(verify=default_tls(), timeout=60)
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
     async def send() -> httpx.Response:

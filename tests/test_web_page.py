@@ -30,6 +30,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.core.timefmt import stamp
 from supervisor.judge.machine import State, Trigger
+from supervisor.probe.wire import default_tls
 from supervisor.record.store.doctor import save_doctor_run
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.store import Store
@@ -38,7 +39,7 @@ from supervisor.tell.web.page.states import TONES, tone_of
 from supervisor.trust.doctor.model import DoctorRun, fail, ok, warn
 from tests.browser import chromium, missing, wait_for
 from tests.conftest import SimFactory
-from tests.helpers import LOOPBACK_TLS, eventually, spawn_daemon, write_fleet
+from tests.helpers import eventually, spawn_daemon, write_fleet
 from tests.ports import free_port
 
 pytestmark = [
@@ -108,7 +109,7 @@ async def fleet(tmp_path: Path, sim_factory: SimFactory) -> AsyncIterator[Fleet]
 
 async def _healthy(url: str) -> bool:
     try:
-        async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=url) as client:
+        async with httpx.AsyncClient(verify=default_tls(), base_url=url) as client:
             status = (await client.get("/status")).json()
     except httpx.HTTPError:
         return False
@@ -294,7 +295,7 @@ async def test_actions_without_the_token_are_refused(fleet: Fleet) -> None:
         problem = wait_for(driver, lambda d: d.find_elements(By.ID, "problem"))[0].text
         assert problem == "wrong token: nothing was done"
 
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=fleet.url) as client:
+    async with httpx.AsyncClient(verify=default_tls(), base_url=fleet.url) as client:
         login = await client.post(
             "/login", data={"who": "bob", "token": TOKEN}, headers={"Origin": fleet.url}
         )
@@ -334,7 +335,7 @@ def _background(driver: WebDriver, css: str) -> str:
 async def test_an_endpoint_page_is_live_in_its_states_colour_and_the_tab_shows_the_worst(
     fleet: Fleet,
 ) -> None:
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=fleet.url) as client:
+    async with httpx.AsyncClient(verify=default_tls(), base_url=fleet.url) as client:
         icon = await client.get("/favicon.ico")
     assert (icon.status_code, icon.headers["Content-Type"]) == (200, "image/x-icon")
     assert icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO
@@ -826,6 +827,6 @@ async def test_a_page_of_another_origin_cannot_silence_pause_or_restart(
     ]
     listing = await asyncio.to_thread(_cli, fleet.config, "silences")
     assert listing == "no silences, no pauses\n"
-    async with httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=fleet.url) as client:
+    async with httpx.AsyncClient(verify=default_tls(), base_url=fleet.url) as client:
         status = (await client.get("/status")).json()
     assert {e["name"]: e["state"] for e in status["endpoints"]}["llm"] == "healthy"

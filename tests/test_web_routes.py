@@ -16,9 +16,10 @@ from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
 from supervisor.judge.machine import State
+from supervisor.probe.wire import default_tls
 from supervisor.record.timeline.control import Acked
 from supervisor.tell.web.page.actions import NEEDS_A_REASON
-from tests.helpers import LOOPBACK_TLS, eventually, write_fleet
+from tests.helpers import eventually, write_fleet
 
 
 async def _daemon(
@@ -62,7 +63,7 @@ async def open_daemon(tmp_path: Path, sim: VllmSim) -> AsyncIterator[Supervisor]
 def _client(daemon: Supervisor) -> httpx.AsyncClient:
     assert daemon.ops.server is not None
     url = daemon.ops.server.url
-    return httpx.AsyncClient(verify=LOOPBACK_TLS, base_url=url, headers={"Origin": url})
+    return httpx.AsyncClient(verify=default_tls(), base_url=url, headers={"Origin": url})
 
 
 async def _sign_in(client: httpx.AsyncClient, who: str) -> str:

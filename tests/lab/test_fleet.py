@@ -10,7 +10,7 @@ import pytest
 
 from fleet_lab import fleet, network
 from fleet_lab.lab import Lab, LabHost
-from tests.helpers import LOOPBACK_TLS
+from supervisor.probe.wire import default_tls
 
 SPARK1, SPARK2 = network.address(11), network.address(12)  #: on this process's lab net
 
@@ -28,7 +28,7 @@ def _poll(predicate: object, within: float, what: str) -> None:
 def _completion(url: str, model: str) -> dict[str, object] | None:
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
     try:
-        reply = httpx.post(f"{url}/v1/chat/completions", json=body, verify=LOOPBACK_TLS, timeout=5)
+        reply = httpx.post(f"{url}/v1/chat/completions", json=body, verify=default_tls(), timeout=5)
     except httpx.HTTPError:
         return None
     data: dict[str, object] = reply.json()
@@ -71,7 +71,7 @@ def test_the_head_holds_29501_and_the_worker_joined_it(lab: Lab) -> None:
 
 def _get(url: str) -> bool:
     try:
-        return httpx.get(url, verify=LOOPBACK_TLS, timeout=2).status_code == 200
+        return httpx.get(url, verify=default_tls(), timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 

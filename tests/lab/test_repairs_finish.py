@@ -30,8 +30,9 @@ from supervisor.execute.ssh import SshExecutor
 from supervisor.judge.machine import State
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome
 from supervisor.playbook.actions.registry import ACTIONS
+from supervisor.probe.wire import default_tls
 from supervisor.record.timeline.repair import Escalation, StepRan, UnitsLeft
-from tests.helpers import LOOPBACK_TLS, eventually
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +49,7 @@ def _hang(lab: Lab) -> str:
     faults.inject_hung_engine(lab)
     pid = faults.qwen_main_pid(lab)
     # it reads its control file now
-    httpx.get(f"{ENDPOINTS['qwen'].url}/health", verify=LOOPBACK_TLS, timeout=5)
+    httpx.get(f"{ENDPOINTS['qwen'].url}/health", verify=default_tls(), timeout=5)
     return pid
 
 
