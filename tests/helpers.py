@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -12,6 +11,8 @@ from typing import Any
 import yaml
 
 from supervisor.core.aio import poll
+from tests import warmstart
+from tests.warmstart import WarmProcess
 
 #: Probe settings that make a whole outage take well under a second.
 FAST_PROBE: dict[str, Any] = {
@@ -65,19 +66,13 @@ def write_fleet(
     return path
 
 
-async def spawn_daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
-    """`supervisor run` as a real process on `config`, its JSON log appended to `log`."""
+async def spawn_daemon(config: Path, log: Path) -> WarmProcess:
+    """`supervisor run` as a real process of its own on `config`, its JSON log appended to `log`
+    (warm: forked from a process that has imported the daemon, `tests.warmstart`)."""
     with log.open("ab") as stderr:
-        return await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "supervisor",
-            "--config",
-            str(config),
-            "run",
-            "--log-format",
-            "json",
-            stdout=asyncio.subprocess.DEVNULL,
+        return await warmstart.spawn(
+            ["--config", str(config), "run", "--log-format", "json"],
+            stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
 

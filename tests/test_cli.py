@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from supervisor.record.store.lease import claim
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.store import Store
 from supervisor.record.timeline.state import Transition
+from tests import warmstart
 from tests.helpers import write_fleet
 
 T0 = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
@@ -368,17 +368,8 @@ def test_incidents_since_takes_a_duration(capsys: pytest.CaptureFixture[str]) ->
 
 
 async def _cli(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "supervisor",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    done = await warmstart.run_async(args, timeout=60)
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.slow

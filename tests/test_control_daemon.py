@@ -20,6 +20,7 @@ from supervisor.record.store.records import SubjectKind
 from supervisor.record.store.store import Store
 from tests.helpers import eventually, spawn_daemon, write_fleet
 from tests.ports import free_port
+from tests.warmstart import WarmProcess
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ async def _state(db: Path) -> str:
     return snapshot.state if snapshot is not None else ""
 
 
-async def _stop(daemon: asyncio.subprocess.Process, log: Path) -> None:
+async def _stop(daemon: WarmProcess, log: Path) -> None:
     daemon.send_signal(signal.SIGTERM)
     code = await asyncio.wait_for(daemon.wait(), timeout=15)
     assert code == 0, log.read_text()[-2000:]  # noqa: ASYNC240 - only when it failed

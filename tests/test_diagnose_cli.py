@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +17,7 @@ from supervisor.cli.diagnose import stored_last_ok
 from supervisor.config.loader import load_config
 from supervisor.record.store.records import Snapshot, SubjectKind
 from supervisor.record.store.store import Store
+from tests import warmstart
 from tests.helpers import write_fleet
 from tests.ports import free_port
 from tests.sshd import Sshd
@@ -95,26 +95,16 @@ async def test_diagnose_dry_run_on_a_pair_lists_the_ordered_plan_across_both_hos
         playbook=str(playbook),
     )
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "supervisor",
-            "--config",
-            str(config),
-            "diagnose",
-            "ds4",
-            "--dry-run",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        done = await warmstart.run_async(
+            ["--config", str(config), "diagnose", "ds4", "--dry-run"], timeout=60
         )
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
         assert worker.returncode is None  # a dry run kills nothing
     finally:
         with contextlib.suppress(ProcessLookupError):
             worker.kill()
         await worker.wait()
-    text = out.decode()
-    assert proc.returncode == 0, text + err.decode()
+    text = done.stdout
+    assert done.returncode == 0, text + done.stderr
     lines = text.splitlines()
     assert lines[0] == "probed now: down (connection refused)"
     assert lines[1] == (

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from tests import warmstart
 from tests.helpers import write_fleet
 from tests.macfakes import MacTools, mac_tools
 from tests.ports import free_port
@@ -77,14 +77,10 @@ async def diagnose(tmp_path: Path, port: int, tools: MacTools) -> tuple[int, lis
         "FLEET_TEST_LAUNCHD": str(tools.state),
         "HOME": "/Users/milo",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "supervisor", "--config", str(config), "diagnose", "kimi",
-        "--dry-run", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    lines = out.decode().splitlines()
-    return proc.returncode, [*lines, *err.decode().splitlines()]
+    done = await warmstart.run_async(
+        ["--config", str(config), "diagnose", "kimi", "--dry-run"], timeout=60, env=env
+    )
+    return done.returncode, [*done.stdout.splitlines(), *done.stderr.splitlines()]
 
 
 def plan(lines: list[str]) -> list[str]:

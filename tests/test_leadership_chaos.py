@@ -35,6 +35,7 @@ from supervisor.record.store.target import PgTarget
 from tests.helpers import eventually, spawn_daemon, write_fleet
 from tests.pgserver import PgServer
 from tests.ports import free_port
+from tests.warmstart import WarmProcess
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,7 @@ class Fleet:
     port: int
     marker: Path
     pidfile: Path
-    procs: dict[str, asyncio.subprocess.Process]
+    procs: dict[str, WarmProcess]
     bots: dict[str, BotApiStub]  #: each instance talks to its own Bot API (to tell who spoke)
     urls: dict[str, str]  #: each instance's `http.listen`
 

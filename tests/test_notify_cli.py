@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from fleet_lab.botapi import BotApiStub
+from tests import warmstart
 from tests.helpers import write_fleet
 
 pytestmark = pytest.mark.slow
@@ -18,20 +17,12 @@ TOKEN = "123456:TEST-token-never-printed"
 
 
 async def _notify_test(config: Path) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "supervisor",
-        "--config",
-        str(config),
-        "notify-test",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    done = await warmstart.run_async(
+        ["--config", str(config), "notify-test"],
+        timeout=60,
         env={**os.environ, "FLEET_SUPERVISOR_TELEGRAM_TOKEN": TOKEN},
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return done.returncode, done.stdout, done.stderr
 
 
 async def test_notify_test_sends_one_message_to_every_chat_and_never_prints_the_token(

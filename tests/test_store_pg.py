@@ -4,8 +4,6 @@ upserts on both engines."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +25,7 @@ from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget, StoreTarget, store_target
 from supervisor.record.timeline.control import Note
 from supervisor.record.timeline.state import Transition
+from tests import warmstart
 from tests.pgserver import PgServer
 from tests.ports import free_port
 
@@ -212,13 +211,7 @@ def test_run_with_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
         _config(f"{{url: 'postgresql+asyncpg://fleet@127.0.0.1:{port}/fleet'}}")
         + "http: {enabled: false}\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "supervisor", "--config", str(config), "run"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = warmstart.run(["--config", str(config), "run"], timeout=60)
     assert (done.returncode, done.stderr) == (
         2,
         f"fleet-supervisor: cannot open store postgresql+asyncpg://fleet@127.0.0.1:{port}/fleet: "

@@ -12,8 +12,6 @@ import getpass
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -37,10 +35,12 @@ from supervisor.record.store.store import Store
 from supervisor.record.timeline.state import Transition
 from supervisor.tell.web.page.states import TONES, tone_of
 from supervisor.trust.doctor.model import DoctorRun, fail, ok, warn
+from tests import warmstart
 from tests.browser import chromium, missing, wait_for
 from tests.conftest import SimFactory
 from tests.helpers import eventually, spawn_daemon, write_fleet
 from tests.ports import free_port
+from tests.warmstart import WarmProcess
 
 pytestmark = [
     pytest.mark.slow,
@@ -72,7 +72,7 @@ class Fleet:
     url: str
     sim: VllmSim
     sim_port: int
-    process: asyncio.subprocess.Process
+    process: WarmProcess
 
 
 @pytest.fixture
@@ -146,14 +146,7 @@ def _red(driver: WebDriver) -> tuple[str, str] | None:
 
 
 def _cli(config: Path, *argv: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "supervisor", "--config", str(config), *argv],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return done.stdout
+    return warmstart.run(["--config", str(config), *argv], timeout=30, check=True).stdout
 
 
 #: Before the page's own script: the stream's 5 s `tick` never reaches the page, so only the live
