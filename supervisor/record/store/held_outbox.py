@@ -39,6 +39,7 @@ class MemoryOutbox:
     done: set[int] = field(default_factory=set)  #: stored rows sent or given up meanwhile
     held_seen: int = 0  #: the last held entry composed (held ids go -1, -2, ...)
     held_batch: int = 0  #: the last held entry of the batch being composed
+    held_whole: bool = False  #: that batch has every held entry not composed before
     floor: int = 0  #: the composer's cursor is at least this (moved by a queued write)
     _next: itertools.count[int] = field(default_factory=lambda: itertools.count(-1, -1))
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, func, insert, inspect, select, update
+from sqlalchemy import Connection, insert, inspect, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.record.store import queries
@@ -123,7 +123,7 @@ class OutboxStore:
                 current = await _cursor(conn)
                 if current is not None:
                     return current
-                last = await _timeline_end(conn)
+                last = await queries.timeline_end(conn)
                 await _set_cursor(conn, last)
                 return last
         except StoreRefusedError as err:
@@ -132,7 +132,7 @@ class OutboxStore:
             current = await _cursor(conn)
             if current is not None:
                 return current
-            last = await _timeline_end(conn)
+            last = await queries.timeline_end(conn)
 
         async def run() -> None:
             async with queueing.tx(write=True) as conn:
@@ -182,16 +182,16 @@ class OutboxStore:
         limit: int,
     ) -> Batch:
         """The stored rows, then the held ones not composed yet, with the composer's memories."""
-        self.memory.held_batch = 0
+        self.memory.held_batch, self.memory.held_whole = 0, False
         if queueing is not None and len(rows) < limit:
-            held = [h for h in queueing.held if h.row.id < self.memory.held_seen][
-                : limit - len(rows)
-            ]
+            unseen = [h for h in queueing.held if h.row.id < self.memory.held_seen]
+            held = unseen[: limit - len(rows)]
             for h in held:
                 rows.append(h.row)
                 incident_rows[h.incident.id] = queueing.held_incident(h.incident.id) or h.incident
             if held:
                 self.memory.held_batch = held[-1].row.id
+                self.memory.held_whole = len(held) == len(unseen)
         for incident_id in {r.incident_id for r in rows}:
             if incident_id in self.memory.states:
                 states[incident_id] = self.memory.states[incident_id][0]
@@ -239,15 +239,28 @@ class OutboxStore:
         all in one transaction (kept in memory and queued while the store cannot take it)."""
         queueing = self._queueing()
         if queueing is None:
-            # (held entries composed in this round that the store took meanwhile are in its
-            # table now, past the cursor: composed again next round, said twice at worst)
-            self.memory.held_batch = 0
+            landed = self._landed_meanwhile()
+            if landed:  # past them, or they would be composed again from the table
+                cursor = max(cursor or 0, landed)
             try:
                 await self._commit(drafts, chat_ids, states, at, cursor)
-                return
             except StoreRefusedError as err:
                 queueing = self._resilient(err)
+            else:
+                self.memory.floor = max(self.memory.floor, landed)
+                return
         self._commit_in_memory(queueing, drafts, chat_ids, states, at, cursor)
+
+    def _landed_meanwhile(self) -> int:
+        """When this round composed held entries and the store has taken every queued write
+        since (so they are in its table now, past the cursor): the timeline's last id when it
+        took the last, at or past each of them; else 0."""
+        composed, whole = self.memory.held_batch, self.memory.held_whole
+        self.memory.held_batch, self.memory.held_whole = 0, False
+        store = self.store
+        if not (composed and whole and isinstance(store, ResilientStore)):
+            return 0  # (some held ones were not composed: the table says them, once)
+        return store.flushed_to
 
     def _commit_in_memory(
         self,
@@ -300,8 +313,7 @@ class OutboxStore:
                         await _put_state(conn, real, state, active)
                 moved = cursor
                 if composed_held:  # past the held entries composed: they are in the table now
-                    last = (await conn.execute(select(func.max(timeline.c.id)))).scalar_one()
-                    moved = int(last or 0)
+                    moved = await queries.timeline_end(conn)
                 if moved is not None:
                     await _set_cursor(conn, moved)
             for memory_id, real_id in inserted:
@@ -505,11 +517,6 @@ async def _cursor(conn: AsyncConnection) -> int | None:
     )
     value = found.scalar_one_or_none()
     return None if value is None else int(value)
-
-
-async def _timeline_end(conn: AsyncConnection) -> int:
-    last = (await conn.execute(select(func.max(timeline.c.id)))).scalar_one()
-    return int(last or 0)
 
 
 async def _set_cursor(conn: AsyncConnection, last_id: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Executable, RowMapping, and_, or_, select
+from sqlalchemy import ColumnElement, Executable, RowMapping, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.record.store.records import (
@@ -185,3 +185,9 @@ async def samples_of(conn: AsyncConnection, endpoint: str, limit: int) -> list[S
         .limit(limit)
     )
     return [to_sample(m) for m in await _mappings(conn, query)]
+
+
+async def timeline_end(conn: AsyncConnection) -> int:
+    """The timeline's last id (0 when empty)."""
+    last = (await conn.execute(select(func.max(timeline.c.id)))).scalar_one()
+    return int(last or 0)

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from supervisor.core.aio import wait_event
 from supervisor.core.events import ProbeResult
+from supervisor.record.store import queries
 from supervisor.record.store.engine import open_engine
 from supervisor.record.store.errors import StoreError, StoreRefusedError, unwritable_cause
 from supervisor.record.store.history import Subject
@@ -94,6 +95,9 @@ class ResilientStore(Store):
         #: composed from memory already (it reads none from the table meanwhile)
         self.flushing = False
         self.landed = 0  #: queued writes the store took, ever (a read spanning one sees it)
+        #: the timeline's last id when the store took the last queued write (0: not known): every
+        #: entry held until then is at or below it, every later one above
+        self.flushed_to = 0
         #: called with the error when writes start queueing, and with '' when they are saved
         self.on_outage: list[Callable[[str], None]] = []
         #: the timeline entries queued, oldest first (gone once the store took them)
@@ -234,6 +238,8 @@ class ResilientStore(Store):
                 result = None
             if head.placeholder is not None:
                 self._ids[head.placeholder] = result
+            if len(self._queue) == 1:  # the last: read before any write can go straight in
+                self.flushed_to = await self._timeline_end()
             self._queue.popleft()
             self.saved += 1
             self.landed += 1
@@ -253,6 +259,13 @@ class ResilientStore(Store):
         for listener in list(self.on_outage):
             listener("")
         self.dropped = 0
+
+    async def _timeline_end(self) -> int:
+        try:
+            async with self.tx(write=False) as conn:
+                return await queries.timeline_end(conn)
+        except StoreError:
+            return 0
 
     # the timeline entries held while queued
 
