@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import ipaddress
 import json as jsonlib
 import os
 import socket
@@ -615,7 +616,7 @@ class ProbeHttp:
                 port,
                 ssl=tls,
                 server_hostname=host if tls is not None else None,
-                happy_eyeballs_delay=0.25,
+                happy_eyeballs_delay=None if _is_address(host) else 0.25,
             )
         except (ssl.SSLError, socket.gaierror) as exc:  # the handshake, the name: as httpx says
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
@@ -623,6 +624,17 @@ class ProbeHttp:
             raise httpx.ConnectError("All connection attempts failed") from exc
         assert isinstance(transport, asyncio.Transport)
         return _Connection(origin, transport, wire)
+
+
+def _is_address(host: str) -> bool:
+    """An IP address, not a name: one address to try, so no Happy Eyeballs race. (Python
+    3.11's race, cancelled by a probe's timeout as a connection comes up, can leave that
+    socket open; the plain connect closes it.)"""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 async def _read_head(wire: _Wire) -> tuple[int, dict[str, str], bool]:
