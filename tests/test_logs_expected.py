@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import structlog
-from telegram.error import Conflict
+from telegram.error import Conflict, TimedOut
 
 from supervisor.core import logs
 from supervisor.record.store.errors import StoreRefusedError
@@ -110,6 +110,47 @@ def test_a_library_logs_json_through_the_same_pipeline(stream: io.StringIO) -> N
         "telegram.ext.Updater",
     )
     assert "Conflict: terminated by other getUpdates request" in line["exception"]
+
+
+def test_the_pollers_last_call_failing_at_shutdown_is_one_warning_line(
+    stream: io.StringIO,
+) -> None:
+    """python-telegram-bot's last getUpdates at shutdown, the Bot API unreachable: its
+    exception is the whole story (no traceback)."""
+    try:
+        raise TimedOut("Pool timeout: All connections in the connection pool are occupied.")
+    except TimedOut:
+        logging.getLogger("telegram.ext.Updater").exception(
+            "Error while calling `get_updates` one more time to mark all fetched updates. "
+            "Suppressing error to ensure graceful shutdown."
+        )
+    [line] = _lines(stream)
+    assert (line["level"], line["logger"], line["error"]) == (
+        "warning",
+        "telegram.ext.Updater",
+        "Pool timeout: All connections in the connection pool are occupied.",
+    )
+    assert "exception" not in line
+
+
+def test_a_silenced_command_writes_no_line_of_a_library_either(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The demo's narration is its output: a library's error (which Python's last-resort
+    handler would print, traceback and all) is not written."""
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stderr", out)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in a command (not pytest's)
+    logs.silence()
+    try:
+        try:
+            raise TimedOut("Pool timeout")
+        except TimedOut:
+            logging.getLogger("telegram.ext.Updater").exception("cleanup failed")
+        structlog.get_logger("supervisor.test").warning("ours")
+    finally:
+        structlog.reset_defaults()
+    assert out.getvalue() == ""
 
 
 def test_a_refused_bot_api_call_of_a_deposed_leader_is_not_said_twice(

@@ -52,6 +52,19 @@ LEFTOVERS: tuple[tuple[str, str, str], ...] = (
 Logged at debug."""
 
 
+SAID_PLAINLY: tuple[tuple[str, str], ...] = (
+    (
+        # python-telegram-bot's last getUpdates at shutdown (it marks the updates it fetched as
+        # read), when the Bot API cannot be reached then: the updates may come again at the
+        # next start, which answers them as any other
+        "telegram.ext.Updater",
+        "Error while calling `get_updates` one more time",
+    ),
+)
+"""Library lines whose exception says all there is: (logger, the message's start). A warning
+with the exception's text as `error`, without traceback."""
+
+
 def _leftover(record: logging.LogRecord, exc: BaseException | None) -> bool:
     message = str(record.msg)
     return any(
@@ -74,7 +87,10 @@ class StdlibBridge(logging.Handler):
             record.levelname = "DEBUG"
         logger = structlog.get_logger(record.name)
         fields: dict[str, Any] = {"logger": record.name}
-        if record.exc_info:
+        if exc is not None and _said_plainly(record):
+            record.levelname = "WARNING"
+            fields["error"] = str(exc) or type(exc).__name__
+        elif record.exc_info:
             fields["exc_info"] = record.exc_info
         try:
             message = record.getMessage()
@@ -83,6 +99,11 @@ class StdlibBridge(logging.Handler):
         level = record.levelname.lower()
         emit = getattr(logger, level if level in _LEVELS else "warning")
         emit(message, **fields)
+
+
+def _said_plainly(record: logging.LogRecord) -> bool:
+    message = str(record.msg)
+    return any(record.name == name and message.startswith(start) for name, start in SAID_PLAINLY)
 
 
 _LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
@@ -126,7 +147,7 @@ def _drop(_logger: object, _name: str, _event: object) -> NoReturn:
 
 
 def silence() -> None:
-    """For commands whose output is the answer (the demo's narration): no log lines, and no
-    warning of APScheduler's on stderr when a busy machine makes it skip a tick."""
+    """For commands whose output is the answer (the demo's narration): no log lines, ours or a
+    library's (APScheduler's warning when a busy machine makes it skip a tick, say)."""
     structlog.configure(processors=[_drop], logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    bridge_stdlib()  # the libraries' lines too (Python's last-resort handler would print them)

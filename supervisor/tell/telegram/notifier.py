@@ -67,8 +67,11 @@ class Notifier:
             .concurrent_updates(True)
             # every Bot API call first asks whether we still lead (no store round trip)
             .request(TenuredRequest(tenure, part="the bot", connection_pool_size=256))
+            # two connections: at shutdown python-telegram-bot cancels the long poll without
+            # awaiting it and at once asks for updates once more; on a busy machine the one
+            # connection was still held then (its pool timed out, and the call failed)
             .get_updates_request(
-                TenuredRequest(tenure, part="the bot's poller", connection_pool_size=1)
+                TenuredRequest(tenure, part="the bot's poller", connection_pool_size=2)
             )
         )
         if telegram.base_url:
