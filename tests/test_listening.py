@@ -9,8 +9,9 @@ from typing import cast
 
 from supervisor.core.events import UnitSignal
 from supervisor.judge.machine import State
+from supervisor.judge.progress.judge import Progress, ProgressVerdict
 from supervisor.repair.listening import MAX_LOOKS, Listening
-from supervisor.worker import EndpointRecord, Heard, unit_heard
+from supervisor.worker import EndpointRecord, Heard, progress_heard, unit_heard
 
 DEATH = UnitSignal(
     endpoint="qwen",
@@ -75,3 +76,18 @@ def test_another_incident_or_no_escalation_hears_nothing() -> None:
     listening.escalated(worker(endpoint), "r", was=State.DOWN)
     endpoint.incident_id = 8
     assert listening.decisive(worker(endpoint), new) is None
+
+
+def test_no_signal_from_metrics_is_not_new_when_none_was_read_before() -> None:
+    """`/metrics` unreadable (`unknown`) after an escalation made before any verdict: nothing
+    new (whether the first read came before the escalation or after is timing); a real verdict
+    is."""
+    listening = Listening()
+    endpoint = Endpoint()
+    listening.escalated(worker(endpoint), "always", was=State.DOWN)
+    unread = Progress(verdict=ProgressVerdict.UNKNOWN, reason="no metrics (cannot reach it)")
+    assert listening.decisive(worker(endpoint), progress_heard(unread)) is None
+    hung = Progress(verdict=ProgressVerdict.HUNG, reason="tokens frozen for 10 min")
+    memory = listening.decisive(worker(endpoint), progress_heard(hung))
+    assert memory is not None
+    assert memory.looks == 1

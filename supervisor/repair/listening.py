@@ -4,7 +4,8 @@ hears now is decisive enough to diagnose again.
 When an endpoint is escalated, the evidence in hand (its last unit death, its last `/metrics`
 verdict) is remembered as heard. Later, each unit death and each `/metrics` verdict the worker
 hears while escalated (`supervisor.worker.Heard`) is decisive when its key was never heard in this
-incident: a new exit status, the first crash loop, a changed verdict. A crash loop repeating the
+incident: a new exit status, the first crash loop, a changed verdict (no verdict yet counts as
+`unknown`: no signal). A crash loop repeating the
 same status every few seconds is heard once.
 
 Bounded so it cannot loop: at most `MAX_LOOKS` diagnoses per incident, each for a key not heard
@@ -19,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from supervisor.judge.machine import State
+from supervisor.judge.progress.judge import Progress, ProgressVerdict
 from supervisor.worker import EndpointRecord, Heard, progress_heard, unit_heard
 
 MAX_LOOKS = 3
@@ -58,8 +60,10 @@ class Listening:
         memory.rule = rule
         if record.last_unit_signal is not None:
             memory.heard.add(unit_heard(record.last_unit_signal).key)
-        if record.last_progress is not None:
-            memory.heard.add(progress_heard(record.last_progress).key)
+        # no `/metrics` verdict yet is as much as `unknown` (no signal): a first `unknown`
+        # heard later tells nothing new (its timing, before or after the escalation, is chance)
+        progress = record.last_progress or Progress(verdict=ProgressVerdict.UNKNOWN, reason="")
+        memory.heard.add(progress_heard(progress).key)
         self._by_name[record.name] = memory
 
     def decisive(self, record: EndpointRecord, heard: Heard) -> Escalated | None:
