@@ -22,8 +22,9 @@ types() {
   return $rc
 }
 # The suite runs on two pools of pytest-xdist workers side by side. The first, FLEET_TEST_WORKERS
-# workers (default: one more than this machine's cores, 3 to 8: many of its specs wait more than
-# they compute; with two more, specs failed by their own timeouts on 2 cores), runs all but the
+# workers (default: two more than this machine's cores, 4 to 8: most of its time is waiting, on a
+# freeze, a lease, a page; on 2 cores 3 workers ended a minute later, and the specs that 4 once
+# failed by their own timeouts were made to wait for their event instead), runs all but the
 # lab's specs, one at a time to whichever worker is free, those that wait longest first
 # (tests/conftest.py: WAIT_FIRST), so that none is left running alone at the end. The second,
 # FLEET_LAB_WORKERS workers (default: the cores, 2 to 8), runs the lab's specs, which mostly wait
@@ -34,7 +35,7 @@ types() {
 # every spec in order. Arguments are pytest options (no paths) given to each run. docs/lab.md
 # gives the times measured on 2 cores.
 cores=$(nproc 2>/dev/null || echo 1)
-workers=${FLEET_TEST_WORKERS:-$((cores < 2 ? 3 : cores > 7 ? 8 : cores + 1))}
+workers=${FLEET_TEST_WORKERS:-$((cores < 2 ? 4 : cores > 6 ? 8 : cores + 2))}
 lab_workers=${FLEET_LAB_WORKERS:-$((cores < 2 ? 2 : cores > 8 ? 8 : cores))}
 if [ "$workers" -gt 1 ]; then
   log=$(mktemp)
