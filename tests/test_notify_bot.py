@@ -434,7 +434,9 @@ RULE = Rule(
 async def test_confirm_mode_asks_apply_or_skip_and_times_out_to_none(
     tmp_path: Path, stub: BotApiStub, vllm: VllmSim
 ) -> None:
-    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url, confirm_timeout="500ms"))
+    # long enough for a press to come back through getUpdates on a loaded box (500 ms was not,
+    # once); the last question waits it out
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url, confirm_timeout="3s"))
     notifier = _notifier(daemon)
     try:
         await eventually(notifier.ready.is_set, what="bot up")
@@ -453,8 +455,8 @@ async def test_confirm_mode_asks_apply_or_skip_and_times_out_to_none(
         await eventually(lambda: stub.sent[-1] is not question, what="a second question")
         stub.press(stub.sent[-1], "Skip", user_id=USER)
         assert await asyncio.wait_for(skipped, 5) is False
-        assert await asyncio.wait_for(notifier.approve("ds4", RULE, []), 5) is None
-        assert stub.edits[-1][2] == "no answer within 500ms: risky-fix skipped"
+        assert await asyncio.wait_for(notifier.approve("ds4", RULE, []), 10) is None
+        assert stub.edits[-1][2] == "no answer within 3s: risky-fix skipped"
     finally:
         await daemon.stop()
 
