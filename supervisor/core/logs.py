@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import structlog
@@ -37,58 +38,62 @@ def configure(*, json: bool | None = None, level: str = "info") -> None:
     bridge_stdlib()
 
 
-LEFTOVERS: tuple[tuple[str, str, str], ...] = (
-    (
-        # asyncpg's probe for TLS, of a connection attempt that was given up (its connect
-        # timeout, on a loaded machine): the attempt's failure is reported by whoever connected
-        # (`store refuses writes`); the probe's future, set when the socket closes, is read by
-        # nobody, and asyncio says so at error level
-        "asyncio",
-        "Future exception was never retrieved",
-        "unexpected connection_lost() call",
+@dataclass(frozen=True)
+class KnownLine:
+    """A library's line we know: its logger, how its message starts and, when it matters, its
+    exception's text. Said at `level`; `plain`: the exception's text as `error`, no traceback."""
+
+    logger: str
+    starts: str
+    exception: str | None = None
+    level: str = "debug"
+    plain: bool = False
+
+    def matches(self, record: logging.LogRecord, exc: BaseException | None) -> bool:
+        return (
+            record.name == self.logger
+            and str(record.msg).startswith(self.starts)
+            and (self.exception is None or (exc is not None and str(exc) == self.exception))
+        )
+
+
+KNOWN_LINES: tuple[KnownLine, ...] = (
+    # asyncpg's probe for TLS, of a connection attempt that was given up (its connect timeout,
+    # on a loaded machine): the attempt's failure is reported by whoever connected (`store
+    # refuses writes`); the probe's future, set when the socket closes, is read by nobody, and
+    # asyncio says so at error level. Not a failure: a debug line.
+    KnownLine(
+        "asyncio", "Future exception was never retrieved", "unexpected connection_lost() call"
     ),
-)
-"""Library lines that are not failures: (logger, the message's start, the exception's text).
-Logged at debug."""
-
-
-SAID_PLAINLY: tuple[tuple[str, str], ...] = (
-    (
-        # python-telegram-bot's last getUpdates at shutdown (it marks the updates it fetched as
-        # read), when the Bot API cannot be reached then: the updates may come again at the
-        # next start, which answers them as any other
+    # python-telegram-bot's last getUpdates at shutdown (it marks the updates it fetched as
+    # read), when the Bot API cannot be reached then: the updates may come again at the next
+    # start, which answers them as any other. Its exception says all there is.
+    KnownLine(
         "telegram.ext.Updater",
         "Error while calling `get_updates` one more time",
+        level="warning",
+        plain=True,
     ),
 )
-"""Library lines whose exception says all there is: (logger, the message's start). A warning
-with the exception's text as `error`, without traceback."""
-
-
-def _leftover(record: logging.LogRecord, exc: BaseException | None) -> bool:
-    message = str(record.msg)
-    return any(
-        record.name == name and message.startswith(start) and str(exc) == text
-        for name, start, text in LEFTOVERS
-    )
+"""The library lines we know (the first that matches a record decides)."""
 
 
 class StdlibBridge(logging.Handler):
     """A `logging` handler that hands each record to structlog (so a library's line is JSON
     like ours). A record carrying an expected end (`expected_end`: a deposed leader's refused
     call, already said once by the part that refused it) is dropped; a known leftover of a
-    library (`LEFTOVERS`) is a debug line."""
+    library (`KNOWN_LINES`) is said at its level, plainly if so."""
 
     def emit(self, record: logging.LogRecord) -> None:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and getattr(exc, "expected_end", False):
             return
-        if _leftover(record, exc):
-            record.levelname = "DEBUG"
+        known = next((k for k in KNOWN_LINES if k.matches(record, exc)), None)
+        if known is not None:
+            record.levelname = known.level.upper()
         logger = structlog.get_logger(record.name)
         fields: dict[str, Any] = {"logger": record.name}
-        if exc is not None and _said_plainly(record):
-            record.levelname = "WARNING"
+        if exc is not None and known is not None and known.plain:
             fields["error"] = str(exc) or type(exc).__name__
         elif record.exc_info:
             fields["exc_info"] = record.exc_info
@@ -99,11 +104,6 @@ class StdlibBridge(logging.Handler):
         level = record.levelname.lower()
         emit = getattr(logger, level if level in _LEVELS else "warning")
         emit(message, **fields)
-
-
-def _said_plainly(record: logging.LogRecord) -> bool:
-    message = str(record.msg)
-    return any(record.name == name and message.startswith(start) for name, start in SAID_PLAINLY)
 
 
 _LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
