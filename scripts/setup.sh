@@ -27,6 +27,6 @@ if ! { [ -x .venv/bin/uv ] &&
   .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]' -e ./lab
 fi
 # Bytecode for every module, compiled here once on all cores: uv compiles none, and a test run
-# starts about ten Python processes at once, each of which compiled what it imported (3 CPU-s a
+# starts about ten Python processes at once, each of which compiled what it imported (4.8 CPU-s a
 # process in a fresh clone, 1.7 with the caches). About 7 s on 2 cores the first time, then 1 s.
 .venv/bin/python -m compileall -q -j 0 .venv/lib supervisor lab/fleet_lab tests bench >/dev/null
