@@ -7,8 +7,12 @@ exit)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +30,52 @@ WATCHED = (
     "fleet_lab.vllm_sim.server",
 )
 
-#: `run` under the real CLI, stopped by SIGTERM after a second; prints the watched modules loaded
+#: `run` under the real CLI until SIGTERM; prints the watched modules it loaded by then
 RUN = f"""
-import os, signal, sys, threading
+import sys
 from supervisor.cli import main
-threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
 code = main(["--config", sys.argv[1], "run", "--log-format", "json"])
 print(code, sorted(m for m in {WATCHED!r} if m in sys.modules))
 """
 
 TELEGRAM = {"chat_ids": [-100], "user_ids": [7], "base_url": "http://127.0.0.1:9/bot"}
 
+#: what the daemon says once it has done what a spec asks about: started (the store made or
+#: opened, the notifier made if configured), an endpoint probed, confirmed down and diagnosed
+SETTLED = ("started", "diagnosed")
+#: ... and, with a token, its Telegram side started (it asked the Bot API, which is not there)
+TELEGRAM_UP = "telegram: Bot API not reachable; retrying"
 
-def _run(config: Path, env: dict[str, str], code: str = RUN) -> str:
-    result = subprocess.run(
+
+def _run(
+    config: Path, env: dict[str, str], code: str = RUN, until: tuple[str, ...] = SETTLED
+) -> str:
+    """`code` as a process of its own, stopped by SIGTERM once its JSON log has said every event
+    in `until` (a fact it reports, not a time); what it printed on its way out."""
+    process = subprocess.Popen(
         [sys.executable, "-c", code, str(config)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
-        check=False,
         env={"PATH": "/usr/bin:/bin", **env},
     )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip()
+    stop = threading.Timer(60, process.kill)  # a daemon that never says them: failed, not hung
+    stop.start()
+    assert process.stderr is not None
+    said: list[str] = []
+    waiting = set(until)
+    for line in process.stderr:
+        said.append(line)
+        with contextlib.suppress(json.JSONDecodeError):
+            waiting.discard(json.loads(line).get("event"))
+        if not waiting:
+            process.send_signal(signal.SIGTERM)
+            break
+    out, err = process.communicate()
+    stop.cancel()
+    assert not waiting, f"never said {sorted(waiting)}: {''.join(said)}{err}"
+    assert process.returncode == 0, "".join(said) + err
+    return out.strip()
 
 
 @pytest.mark.parametrize(
@@ -67,7 +94,8 @@ def test_the_daemon_loads_the_telegram_client_only_when_telegram_is_configured(
     if telegram is not None:
         text = config.read_text() + f"notify:\n  telegram: {telegram!r}\n"
         config.write_text(text)
-    assert _run(config, env) == loaded
+    until = (*SETTLED, TELEGRAM_UP) if "FLEET_SUPERVISOR_TELEGRAM_TOKEN" in env else SETTLED
+    assert _run(config, env, until=until) == loaded
 
 
 #: a local command through the fleet's executor, then the SSH executor asked for
@@ -94,16 +122,10 @@ def test_asyncssh_is_loaded_only_when_a_command_goes_over_ssh() -> None:
     assert result.stdout == "0 False\nTrue\n"
 
 
-#: `run` as `python -m supervisor` starts it, stopped the same way; prints what it loaded of `names`
+#: `run` as `python -m supervisor` starts it, until SIGTERM; prints what it loaded of `names`
 MAIN = """
-import os, runpy, signal, sys, threading, time
+import runpy, sys
 sys.argv = ["supervisor", "--config", sys.argv[1], "run", "--log-format", "json"]
-def stop():  # a second after the daemon took SIGTERM over (it stops cleanly then)
-    while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        time.sleep(0.01)
-    time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)
-threading.Thread(target=stop, daemon=True).start()
 try:
     runpy.run_module("supervisor", run_name="__main__")
 except SystemExit as stop:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import pytest
 
@@ -19,7 +19,7 @@ from supervisor.core.streamstatus import StreamPhase
 from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
 from supervisor.hear.streams.local import LocalTransport
-from supervisor.hear.streams.protocol import Transport
+from supervisor.hear.streams.protocol import Follow, Ran, Transport
 from supervisor.hear.streams.ssh import SshTransport
 from supervisor.hear.streams.stream import HostStream, StreamSettings
 
@@ -204,13 +204,37 @@ async def test_killing_the_ssh_session_mid_stream_loses_no_event(
 POLLING = StreamSettings(poll_every_s=0.2, retry_stream_every_s=60.0)
 
 
+class Shows:
+    """A transport that counts the `systemctl show` reads it has answered (the poller's reads of
+    the units' state), so that a spec can wait for the first one instead of for a time."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.answered = 0
+
+    async def run(self, argv: Sequence[str], *, timeout: float, sudo: bool = False) -> Ran:
+        ran = await self.inner.run(argv, timeout=timeout, sudo=sudo)
+        if list(argv[:2]) == ["systemctl", "show"] and ran.ok:
+            self.answered += 1
+        return ran
+
+    async def follow(self, argv: Sequence[str], *, sudo: bool = False) -> Follow:
+        return await self.inner.follow(argv, sudo=sudo)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
 async def test_a_host_without_journalctl_is_polled_and_says_why(evlab: Lab, clean: LabHost) -> None:
     run(clean, "mv", "/usr/bin/journalctl", "/usr/bin/journalctl.hidden")
-    watch = Watch(ssh(evlab), POLLING)
+    shows = Shows(ssh(evlab))
+    watch = Watch(shows, POLLING)
     try:
         reason = "polling: journalctl failed: bash: line 1: journalctl: command not found"
         await watch.until(lambda: watch.stream.status.text == reason, "polling")
-        await asyncio.sleep(0.5)  # a first read of the units' state
+        # the poller's first read of the units' state (what a change is measured against)
+        read = shows.answered
+        await watch.until(lambda: shows.answered > read, "first read of the units")
         run(clean, "systemctl", "start", UNIT)
         started = await watch.next(EventKind.STARTED)
         run(clean, "touch", DIE)
