@@ -5,7 +5,10 @@ step, and it says so in one warning line, no traceback. The message it owed reac
 once: the new leader delivers the outbox's unsent rows, whoever composed them, under its own
 epoch.
 
-Two real daemons on a real PostgreSQL store: the fleet of `tests.test_leadership_chaos`."""
+Two real daemons on a real PostgreSQL store: the fleet of `tests.test_leadership_chaos`. The
+store's own fence on messages (a sender whose clock says its lease holds, meeting a store whose
+epoch moved on) is pinned alone, on a real SQLite store and the Bot API stub: the frozen leader
+above stops by its own clock first and never reaches it."""
 
 from __future__ import annotations
 
@@ -13,18 +16,34 @@ import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Sized
+from pathlib import Path
 
 import pytest
+import structlog
 import yaml
+from telegram import Bot
 
-from supervisor.record.store.lease import LeaseJournalEntry, lease_journal
-from supervisor.record.store.outbox import OutboxStore
+from fleet_lab.botapi import BotApiStub
+from supervisor.core.clock import SystemClock, utcnow
+from supervisor.core.tenure import Tenure
+from supervisor.record.store.lease import (
+    Lease,
+    LeaseJournalEntry,
+    StaleEpochError,
+    claim,
+    lease_journal,
+)
+from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.record.store.records import OutboxRow
 from supervisor.record.store.store import Store
 from supervisor.record.timeline.repair import StepRan
+from supervisor.tell.telegram.sender import Sender
+from supervisor.tell.telegram.timing import Pacing
 from tests import test_leadership_chaos as chaos
 from tests.helpers import eventually
 from tests.test_leadership_chaos import CHAT, LEASE_S, RULE, Fleet, _start
+
+TOKEN = "123456:fence-token"
 
 pytestmark = pytest.mark.slow
 
@@ -178,3 +197,61 @@ async def test_a_woken_leader_delivers_nothing_stale_after_the_all_clear(fleet: 
     assert steps[0] == "step 1 shell on forge: started"  # its outcome unknown: no `step` entry
     ran = [r.record for r in rows if isinstance(r.record, StepRan)]
     assert not [s for s in ran if (s.index, s.ok) == (0, True)]  # nor one that says it passed
+
+
+async def _lead(store: Store, holder: str, *, lease_ms: int) -> Lease:
+    async with store.tx(write=True) as conn:
+        return await claim(conn, holder=holder, host=f"hub-{holder}", epoch=None, lease_ms=lease_ms)
+
+
+async def test_a_sender_whose_lease_holds_meets_the_fence_when_the_store_moved_on(
+    tmp_path: Path,
+) -> None:
+    """The store's fence on messages, alone: `a` leads with epoch 1 and its own clock says its
+    lease still holds (a clock that lags, a renewal in flight), but `b` took the lease over in
+    the store (epoch 2). The message `a` composed as leader is refused at the fence before any
+    Bot API call: the leadership journal records the refusal naming the new leader, the sender
+    stops with one warning line, and the row stays unsent for `b` to deliver."""
+    api = BotApiStub(token=TOKEN)
+    await api.start()
+    store = await Store.open(tmp_path / "supervisor.db")
+    try:
+        outbox = OutboxStore(store)
+        await outbox.ensure()
+        mine = await _lead(store, "a", lease_ms=200)
+        store.fence_epoch, store.fence_holder, store.fence_host = mine.epoch, "a", "hub-a"
+        draft = OutboxDraft(kind="opened", text="🔴 <b>m</b> is down", incident_id=None)
+        await outbox.commit(drafts=[draft], chat_ids=[CHAT], states={}, at=utcnow())
+        [row] = await outbox.pending()
+        b = await Store.open(tmp_path / "supervisor.db", create=False)
+        try:  # b takes over once a's lease has run out in the store (its clock, not ours)
+            taken = await _lead(b, "b", lease_ms=60_000)
+            while taken.holder != "b":
+                await asyncio.sleep(0.05)
+                taken = await _lead(b, "b", lease_ms=60_000)
+        finally:
+            await b.close()
+        assert (taken.epoch, taken.holder, taken.took_over) == (2, "b", True)
+        deposed: list[StaleEpochError] = []
+        store.on_deposed.append(deposed.append)
+        bot = Bot(TOKEN, base_url=api.base_url)
+        sender = Sender(bot, outbox, store, SystemClock(), Pacing(idle_poll=0.05), tenure=Tenure())
+        with structlog.testing.capture_logs() as logs:
+            async with asyncio.timeout(30):
+                await sender.run()  # Tenure(): its own clock says it holds; the fence stops it
+        async with store.tx(write=False) as conn:
+            journal = await lease_journal(conn)
+        unsent = await outbox.pending()
+    finally:
+        await store.close()
+        await api.stop()
+    assert "sendMessage" not in api.calls
+    what = f"message opened #{row.id} to {CHAT}"
+    assert [(e.epoch, e.holder, e.detail) for e in journal if e.event == "refused"] == [
+        (1, "a", f"{what}: b leads with epoch 2")
+    ]
+    assert [(d.mine, d.current, d.holder) for d in deposed] == [(1, 2, "b")]
+    assert [(e["log_level"], e["stops"], e["refused"]) for e in logs] == [
+        ("warning", "the sender", f"refused under stale epoch 1: b leads with epoch 2 ({what})")
+    ]
+    assert [r.id for r in unsent] == [row.id]  # b's to deliver
