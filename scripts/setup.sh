@@ -4,7 +4,7 @@
 # tests drive for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-APT_PACKAGES="openssh-server sudo systemd iproute2 procps util-linux chromium chromium-driver postgresql"
+APT_PACKAGES="openssh-server sudo systemd iproute2 procps util-linux openssl curl chromium chromium-driver postgresql"
 missing=""
 for pkg in $APT_PACKAGES; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"

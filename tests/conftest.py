@@ -20,7 +20,7 @@ from supervisor.probe.wire import ProbeHttp
 from supervisor.record.store.target import StoreTarget
 from tests.pgserver import PgServer
 from tests.pgserver import unavailable as pg_unavailable
-from tests.skips import reason, skip_line
+from tests.skips import reason, skip_line, strict_line
 from tests.sshd import Sshd, skip_unless_sshd_runs
 
 FAST_TOK_S = 2000.0
@@ -150,11 +150,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(why)
 
 
+def _skips(config: pytest.Config) -> list[str]:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = reporter.stats if reporter is not None else {}
+    return [reason(r) for r in stats.get("skipped", []) if not hasattr(r, "wasxfail")]
+
+
+def _strict_line(config: pytest.Config) -> str | None:
+    strict = os.environ.get("FLEET_STRICT_SKIPS") == "1"
+    return strict_line(_skips(config), os.geteuid(), platform=sys.platform, strict=strict)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """As root on Linux under the test command, a skip `tests.skips.ALLOWED` does not cover
+    fails the run (a worker's reports reach the controller, which decides)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    if _strict_line(session.config) is not None and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    skipped = terminalreporter.stats.get("skipped", [])
-    line = skip_line((reason(report) for report in skipped), os.geteuid())
+    line = skip_line(_skips(terminalreporter.config), os.geteuid())
     if line is not None:
         terminalreporter.write_line(line)
+    strict = _strict_line(terminalreporter.config)
+    if strict is not None:
+        terminalreporter.write_line(strict, red=True, bold=True)
 
 
 @pytest.fixture(scope="session")
