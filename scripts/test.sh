@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # The test command: set-up, then lint, format check and the import contracts (pyproject's
 # [tool.importlinter]), then the whole suite with strict types (mypy) checked beside it.
+# `--long`: set-up, then only the specs marked `long` (they hold a fault for minutes, so the
+# default run leaves them out: pyproject's addopts `-m 'not long'`), as the lab's pool runs its
+# specs (its workers, FLEET_LAB_NET, FLEET_LAB_NETNS=1, strict skips); no lint, no types.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+long=0
+if [ "${1:-}" = "--long" ]; then
+  long=1
+  shift
+fi
 bash scripts/setup.sh
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/lint-imports
+if [ "$long" = 0 ]; then
+  .venv/bin/ruff check .
+  .venv/bin/ruff format --check .
+  .venv/bin/lint-imports
+fi
 # Python writes its bytecode caches (a machine that sets PYTHONDONTWRITEBYTECODE would otherwise
 # compile every module, and pytest rewrite every test module, in each of the run's processes).
 unset PYTHONDONTWRITEBYTECODE
@@ -14,6 +24,17 @@ unset PYTHONDONTWRITEBYTECODE
 # short allow-list in tests/skips.py (ALLOWED, each entry with why) fails the run
 # (tests/conftest.py). FLEET_STRICT_SKIPS=0 turns that off.
 export FLEET_STRICT_SKIPS=${FLEET_STRICT_SKIPS:-1}
+cores=$(nproc 2>/dev/null || echo 1)
+lab_workers=${FLEET_LAB_WORKERS:-$((cores < 2 ? 2 : cores > 8 ? 8 : cores))}
+if [ "$long" = 1 ]; then
+  ran=0
+  FLEET_LAB_NET=10 FLEET_LAB_NETNS=1 .venv/bin/pytest -n "$lab_workers" --dist worksteal \
+    -m long "$@" tests || ran=$?
+  if [ "$ran" = 5 ]; then # pytest collected nothing: a command that ran no spec proved nothing
+    echo "scripts/test.sh --long: no spec ran: none is marked long, or the options left none" >&2
+  fi
+  exit "$ran"
+fi
 # mypy --strict (27 s of one core in a fresh clone) runs beside the suite, at a lower priority
 # (`nice`): it takes the cycles the specs leave while they wait; its report follows the suite's.
 types_log=$(mktemp)
@@ -39,9 +60,7 @@ types() {
 # through `item._nodeid`, which pytest 9 no longer reads.) FLEET_TEST_WORKERS=1: one process,
 # every spec in order. Arguments are pytest options (no paths) given to each run. docs/lab.md
 # gives the times measured on 2 cores.
-cores=$(nproc 2>/dev/null || echo 1)
 workers=${FLEET_TEST_WORKERS:-$((cores < 2 ? 4 : cores > 6 ? 8 : cores + 2))}
-lab_workers=${FLEET_LAB_WORKERS:-$((cores < 2 ? 2 : cores > 8 ? 8 : cores))}
 if [ "$workers" -gt 1 ]; then
   log=$(mktemp)
   FLEET_LAB_NET=10 FLEET_LAB_NETNS=1 .venv/bin/pytest -n "$lab_workers" --dist worksteal \

@@ -6,6 +6,7 @@ python-telegram-bot client against the Bot API stub the drill serves)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from fleet_lab.drills import run as drills
 from fleet_lab.drills.report import DrillReport
 from fleet_lab.lab import Lab, LabError
 from fleet_lab.mac import host as mac_host
+from supervisor.record.timeline.repair import AttemptStarted, Diagnosis, Settled
 
 pytestmark = pytest.mark.slow
 
@@ -289,9 +291,10 @@ def test_an_unknown_drill_is_one_plain_line() -> None:
         "no drill 'nope' (drills: ghost-execstart, eaddrinuse-29501, page-cache-starvation, "
         "duplicated-mxfp4-patch, cold-start, ssh-lost, unknown-failure, ghost-execstart-host, "
         "ghost-execstart-203, ghost-kill-127, ghost-kill-203, escalated-then-ghost, "
-        "escalated-other-status, engine-death-clean-exit, orphan-enginecore, "
+        "escalated-then-hung, escalated-other-status, engine-death-clean-exit, orphan-enginecore, "
         "ghost-execstart-no-known-good, fork-shm-ringbuffer, mamba-block-size, "
-        "silent-degradation, saturated, hung-engine, mlx-zombie, launchd-job-dead)"
+        "silent-degradation, saturated, hung-engine, mlx-zombie, launchd-job-dead, "
+        "launchd-job-crashloop)"
     )
 
 
@@ -370,3 +373,71 @@ async def test_a_booted_out_launchd_job_is_bootstrapped_and_kickstarted(
     assert report.heal_s is not None
     assert 0 < report.heal_s < 30
     _kimi_told(report, "connection refused")
+
+
+#: mlx_lm's log time (`2026-11-28 16:51:32,737`), which the launcher writes as it starts
+STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+
+
+async def test_a_kept_alive_job_that_keeps_dying_is_a_person_s(lab: Lab, tmp_path: Path) -> None:
+    """Kimi's job, reloaded with KeepAlive, loses its model folder and is killed: launchd starts
+    it again at once and every start dies (exit 1), 10 s apart in `spawn scheduled`. The
+    diagnosis does not take the first death for an unknown failure: it waits for launchd's next
+    start (runs 2 -> 3, failed again), then launchd-job-crashloop (KeepAlive, read from the
+    plist) is the one rule that matches: no attempt, no step, and a person is told how the last
+    run ended, what it logged and what it runs."""
+    report = await drills.run_drill(lab, "launchd-job-crashloop", folder=tmp_path)
+    print("\n".join(report.lines()))
+    assert report.problem == ""
+    records = [row.record for row in report.timeline]
+    waits = [r for r in records if isinstance(r, Settled)]
+    assert [(w.scope, w.outcome, w.before, w.after, w.bound_s) for w in waits] == [
+        (
+            KIMI,
+            "failed again",
+            "exit 1, spawn scheduled, 2 runs",
+            "exit 1, spawn scheduled, 3 runs",
+            13.0,  # the throttle (`minimum runtime = 10`), 2 s to see a start live, 1 s slack
+        )
+    ]
+    diagnoses = [r for r in records if isinstance(r, Diagnosis)]
+    assert [d.rule for d in diagnoses] == ["launchd-job-crashloop"]
+    assert records.index(waits[0]) < records.index(diagnoses[0])
+    assert report.diagnoses == (f"kimi (down): launchd-job-crashloop matched on {KIMI}",)
+    job = {k: v for k, v in diagnoses[0].facts[KIMI].items() if k.startswith("job.")}
+    assert (job["job.state"], job["job.keep_alive"], job["job.runs"], job["job.last_exit"]) == (
+        "spawn scheduled",
+        True,
+        3,
+        "exit 1",
+    )
+    assert [r for r in records if isinstance(r, AttemptStarted)] == []
+    assert (report.attempts, report.steps, report.outcome) == (0, (), None)
+    assert report.final_state == "escalated"
+    flags = " ".join(mac_host.SERVER_FLAGS)
+    asked = (
+        re.escape(f"{mac_host.LABEL} on m3ultra keeps dying: 3 runs, the last ended with exit 1. ")
+        + re.escape("Its log says: ")
+        + STAMP
+        + re.escape(
+            f" - INFO - Starting httpd at {mac_host.ADDRESSES['m3ultra']} on port 8013... | "
+            f"{mac_host.MISSING_MODEL}. Run: {mac_host.LAUNCHER} {flags}"
+        )
+    )
+    assert re.fullmatch(
+        asked + re.escape(" (runbook: runbooks/launchd-job-dead.md)"), report.escalation
+    ), report.escalation
+    assert report.detect_s is not None
+    assert 0 < report.detect_s < 10
+    assert report.escalate_s is not None
+    # launchd's next start comes a throttle (10 s) after the first death, less the detection
+    assert 0 < report.escalate_s < 20
+    assert report.passed
+    texts = report.notified.texts
+    assert texts[:2] == (
+        f"🔴 <b>kimi</b> is down: connection refused\nincident #{report.incident}",
+        f"🔎 kimi diagnosis: {report.diagnosis}",
+    ), texts
+    assert re.match(re.escape("🆘 <b>a person is needed</b> on kimi: ") + asked + "\n", texts[2])
+    assert texts[2].endswith(f"/ack {report.incident} stops the reminders")
+    assert len(texts) == 3, texts

@@ -48,10 +48,11 @@ def test_lab_commands_fail_with_one_plain_line(
             "fleet-supervisor: no drill 'nope' (drills: ghost-execstart, eaddrinuse-29501, "
             "page-cache-starvation, duplicated-mxfp4-patch, cold-start, ssh-lost, "
             "unknown-failure, ghost-execstart-host, ghost-execstart-203, ghost-kill-127, "
-            "ghost-kill-203, escalated-then-ghost, escalated-other-status, "
+            "ghost-kill-203, escalated-then-ghost, escalated-then-hung, "
+            "escalated-other-status, "
             "engine-death-clean-exit, orphan-enginecore, ghost-execstart-no-known-good, "
             "fork-shm-ringbuffer, mamba-block-size, silent-degradation, saturated, hung-engine, "
-            "mlx-zombie, launchd-job-dead)\n",
+            "mlx-zombie, launchd-job-dead, launchd-job-crashloop)\n",
         ),
     ],
 )

@@ -1,6 +1,9 @@
 """The faults the drills inject into the running lab, each from its real cause, and how each is
-undone. Every fault but the hang ends with the DeepSeek head (re)started into it (a relaunch is
-when the fleet met each of them); the hang (`ssh-lost`) freezes spark1 instead."""
+undone. The DeepSeek pair's faults end with the head (re)started into them (a relaunch is when
+the fleet met each of them), but the hang (`ssh-lost`), which freezes spark1 instead; the single
+node's (`qwen`) come from its unit (a drop-in, a kill) or from its server's control file (load,
+a hung engine, failing completions), the Mac's from its launchd job. A fault with a `then`
+changes once the endpoint is escalated: what it hears next is new evidence."""
 
 from __future__ import annotations
 
@@ -250,11 +253,32 @@ def inject_saturation(lab: Lab) -> None:
 QWEN_STOP_DROPIN = f"/etc/systemd/system/{fleet.QWEN_UNIT}.d/40-default-stop-timeout.conf"
 
 
+def _hang_engine(lab: Lab) -> None:
+    """The single node's engine stops stepping (3 requests stuck), in the process running now
+    only: a restart of the unit ends it (as a real engine's hang)."""
+    _control(lab, {"engine_hung": True, "load_running": 3, "pid": int(qwen_main_pid(lab))})
+
+
 def inject_hung_engine(lab: Lab) -> None:
     """The engine stops stepping: 3 requests stuck, /health and /v1/models still 200. Only this
     process hangs: a restart of the unit ends it (as a real engine's hang)."""
     write_dropin(lab, QWEN_STOP_DROPIN, "[Service]\nTimeoutStopSec=90s\n")
-    _control(lab, {"engine_hung": True, "load_running": 3, "pid": int(qwen_main_pid(lab))})
+    _hang_engine(lab)
+
+
+def inject_qwen_failing_completions(lab: Lab) -> None:
+    """Every completion of the single node answers HTTP 500 (/health and /v1/models still 200,
+    nothing running: `/metrics` says idle), in this process and every restarted one: no rule
+    knows it, so unknown-failure's one restart fails and a person is called. The unit never
+    dies."""
+    _control(lab, {"fail_status": 500})
+
+
+def then_hung(lab: Lab) -> None:
+    """While escalated: the running process's engine hangs instead (its completions now get no
+    token; `/metrics` says hung). The unit stays active and dies no death: only `/metrics`
+    changed, and hung-engine knows this one."""
+    _hang_engine(lab)
 
 
 def reset(lab: Lab) -> None:
@@ -324,6 +348,9 @@ class Fault:
     #: what must follow (heal without a person, or stay escalated with nothing more done)
     then: Callable[[Lab], None] | None = None
     within: float | None = None  #: how long the drill waits for each phase (None: its default)
+    #: what the fault needs in place before the daemon starts (and the endpoint serves again
+    #: when it returns): the lab as a user had it before the failure
+    prepare: Callable[[Lab], None] | None = None
 
     def clean(self, lab: Lab) -> None:
         reset(lab)
@@ -359,6 +386,18 @@ FAULTS: Mapping[str, Fault] = {
             startup_grace="8s",
             endpoint="qwen",
             then=then_ghost,
+        ),
+        # escalated, then only `/metrics` changes (the unit dies no death meanwhile); every
+        # failed real check reads /metrics over 5 s, so escalating takes ~45 s: a generous
+        # ceiling per phase
+        Fault(
+            "escalated-then-hung",
+            "hung-engine",
+            inject_qwen_failing_completions,
+            startup_grace="8s",
+            endpoint="qwen",
+            then=then_hung,
+            within=120,
         ),
         Fault(
             "escalated-other-status",
@@ -405,6 +444,15 @@ FAULTS: Mapping[str, Fault] = {
         # a hang is seen only through the completion timeout: a generous ceiling per phase
         Fault("mlx-zombie", "mlx-zombie", mac_host.inject_zombie, endpoint="kimi", within=120),
         Fault("launchd-job-dead", "launchd-job-dead", mac_host.inject_bootout, endpoint="kimi"),
+        # kept alive by launchd, dying at every start: a person's, after launchd's next try
+        Fault(
+            "launchd-job-crashloop",
+            "launchd-job-crashloop",
+            mac_host.inject_crashloop,
+            Expect.ESCALATE,
+            endpoint="kimi",
+            prepare=mac_host.reload_kept_alive,
+        ),
     )
 }
 

@@ -2,14 +2,15 @@
 against it, and report what it detected, diagnosed, did and verified, with the time to detect
 (fault injected -> down) and the time to heal (down -> healthy).
 
-Each drill settles the lab first (the pair serving a real completion), starts a `Supervisor` on a
-fleet config generated into the lab's folder (`drills/NAME/fleet.yaml`, a fresh store each run)
-whose Telegram notifier talks to a Bot API stub the drill serves (the daemon logs in as the lab's
-unprivileged user, and every host first gets the sudoers file `fleet-supervisor sudoers --host H`
-generates for that config: `install_sudoers`), waits for the drilled endpoint
-(`ds4`, or `qwen` for a host-script unit) to be healthy, injects the fault, waits for the
-incident to open and for what the fault expects (healed; left alone yet healthy again;
-escalated, then a quiet spell in which nothing more happens), and always undoes its fault
+Each drill settles the lab first (the pair serving a real completion), puts in place what its
+fault needs beforehand (`Fault.prepare`: the crash loop's job reloaded with KeepAlive), starts a
+`Supervisor` on a fleet config generated into the lab's folder (`drills/NAME/fleet.yaml`, a
+fresh store each run) whose Telegram notifier talks to a Bot API stub the drill serves (the
+daemon logs in as the lab's unprivileged user, and every host first gets the sudoers file
+`fleet-supervisor sudoers --host H` generates for that config: `install_sudoers`), waits for
+the drilled endpoint (`ds4`, or `qwen` for a host-script unit) to be healthy, injects the fault,
+waits for the incident to open and for what the fault expects (healed; left alone yet healthy
+again; escalated, then a quiet spell in which nothing more happens), and always undoes its fault
 afterwards so the next drill (or test) finds a healthy lab.
 
 The daemon hears systemd too (`supervisor.hear.units`): a drill injects its fault only once every
@@ -203,6 +204,8 @@ async def _run(
     lab: Lab, fault: faults.Fault, config: FleetConfig, bot: DrillBot, within: float
 ) -> DrillReport:
     await asyncio.to_thread(settle, lab)
+    if fault.prepare is not None:
+        await asyncio.to_thread(fault.prepare, lab)
     daemon = Supervisor(config)
     daemon.notify_timing = TIMING
     await daemon.start()

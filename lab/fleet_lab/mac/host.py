@@ -17,6 +17,11 @@ are, so the daemon logging in as that user acts on it without sudo.
 The server's zombie mode (mlx_lm's generation thread died: `/health` and `/v1/models` answer,
 every completion hangs) is its `engine_hung` behaviour, set through its control file for the
 process that runs now only (`pid`): a restart really cures it, as it does mlx_lm's.
+
+The crash loop (`reload_kept_alive`, then `inject_crashloop`): the job reloaded from a plist with
+KeepAlive whose launcher serves only while the model folder is there; the folder goes and the
+server is killed, and from then on every start dies at once: launchd starts it again after each
+throttle (10 s), `spawn scheduled` meanwhile.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import plistlib
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -35,8 +41,8 @@ from fleet_lab import network
 from fleet_lab.account import Account
 from fleet_lab.boot import INSIDE
 from fleet_lab.lab import Lab, LabError, LabHost
+from supervisor.core.tls import default_tls
 from supervisor.playbook.evidence.launchctl import parse_print
-from supervisor.probe.wire import default_tls
 
 HOST = "m3ultra"
 #: The Macs of the lab and their addresses (the Sparks' are `fleet_lab.lab.ADDRESSES`).
@@ -132,6 +138,46 @@ def plist() -> bytes:
     )
 
 
+#: Kimi's job as reloaded for the crash loop: its plist (KeepAlive), its launcher, and the model
+#: folder the launcher needs (the user's: `reload_kept_alive` makes it, `inject_crashloop` removes
+#: it)
+KEPT_ALIVE = f"{INSIDE}/macos/kept-alive"
+KEPT_ALIVE_PLIST = f"{KEPT_ALIVE}/{LABEL}.plist"
+LAUNCHER = f"{KEPT_ALIVE}/mlx-kimi.sh"
+MODEL_FOLDER = f"{HOME}/models/Kimi-K2.6-DQ3"
+#: what a start without the model folder writes last (mlx_lm's error when it loads the model)
+MISSING_MODEL = (
+    f"FileNotFoundError: [Errno 2] No such file or directory: '{MODEL_FOLDER}/config.json'"
+)
+#: launchd's default throttle (ThrottleInterval), which the kept-alive plist keeps
+THROTTLE_S = 10
+
+LAUNCHER_TEXT = f"""\
+#!/bin/sh
+# fleet lab host {HOST}: a STAND-IN for Kimi's launcher (no mlx_lm here): the lab's mlx_lm-shaped
+# server while its model folder holds config.json; without it, it dies at start as mlx_lm does
+# when it cannot load the model (exit 1, the error in its log).
+if [ -e {MODEL_FOLDER}/config.json ]; then
+  exec {sys.executable} -m fleet_lab.vllm_sim "$@"
+fi
+now=$(date '+%Y-%m-%d %H:%M:%S,%3N')
+echo "$now - INFO - Starting httpd at {ADDRESSES[HOST]} on port {PORT}..." >&2
+echo "{MISSING_MODEL}" >&2
+exit 1
+"""
+
+
+def kept_alive_plist() -> bytes:
+    """Kimi's job as a person reloads it to be kept alive: KeepAlive, the default throttle, the
+    launcher in front of the server; its stderr log only (what the server prints on stdout is
+    dropped, as launchd drops it without StandardOutPath)."""
+    document = plistlib.loads(plist())
+    document["ProgramArguments"] = [LAUNCHER, *SERVER_FLAGS]
+    document["KeepAlive"] = True
+    del document["StandardOutPath"]
+    return plistlib.dumps(document)
+
+
 def units() -> dict[str, str]:
     return {LOGIN_UNIT: LOGIN_SERVICE}
 
@@ -147,6 +193,11 @@ def write(host: LabHost) -> None:
         (macos / "bin" / name).write_text(text)
         (macos / "bin" / name).chmod(0o755)
     (macos / "LaunchAgents" / f"{LABEL}.plist").write_bytes(plist())
+    kept = macos / "kept-alive"
+    kept.mkdir(exist_ok=True)
+    (kept / f"{LABEL}.plist").write_bytes(kept_alive_plist())
+    (kept / "mlx-kimi.sh").write_text(LAUNCHER_TEXT)
+    (kept / "mlx-kimi.sh").chmod(0o755)
     (macos / "login.sh").write_text(LOGIN)
     (host.folder / "meminfo").write_text(MEMINFO)
     state = host.folder / "launchd"  # the stand-in's job files: the user's, as its jobs are
@@ -183,8 +234,12 @@ def job_pid(host: LabHost) -> int:
 
 
 def reset(host: LabHost) -> None:
-    """The job loaded and running in its normal mode: no control file, logged in again."""
+    """The job loaded and running in its normal mode: no control file, its own plist (not the
+    kept-alive one of the crash loop), logged in again."""
     control_path(host).unlink(missing_ok=True)
+    status, text = launchctl(host, "print", JOB)
+    if status == 0 and parse_print(text).keys.get("path") == KEPT_ALIVE_PLIST:
+        launchctl(host, "bootout", JOB)
     (host.folder / "meminfo").write_text(MEMINFO)
     tools = host.nsenter("sh", "-c", TOOLS_INSTALL)
     script = f"{INSIDE}/macos/login.sh"
@@ -219,3 +274,64 @@ def inject_bootout(lab: Lab) -> None:
     status, said = launchctl(host, "bootout", JOB)
     if status != 0:
         raise LabError(f"launchctl bootout {JOB} on {HOST} failed: {said.strip()}")
+
+
+def _serves() -> bool:
+    """Kimi answers a real chat completion now."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    try:
+        reply = httpx.post(
+            f"{url()}/v1/chat/completions", json=body, verify=default_tls(), timeout=5
+        )
+    except httpx.HTTPError:
+        return False
+    return reply.status_code == 200
+
+
+def _lived_s(host: LabHost, pid: int) -> int:
+    """How many whole seconds the process `pid` of the host has run (ps's etimes), 0 if gone."""
+    done = host.nsenter("ps", "-o", "etimes=", "-p", str(pid))
+    return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else 0
+
+
+def reload_kept_alive(lab: Lab) -> None:
+    """Before the crash loop's drill: Kimi's job reloaded from the kept-alive plist, its model
+    folder in place. Returns once it serves a real completion and its server has lived longer
+    than the throttle (a death then is started again at once: `inject_crashloop`)."""
+    host = lab.host(HOST)
+    made = as_user(
+        host, "sh", "-c", f"mkdir -p {MODEL_FOLDER} && echo '{{}}' > {MODEL_FOLDER}/config.json"
+    )
+    if made.returncode != 0:
+        raise LabError(f"the model folder on {HOST} was not made: {made.stderr.strip()}")
+    launchctl(host, "bootout", JOB)
+    status, said = launchctl(host, "bootstrap", DOMAIN, KEPT_ALIVE_PLIST)
+    if status != 0:
+        raise LabError(f"launchctl bootstrap {DOMAIN} {KEPT_ALIVE_PLIST} on {HOST} failed: {said}")
+    deadline = time.monotonic() + 30
+    while not _serves():
+        if time.monotonic() > deadline:
+            raise LabError(f"{LABEL} on {HOST} does not serve a completion 30 s after its reload")
+        time.sleep(0.2)
+    pid = job_pid(host)
+    deadline = time.monotonic() + THROTTLE_S + 30
+    while _lived_s(host, pid) <= THROTTLE_S:
+        if time.monotonic() > deadline:
+            raise LabError(f"{LABEL} on {HOST} (pid {pid}) did not live past its throttle")
+        time.sleep(0.2)
+
+
+def inject_crashloop(lab: Lab) -> None:
+    """The kept-alive job's model folder goes (a clean-up) and its server is killed (SIGKILL,
+    as memory pressure kills it): launchd starts it again at once (it ran longer than its
+    throttle), and that start and every later one die (exit 1, the folder is gone), each
+    followed by a throttle in `spawn scheduled`. From the kill on, launchd holds the job, and
+    only for the few ms of that first start does it show it otherwise than `spawn scheduled`;
+    its runs are 2 (the server's, the first start's), then one more every throttle."""
+    host = lab.host(HOST)
+    gone = as_user(host, "rm", "-rf", MODEL_FOLDER)
+    if gone.returncode != 0:
+        raise LabError(f"the model folder on {HOST} was not removed: {gone.stderr.strip()}")
+    status, said = launchctl(host, "kill", "SIGKILL", JOB)
+    if status != 0:
+        raise LabError(f"launchctl kill SIGKILL {JOB} on {HOST} failed: {said.strip()}")
