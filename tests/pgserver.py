@@ -1,6 +1,7 @@
 """A real PostgreSQL server for the tests: a temporary cluster (Debian's `postgresql` package),
 made with initdb and started with pg_ctl on a free loopback port, as an unprivileged user (the
-`postgres` system user via runuser when the tests run as root). Trust auth on 127.0.0.1 only.
+`postgres` system user via runuser when the tests run as root). Trust auth on 127.0.0.1 only; no
+TLS (a client's default, `prefer`, asks for it and goes on without).
 
 `PgServer.database()` makes a fresh database per test, starting the server again first when a
 spec stopped it and failed before it started it (one failed chaos spec must not fail every later
@@ -88,11 +89,12 @@ class PgServer:
         self.start()
 
     def url(self, database: str) -> str:
-        """The database's store URL. Without TLS (`ssl=disable`): the server has none, and
-        asyncpg's default (`prefer`) first asks for it; a chaos spec that stops the server during
-        that question leaves asyncpg's socket and a future unclosed (asyncpg's
-        `TLSUpgradeProto`), reported by the garbage collector in whatever spec runs next."""
-        return f"postgresql+asyncpg://fleet@127.0.0.1:{self.port}/{database}?ssl=disable"
+        """The database's store URL as a user writes it, with no `ssl`: asyncpg's default
+        (`prefer`) first asks the server for TLS, which it has not, and goes on without. The
+        chaos specs stop the server during that question too; what an attempt given up there
+        left behind is mended in the product (`supervisor.record.store.pgengine.mend_tls_probe`,
+        tests/test_store_pg_tls.py)."""
+        return f"postgresql+asyncpg://fleet@127.0.0.1:{self.port}/{database}"
 
     def database(self) -> PgTarget:
         """A new, empty database and the target naming it."""

@@ -43,7 +43,39 @@ CLOSED = "the database server closed the connection"
 """What a person reads for a connection the server ended (`closed_words`)."""
 
 
+def mend_tls_probe() -> None:
+    """Workaround for asyncpg 0.32.0 (`asyncpg/connect_utils.py`), applied once per process
+    before the first PostgreSQL connection. With `ssl` at `prefer` (the default) asyncpg first
+    asks the server for TLS: `_create_ssl_connection` hands `loop.create_connection` a factory of
+    `TLSUpgradeProto`, whose `on_data` future is to hold the answer and which fails that future in
+    `connection_lost`. An attempt given up (its connect timeout, a cancelled caller) once the TCP
+    connection is up but before `create_connection` returned is closed by asyncio
+    (`_create_connection_transport`), which calls `connection_lost`: the future fails
+    ("unexpected connection_lost() call") and nothing ever awaits it (asyncpg never got the
+    protocol back), so asyncio logs "Future exception was never retrieved" at error level when
+    it is collected. The mended probe reads that exception as it fails the future; whoever
+    awaits the future still gets it. The socket is closed either way (asyncio closes the
+    transport). Without the class (another asyncpg) nothing is mended:
+    tests/test_store_pg_tls.py says whether the leak is back."""
+    from asyncpg import connect_utils  # the driver, only for a PostgreSQL store
+
+    probe = getattr(connect_utils, "TLSUpgradeProto", None)
+    if probe is None or getattr(probe, "answer_read", False):
+        return
+
+    class ReadTLSProbe(connect_utils.TLSUpgradeProto):  # type: ignore[misc]  # asyncpg: no types
+        answer_read = True
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            if not self.on_data.cancelled():
+                self.on_data.exception()  # read: nobody may await it
+
+    connect_utils.TLSUpgradeProto = ReadTLSProbe
+
+
 def make_pg_engine(target: PgTarget) -> AsyncEngine:
+    mend_tls_probe()
     return create_async_engine(
         target.sqlalchemy_url(),
         pool_pre_ping=True,  # a connection the server dropped (restart) is replaced, not used
@@ -109,8 +141,7 @@ async def _check_or_create(conn: AsyncConnection, target: PgTarget, *, create: b
             raise StoreError(f"store {target} is not a fleet-supervisor database")
         if not create:
             raise StoreError(f"no store at {target} (has the daemon run yet?)")
-        await conn.run_sync(meta_metadata.create_all)
-        await conn.run_sync(revise.upgrade)
+        await conn.run_sync(revise.upgrade)  # every table, `store_meta` too
         await conn.execute(
             store_meta.insert(),
             [
