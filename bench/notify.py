@@ -264,7 +264,7 @@ async def bench(changes: int, count: int, results: Path | None) -> None:
             f"reads it every {timing.compose_every:g} s for reminders), the "
             f"sender sends at most one message per chat every {pacing.per_chat:g} s, looks at "
             f"an idle outbox every {pacing.idle_poll:g} s and is woken as soon as a message "
-            f"is queued (retries from {pacing.retry_first:g} s up to {pacing.retry_max:g} s). "
+            f"is queued (retries from {pacing.retry.base_s:g} s up to {pacing.retry.cap_s:g} s). "
             "Detection time is not in these figures; each change is made at a random point of "
             "the composer's 1 s round. The last column is the part of the latency spent before the "
             "composer queued the message (the rest is the sender and the HTTP call).",

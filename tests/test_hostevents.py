@@ -1,10 +1,9 @@
 """Host events: journald JSON recorded from real systemd 252 (tests/data/hostevents/) read into
-unit events; malformed lines; the backoff; what polling makes of two `systemctl show` reads."""
+unit events; malformed lines; what polling makes of two `systemctl show` reads."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,8 +13,8 @@ import pytest
 
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Host
+from supervisor.core.backoff import Backoff
 from supervisor.core.streamstatus import CONNECTING, STREAMING, StreamPhase
-from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
 from supervisor.hear.streams.hub import HostEvents, units_by_host
 from supervisor.hear.streams.journal import follow_argv, head_cursor, parse_entry
@@ -241,17 +240,6 @@ def test_the_follow_command_and_the_head_cursor() -> None:
     head = '{"__CURSOR":"s=9d;i=b","__REALTIME_TIMESTAMP":"1795590949842285"}\n'
     assert head_cursor(head) == "s=9d;i=b"
     assert head_cursor("") is None
-
-
-def test_backoff_doubles_to_its_cap_and_jitter_only_shortens() -> None:
-    plain = Backoff(base_s=1, cap_s=60, jitter=0)
-    assert [plain.delay(n, random.Random(1)) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
-    jittered = Backoff(base_s=1, cap_s=60, jitter=0.5)
-    rng = random.Random(7)
-    for attempt in range(1, 200):
-        delay = jittered.delay(attempt, rng)
-        full = min(60.0, 2.0 ** (attempt - 1))
-        assert full / 2 <= delay <= full
 
 
 SHOW = """Id=a.service

@@ -51,7 +51,7 @@ fleet = chaos.fleet  # the fixture: two instances' configs on one PostgreSQL sto
 
 HOLD_S = 10  #: the repair's first step: long enough to freeze `a` inside it, its alert unsent
 FREEZE_S = 60  #: issue #14's freeze
-PACING_MAX_S = 60  #: the sender's longest pause between two tries (`Pacing.retry_max`)
+PACING_MAX_S = 60  #: the sender's longest pause between two tries (`Pacing.retry.cap_s`)
 
 
 def _hold(fleet: Fleet, seconds: int) -> None:
@@ -217,7 +217,6 @@ async def test_a_sender_whose_lease_holds_meets_the_fence_when_the_store_moved_o
     store = await Store.open(tmp_path / "supervisor.db")
     try:
         outbox = OutboxStore(store)
-        await outbox.ensure()
         mine = await _lead(store, "a", lease_ms=200)
         store.fence_epoch, store.fence_holder, store.fence_host = mine.epoch, "a", "hub-a"
         draft = OutboxDraft(kind="opened", text="🔴 <b>m</b> is down", incident_id=None)

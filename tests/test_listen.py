@@ -23,8 +23,9 @@ from sqlalchemy import text
 
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.leader.elector import Elector, Me
+from supervisor.core.backoff import Backoff
+from supervisor.core.tls import default_tls
 from supervisor.judge.machine import State, Trigger
-from supervisor.probe.wire import default_tls
 from supervisor.record.store.lease import claim, lease_journal, release
 from supervisor.record.store.listen import CHANNELS, LEASE, TIMELINE, Listener, notify
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
@@ -49,7 +50,7 @@ def target(pg_server: PgServer) -> PgTarget:
 @pytest.fixture
 async def heard(target: PgTarget) -> AsyncIterator[tuple[Listener, list[tuple[str, str]]]]:
     """A started listener on `target` and what it heard (channel, payload), once connected."""
-    listener = Listener(target, backoff=(0.05, 0.2))
+    listener = Listener(target, backoff=Backoff(base_s=0.05, cap_s=0.2))
     got: list[tuple[str, str]] = []
     for channel in CHANNELS:
         listener.subscribe(channel, partial(_heard, got, channel))

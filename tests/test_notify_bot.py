@@ -20,6 +20,7 @@ from fleet_lab.botapi import BotApiStub, Sent
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
+from supervisor.core.backoff import Backoff
 from supervisor.judge.machine import State
 from supervisor.playbook.model import All, Mode, Rule, Severity
 from supervisor.record.store.outbox import OutboxStore
@@ -33,7 +34,7 @@ from tests.helpers import eventually, write_fleet
 TOKEN = "123456:SECRET-token-never-logged"
 CHAT, USER, STRANGER = -1001, 11, 99
 FAST = Timing(
-    pacing=Pacing(retry_first=0.05, retry_max=0.2, per_chat=0.0, idle_poll=0.1),
+    pacing=Pacing(retry=Backoff(base_s=0.05, cap_s=0.2), per_chat=0.0, idle_poll=0.1),
     compose_every=0.05,
     settle=timedelta(seconds=1),
     poll_timeout=1.0,

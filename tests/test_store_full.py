@@ -29,7 +29,8 @@ from supervisor.app.root import Supervisor
 from supervisor.cli.status import collect
 from supervisor.config.loader import load_config
 from supervisor.core.aio import poll
-from supervisor.probe.wire import default_tls
+from supervisor.core.backoff import Backoff
+from supervisor.core.tls import default_tls
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.store import Store
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.slow
 
 CHAT, USER = 1001, 7
 FAST = Timing(
-    pacing=Pacing(retry_first=0.1, retry_max=0.5, per_chat=0.0, idle_poll=0.2),
+    pacing=Pacing(retry=Backoff(base_s=0.1, cap_s=0.5), per_chat=0.0, idle_poll=0.2),
     compose_every=0.2,
     settle=timedelta(seconds=1),
     poll_timeout=1.0,

@@ -22,9 +22,9 @@ from supervisor.cli.status import polling_warnings
 from supervisor.config.loader import load_config
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Host
+from supervisor.core.backoff import Backoff
 from supervisor.core.events import UnitSignal
 from supervisor.core.streamstatus import STREAMING, StreamPhase, StreamStatus
-from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.journal import parse_entry
 from supervisor.hear.streams.local import LocalTransport
 from supervisor.hear.streams.stream import StreamSettings

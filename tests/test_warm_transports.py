@@ -10,7 +10,7 @@ import pytest
 
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Host
-from supervisor.hear.streams.backoff import Backoff
+from supervisor.core.backoff import Backoff
 from supervisor.hear.streams.stream import StreamSettings
 from supervisor.hear.streams.warm import WarmTransports
 from tests.helpers import eventually

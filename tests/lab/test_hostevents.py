@@ -15,8 +15,8 @@ import pytest
 from fleet_lab.fleet import prepare
 from fleet_lab.lab import Lab, LabError, LabHost, check_root
 from supervisor.config.supervised import Host
+from supervisor.core.backoff import Backoff
 from supervisor.core.streamstatus import StreamPhase
-from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
 from supervisor.hear.streams.local import LocalTransport
 from supervisor.hear.streams.protocol import Follow, Ran, Transport

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from fleet_lab.botapi import BotApiStub, Sent
+from supervisor.core.backoff import Backoff
 from supervisor.tell.telegram.timing import Pacing, Timing
 
 TOKEN = "424242:lab-drill-token"  # noqa: S105 - the stub's own, never a real bot's
@@ -20,7 +21,7 @@ CHAT = -1001
 USER = 11
 #: Fast enough for a drill: the composer looks every 50ms and nothing is paced per chat.
 TIMING = Timing(
-    pacing=Pacing(retry_first=0.05, retry_max=0.5, per_chat=0.0, idle_poll=0.1),
+    pacing=Pacing(retry=Backoff(base_s=0.05, cap_s=0.5), per_chat=0.0, idle_poll=0.1),
     compose_every=0.05,
     settle=timedelta(milliseconds=1),
     poll_timeout=0.5,

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
+from supervisor.core.backoff import Backoff
 from supervisor.core.clock import utcnow
 from supervisor.core.streamstatus import CONNECTING, STREAMING, StreamPhase, StreamStatus
-from supervisor.hear.streams.backoff import Backoff
 from supervisor.hear.streams.events import EventKind, UnitEvent
 from supervisor.hear.streams.journal import (
     JournalEntry,

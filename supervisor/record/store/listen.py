@@ -29,7 +29,8 @@ import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from supervisor.record.store.pgengine import CONNECT_TIMEOUT_S
+from supervisor.core.backoff import Backoff
+from supervisor.record.store.pgengine import CONNECT_TIMEOUT_S, mend_tls_probe
 from supervisor.record.store.target import PgTarget, StoreTarget, parse_pg_url
 
 log = structlog.get_logger("supervisor.store")
@@ -38,7 +39,7 @@ LEASE = "fleet_supervisor_lease"
 TIMELINE = "fleet_supervisor_timeline"
 CHANNELS = (LEASE, TIMELINE)
 
-BACKOFF_S = (0.2, 5.0)  #: the first pause before reconnecting, and the longest
+BACKOFF = Backoff(base_s=0.2, cap_s=5.0)  #: the pauses before reconnecting (jittered)
 PING_S = 10.0  #: how often a quiet connection is asked whether it is still there
 
 Callback = Callable[[str], None]
@@ -63,9 +64,7 @@ def connect_args(target: PgTarget) -> dict[str, Any]:
 class Listener:
     """`subscribe(channel, callback)`, `start()`, ..., `await close()`."""
 
-    def __init__(
-        self, target: StoreTarget | None, *, backoff: tuple[float, float] = BACKOFF_S
-    ) -> None:
+    def __init__(self, target: StoreTarget | None, *, backoff: Backoff = BACKOFF) -> None:
         #: None (a SQLite file, or none given): a no-op, nothing is ever called
         self.target = target if isinstance(target, PgTarget) else None
         self._backoff = backoff
@@ -110,11 +109,12 @@ class Listener:
         self._deliver(channel, payload)
 
     async def _run(self, target: PgTarget) -> None:
-        """Connect and listen until closed; a failure to connect doubles the pause before the
-        next try (up to the longest), a connection that was up starts over from the first."""
+        """Connect and listen until closed; each failure to connect in a row waits longer
+        before the next try (`backoff`), a connection that was up starts over from the first."""
         import asyncpg  # the driver, only for a PostgreSQL store
 
-        pause = self._backoff[0]
+        mend_tls_probe()
+        failures = 0  # in a row
         while True:
             try:
                 conn = await asyncpg.connect(
@@ -122,19 +122,19 @@ class Listener:
                 )
             except Exception as err:  # refused, timed out, a bad password: tried again later
                 log.warning("listen: cannot connect", error=str(err) or type(err).__name__)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, self._backoff[1])
+                failures += 1
+                await asyncio.sleep(self._backoff.delay(failures))
                 continue
+            failures = 0
             try:
                 await self._listen(conn)
-                pause = self._backoff[0]
             except Exception as err:  # a ping unanswered, the connection dropped mid-LISTEN
                 log.warning("listen: connection lost", error=str(err) or type(err).__name__)
             finally:
                 self.connected.clear()
                 self.backend_pid = None
                 conn.terminate()
-            await asyncio.sleep(pause)
+            await asyncio.sleep(self._backoff.delay(1))
 
     async def _listen(self, conn: Any) -> None:
         """LISTEN on every channel, tell every subscriber (it may have missed something while

@@ -4,25 +4,33 @@ its lease by its own clock (`supervisor.core.tenure`: woken from a freeze, say) 
 all; the call is refused with `DeposedError` (python-telegram-bot's poller retries it without a
 request and says nothing: `polling_failed`).
 
-The check is made twice: when the call begins, and again as its bytes are written to the socket
-(a network backend under httpx's pool), so a leader frozen between the two (waiting for a pooled
-connection, say) and woken after its lease ran out still sends nothing."""
+The check is made twice: when the call begins (`do_request`), and again just before its
+headers and its body are written to the connection (httpx's documented `trace` request
+extension, put on each request by the client's `request` event hook), so a leader frozen
+between the two (waiting for a pooled connection, say) and woken after its lease ran out still
+sends nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpcore
 import httpx
 import structlog
 from telegram.error import Conflict, NetworkError, TelegramError
 from telegram.request import HTTPXRequest
 
 from supervisor.core.tenure import Tenure
-from supervisor.probe.wire import default_tls
+from supervisor.core.tls import default_tls
 
 log = structlog.get_logger("supervisor.notify")
+
+#: the trace events (httpcore's names, through httpx) that start writing a request's bytes
+WRITES = frozenset(
+    f"{http}.{step}.started"
+    for http in ("http11", "http2")
+    for step in ("send_request_headers", "send_request_body")
+)
 
 
 class DeposedError(TelegramError):
@@ -31,81 +39,37 @@ class DeposedError(TelegramError):
     expected_end = True  #: a warning without traceback (`supervisor.core.logs`)
 
 
-class _TenuredStream(httpcore.AsyncNetworkStream):
-    """A connection whose every write first asks whether we still lead."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream, holds: Callable[[], bool]) -> None:
-        self._inner = inner
-        self._holds = holds
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not self._holds():
-            raise httpcore.WriteError("not sent: this instance no longer leads")
-        await self._inner.write(buffer, timeout)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: Any,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        inner = await self._inner.start_tls(ssl_context, server_hostname, timeout)
-        return _TenuredStream(inner, self._holds)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
+def _refused(method: str) -> DeposedError:
+    return DeposedError(f"{method} not sent: this instance no longer leads")
 
 
-class _TenuredBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self, inner: httpcore.AsyncNetworkBackend, holds: Callable[[], bool]) -> None:
-        self._inner = inner
-        self._holds = holds
+def _fence(tenure: Tenure, part: str) -> Callable[[httpx.Request], Awaitable[None]]:
+    """The client's `request` hook: the request's writes first ask `tenure`."""
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return _TenuredStream(stream, self._holds)
+    async def on_request(request: httpx.Request) -> None:
+        method = request.url.path.rsplit("/", 1)[-1]
 
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_unix_socket(path, timeout, socket_options)
-        return _TenuredStream(stream, self._holds)
+        async def trace(event: str, _info: dict[str, Any]) -> None:
+            if event in WRITES and tenure.stops(part):
+                raise _refused(method)
 
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+        request.extensions["trace"] = trace
 
-
-def _transport(tenure: Tenure, connections: int) -> httpx.AsyncHTTPTransport:
-    """httpx's transport, its connections' writes asking `tenure` (httpx builds the pool; the
-    pool's network backend is wrapped). It verifies with the process's one CA-bundle context,
-    read at the first TLS connection (httpx's default reads certifi's bundle for each transport:
-    about 50 ms of CPU, twice at each start)."""
-    transport = httpx.AsyncHTTPTransport(
-        verify=default_tls(), limits=httpx.Limits(max_connections=connections)
-    )
-    pool = transport._pool
-    pool._network_backend = _TenuredBackend(pool._network_backend, tenure.holds)
-    return transport
+    return on_request
 
 
 class TenuredRequest(HTTPXRequest):
+    """python-telegram-bot's httpx request, fenced by `tenure`. It verifies with the process's
+    one CA-bundle context, read at the first TLS connection (httpx's default reads certifi's
+    bundle for each client: about 50 ms of CPU, twice at each start)."""
+
     def __init__(self, tenure: Tenure, *, part: str, connection_pool_size: int) -> None:
         super().__init__(
             connection_pool_size=connection_pool_size,
-            httpx_kwargs={"transport": _transport(tenure, connection_pool_size)},
+            httpx_kwargs={
+                "verify": default_tls(),
+                "event_hooks": {"request": [_fence(tenure, part)]},
+            },
         )
         self._tenure = tenure
         self._part = part
@@ -115,12 +79,12 @@ class TenuredRequest(HTTPXRequest):
     ) -> tuple[int, bytes]:
         name = url.rsplit("/", 1)[-1]
         if self._tenure.stops(self._part):
-            raise DeposedError(f"{name} not sent: this instance no longer leads")
+            raise _refused(name)
         try:
             return await super().do_request(url, method, *args, **kwargs)
         except NetworkError:
-            if self._tenure.stops(self._part):  # refused as it was written (`_TenuredStream`)
-                raise DeposedError(f"{name} not sent: this instance no longer leads") from None
+            if self._tenure.stops(self._part):  # lost while the answer was awaited
+                raise _refused(name) from None
             raise
 
 

@@ -91,7 +91,7 @@ class Sender:
                 await self._resting.wait()
 
     async def _run(self) -> None:
-        delay = self._pacing.retry_first
+        retries = 0  # in a row
         while not self._stopping:
             self._wake.clear()
             self._resting.clear()
@@ -102,10 +102,10 @@ class Sender:
             if delivered is None:
                 await self._idle(self._pacing.idle_poll)
             elif delivered:
-                delay = self._pacing.retry_first
+                retries = 0
             else:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._pacing.retry_max)
+                retries += 1
+                await asyncio.sleep(self._pacing.retry.delay(retries))
 
     async def _round(self) -> bool | None:
         """Deliver the ready answers, then the pending rows in order: None when there were

@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from supervisor.core.backoff import Backoff
+
 
 @dataclass(frozen=True, kw_only=True)
 class Pacing:
-    retry_first: float = 1.0  #: seconds before the first retry after a failure
-    retry_max: float = 60.0  #: the pause stops growing here
+    #: the pause before each retry after a failure: from 1 s, doubling up to 60 s (jittered)
+    retry: Backoff = field(default_factory=lambda: Backoff(base_s=1.0, cap_s=60.0))
     per_chat: float = 1.0  #: at least this long between two messages to one chat
     idle_poll: float = 1.0  #: how often an idle sender looks at the outbox anyway
 
