@@ -22,8 +22,9 @@ from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeOutcome as ProbeOutcome
 from supervisor.core.events import ProbeResult, Tier
+from supervisor.core.httpclient import HttpClient
 from supervisor.judge.machine import State, Trigger
-from supervisor.probe import make_client, run_probe
+from supervisor.probe import run_probe
 from supervisor.record.store import engine as store_engine
 from supervisor.record.store.errors import (
     SERVER_DOWN,
@@ -77,7 +78,7 @@ async def test_a_locked_store_queues_writes_and_loses_none_once_it_clears(tmp_pa
     config = write_fleet(tmp_path, {"m": {"kind": "openai", "url": sim.url, "model": "m"}})
     db = tmp_path / "state" / "supervisor.db"
     probed: list[ProbeResult] = []
-    client = make_client()
+    client = HttpClient()
 
     async def prober(endpoint: Endpoint, tier: Tier) -> ProbeResult:
         result = await run_probe(endpoint, tier, client, clock=SystemClock())
@@ -414,7 +415,6 @@ async def test_a_composer_started_while_the_store_refuses_writes_still_tells_the
     store = await ResilientStore.open(db)
     store.retry_every = 0.05
     outbox = OutboxStore(store)
-    await outbox.ensure()
     lock = WriteLock(db)
     await asyncio.to_thread(lock.take)
     composer = Composer(
@@ -474,7 +474,6 @@ async def test_held_entries_the_store_takes_between_a_rounds_read_and_write_are_
     store = await ResilientStore.open(db)
     store.retry_every = 0.05
     outbox = OutboxStore(store)
-    await outbox.ensure()
     cursor = await outbox.start_cursor()
     lock = WriteLock(db)
     await asyncio.to_thread(lock.take)

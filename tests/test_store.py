@@ -124,9 +124,18 @@ async def test_open_creates_parent_dirs_schema_and_wal(db: Path) -> None:
             "journal_cursors",
             "state_log",
             "supervision",
+            "notify_cursor",
+            "outbox",
+            "notify_threads",
+            "notify_incidents",
+            "notify_refusals",
+            "control_silences",
+            "control_pauses",
+            "control_journal",
+            "doctor_runs",
             "alembic_version",
         }
-        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004",)]
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0005",)]
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert {
             "ix_timeline_incident",

@@ -178,9 +178,6 @@ async def test_postgresql_refuses_a_second_open_incident(pg_store: Store) -> Non
 async def test_outbox_and_control_tables_on_both_engines(store_target: StoreTarget) -> None:
     async with await Store.open(store_target) as store:
         outbox, control = OutboxStore(store), ControlStore(store)
-        await outbox.ensure()
-        await outbox.ensure()  # a second start finds them
-        await control.ensure()
         incident = await _open(store, "m")
         await store.append(incident, TimelineEntry(at=T0, subject="m", record=Note(text="n")))
         assert await outbox.start_cursor() == 2

@@ -64,7 +64,6 @@ async def _page(store: Store) -> None:
 
 async def test_the_composer_the_page_and_a_worker_at_once_some_cut_off(store: Store) -> None:
     outbox = OutboxStore(store)
-    await outbox.ensure()
     count = itertools.count()
     failures: list[BaseException] = []
     cut = 0
@@ -134,7 +133,6 @@ async def test_sessions_the_server_ended_while_the_daemon_was_frozen(pg_server: 
     assert database is not None
     async with await Store.open(target) as store:
         outbox = OutboxStore(store)
-        await outbox.ensure()
         count = itertools.count()
         frozen: list[str] = []
 
@@ -190,7 +188,6 @@ async def test_pooled_connections_the_server_ended_are_replaced_at_checkout(
     assert database is not None
     async with await Store.open(target) as store:
         outbox = OutboxStore(store)
-        await outbox.ensure()
         count = itertools.count()
         await asyncio.gather(_composer(outbox), _page(store), _worker(store, "m", count))
         pool = store._engine.pool

@@ -1,5 +1,6 @@
-"""Alembic's revisions make exactly the schema the code reads and writes, on both engines, and a
-store made before Alembic (schema 2, today's SQLite file) is stamped and upgraded on open."""
+"""Alembic's revisions make exactly the schema the code reads and writes, every table of it, on
+both engines, and a store made before Alembic (a schema 2 SQLite file) is adopted and upgraded on
+open. (A store of each earlier release: tests/test_store_releases.py.)"""
 
 from __future__ import annotations
 
@@ -8,36 +9,37 @@ from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, create_engine
+from sqlalchemy import Connection, MetaData, create_engine
 
+from supervisor.control.tables import control_metadata
 from supervisor.record.store import revise, schema
+from supervisor.record.store.doctor import doctor_metadata
+from supervisor.record.store.pgengine import meta_metadata
 from supervisor.record.store.records import SubjectKind
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
 
-CONTROL_AND_NOTIFY = {
-    "notify_cursor",
-    "outbox",
-    "notify_threads",
-    "notify_incidents",
-    "notify_refusals",
-    "control_silences",
-    "control_pauses",
-    "control_journal",
-    "store_meta",
-}
+
+def _code_tables(dialect: str) -> MetaData:
+    """Every table the code reads and writes (`store_meta`: PostgreSQL's marks)."""
+    every = MetaData()
+    parts = [schema.metadata, control_metadata, doctor_metadata]
+    for part in [*parts, meta_metadata] if dialect == "postgresql" else parts:
+        for table in part.tables.values():
+            table.to_metadata(every)
+    return every
 
 
 def _differences(conn: Connection) -> list[object]:
-    found = compare_metadata(MigrationContext.configure(conn), schema.metadata)
-    return [d for d in found if not (d[0] == "remove_table" and d[1].name in CONTROL_AND_NOTIFY)]
+    found = compare_metadata(MigrationContext.configure(conn), _code_tables(conn.dialect.name))
+    return list(found)
 
 
 async def test_the_revisions_make_the_schema_the_code_uses(store_target: StoreTarget) -> None:
     async with await Store.open(store_target) as store, store.tx(write=False) as conn:
         assert await conn.run_sync(_differences) == []
         assert (
-            await conn.run_sync(revise.current_revision) == revise.head() == revise.HEAD == "0004"
+            await conn.run_sync(revise.current_revision) == revise.head() == revise.HEAD == "0005"
         )
 
 
@@ -46,7 +48,7 @@ def _schema_2_store(path: Path) -> None:
     of schema 2, no Alembic table."""
     engine = create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:
-        revise.upgrade_to(conn, revise.SCHEMA_2)
+        revise.upgrade_to(conn, "0001")
         conn.exec_driver_sql("DROP TABLE alembic_version")
         conn.exec_driver_sql(f"PRAGMA application_id = {schema.APPLICATION_ID}")
         conn.exec_driver_sql("PRAGMA user_version = 2")
@@ -58,7 +60,7 @@ def _schema_2_store(path: Path) -> None:
     engine.dispose()
 
 
-async def test_a_schema_2_store_is_stamped_and_upgraded(tmp_path: Path) -> None:
+async def test_a_schema_2_store_is_adopted_and_upgraded(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     _schema_2_store(path)
     async with await Store.open(path, create=False) as store:
@@ -70,6 +72,6 @@ async def test_a_schema_2_store_is_stamped_and_upgraded(tmp_path: Path) -> None:
     raw = sqlite3.connect(path)
     try:
         assert raw.execute("PRAGMA user_version").fetchone() == (3,)
-        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004",)]
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [(revise.HEAD,)]
     finally:
         raw.close()

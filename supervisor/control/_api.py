@@ -56,8 +56,7 @@ class ControlApi:
         self.on_ack: list[AckHook] = []
 
     async def start(self) -> None:
-        """Create the tables if missing; put stored pauses and silences back in force."""
-        await self.tables.ensure()
+        """Put stored pauses and silences back in force."""
         await self.pausing.load()
         await self.silencing.restore()
 

@@ -1,6 +1,6 @@
 """The control API's tables: silences, pauses, and the journal of every control action (done or
-refused). Created on open when missing, so stores made before them gain them without a version
-bump. A thin layer over `Store.tx`: every call is one transaction."""
+refused), made by the store's revisions (`supervisor.record.store.revise`). A thin layer over
+`Store.tx`: every call is one transaction."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 
 from sqlalchemy import (
     Column,
-    Connection,
     Index,
     Integer,
     MetaData,
@@ -25,7 +24,7 @@ from sqlalchemy import (
 
 from supervisor.control.model import JournalRow, PauseRow, SilenceRow
 from supervisor.record.store.coltypes import UTCDateTime
-from supervisor.record.store.dialect import schema_lock, upsert
+from supervisor.record.store.dialect import upsert
 from supervisor.record.store.store import Store
 
 control_metadata = MetaData()
@@ -76,19 +75,9 @@ def _id(key: Any) -> int:
     return int(key[0])
 
 
-def _create(conn: Connection) -> None:
-    control_metadata.create_all(conn, checkfirst=True)
-
-
 class ControlStore:
     def __init__(self, store: Store) -> None:
         self.store = store
-
-    async def ensure(self) -> None:
-        """Create the control tables if this store predates them."""
-        async with self.store.tx(write=True) as conn:
-            await schema_lock(conn)
-            await conn.run_sync(_create)
 
     # silences
 

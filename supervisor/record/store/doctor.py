@@ -1,6 +1,5 @@
-"""The last `doctor` runs, in the store (`doctor_runs`): what `status`, `/status` and the page
-show as "last doctor run". Created on first write when missing (like the notifier's tables), so a
-store made before it needs no migration; a store without it has no doctor run yet."""
+"""The last `doctor` runs, in the store (`doctor_runs`, made by the store's revisions): what
+`status`, `/status` and the page show as "last doctor run"."""
 
 from __future__ import annotations
 
@@ -9,10 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Connection, Integer, MetaData, Table, Text, inspect, select
+from sqlalchemy import Column, Integer, MetaData, Table, Text, select
 
 from supervisor.record.store.coltypes import JSONData, UTCDateTime
-from supervisor.record.store.dialect import schema_lock
 from supervisor.record.store.store import Store
 
 doctor_metadata = MetaData()
@@ -46,28 +44,16 @@ class DoctorRecord:
         return f"last doctor run {when}: {self.summary}"
 
 
-def _create(conn: Connection) -> None:
-    doctor_metadata.create_all(conn, tables=[doctor_runs], checkfirst=True)
-
-
-def _exists(conn: Connection) -> bool:
-    return inspect(conn).has_table("doctor_runs")
-
-
 async def save_doctor_run(
     store: Store, *, at: datetime, ok: bool, summary: str, document: Mapping[str, Any]
 ) -> None:
     async with store.tx(write=True) as conn:
-        await schema_lock(conn)
-        await conn.run_sync(_create)
         values = {"at": at, "ok": int(ok), "summary": summary, "document": dict(document)}
         await conn.execute(doctor_runs.insert().values(**values))
 
 
 async def last_doctor_run(store: Store) -> DoctorRecord | None:
     async with store.tx(write=False) as conn:
-        if not await conn.run_sync(_exists):
-            return None
         query = select(doctor_runs).order_by(doctor_runs.c.id.desc()).limit(1)
         row = (await conn.execute(query)).first()
     if row is None:

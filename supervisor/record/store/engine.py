@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from functools import partial
 from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -21,7 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from supervisor.record.store import revise, schema
 from supervisor.record.store.errors import StoreError
-from supervisor.record.store.migrate import migrate
 from supervisor.record.store.pgengine import closed_words, make_pg_engine, open_pg_engine
 from supervisor.record.store.room import unwritable
 from supervisor.record.store.target import PgTarget, StoreTarget
@@ -148,16 +146,13 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
 
 
 async def _bring_up(conn: AsyncConnection, older: int | None) -> None:
-    """Inside one write transaction: a store made before Alembic is typed (1 -> 2) and stamped;
-    then every revision it lacks runs. Nothing happens twice if another process did it first."""
+    """Inside one write transaction: every revision the store lacks runs (a store made before
+    Alembic from the first, which adopts its tables: `revisions/versions/rev0001_*`), then its
+    marks say so. Nothing happens twice if another process did it first."""
     version = await _pragma(conn, "user_version")
-    if older is not None and version == older:
-        if version < 2:
-            await conn.run_sync(migrate, version, 2)
-        await conn.run_sync(partial(revise.upgrade, stamp=revise.SCHEMA_2))
-        await conn.exec_driver_sql(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
-    elif version == schema.SCHEMA_VERSION:
+    if version in (older, schema.SCHEMA_VERSION):
         await conn.run_sync(revise.upgrade)
+        await conn.exec_driver_sql(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
 
 
 async def _pragma(conn: AsyncConnection, name: str) -> int:

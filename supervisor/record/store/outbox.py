@@ -14,21 +14,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, insert, inspect, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.record.store import queries
-from supervisor.record.store.dialect import schema_lock, upsert
+from supervisor.record.store.dialect import upsert
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.held_outbox import MemoryOutbox
 from supervisor.record.store.records import IncidentRow, OutboxRow, TimelineRow
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.schema import (
-    NOTIFY_TABLES,
     incidents,
     notify_cursor,
     notify_incidents,
-    notify_metadata,
     notify_refusals,
     notify_threads,
     outbox,
@@ -72,12 +70,6 @@ class Batch:
     states: dict[int, State]
 
 
-def _create(conn: Connection) -> None:
-    notify_metadata.create_all(conn, tables=list(NOTIFY_TABLES), checkfirst=True)
-    if "epoch" not in {c["name"] for c in inspect(conn).get_columns("outbox")}:
-        conn.exec_driver_sql("ALTER TABLE outbox ADD COLUMN epoch INTEGER")  # before leadership
-
-
 class OutboxStore:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -101,12 +93,6 @@ class OutboxStore:
             self._refusal = str(err)
             return self.store
         raise err
-
-    async def ensure(self) -> None:
-        """Create the notifier's tables if this store predates them."""
-        async with self.store.tx(write=True) as conn:
-            await schema_lock(conn)
-            await conn.run_sync(_create)
 
     # -- the composer ----------------------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """Schema revisions with Alembic, for both engines (`supervisor/record/store/revisions/`).
 
 `upgrade` brings a store to the newest revision on the store's own connection, inside its write
-transaction. A store made before Alembic carries no `alembic_version`: it is stamped at the
-revision its marks say it already has (SQLite `user_version` 2, the typed timeline) and upgraded
-from there; `user_version` 1 is typed first by `supervisor.record.store.migrate`.
+transaction. The revisions make every table of the store, on both engines, and nothing else does.
+A store made before a revision took over its tables holds some of them already, as its release
+made them: that revision makes those it lacks and brings those it has to its schema (0001: a
+SQLite file made before Alembic, which carries no `alembic_version`, schema 1's timeline typed;
+0005: the notifier's, control API's and doctor's tables, once made on demand), so a store of any
+earlier release is upgraded in one step.
 
 Alembic (and Mako, which it imports) is loaded only when a store must be made or upgraded: a
 store already at `HEAD` is read with one query, so a daemon restarted on its store does not carry
@@ -22,9 +25,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 REVISIONS = Path(__file__).parent / "revisions"
-SCHEMA_2 = "0001"
-"""The revision a store of SQLite `user_version` 2 already has."""
-HEAD = "0004"
+HEAD = "0005"
 """The newest revision in `revisions/versions/` (a spec holds it to Alembic's own reading)."""
 _VERSION_TABLE = "alembic_version"
 _READ_VERSION = text("SELECT version_num FROM alembic_version")
@@ -62,16 +63,14 @@ def current_revision(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
 
-def upgrade(conn: Connection, *, stamp: str | None = None) -> None:
-    """Upgrade to head (stamping `stamp` first: a store made before Alembic)."""
-    if stamp is None and current_revision(conn) == HEAD:
+def upgrade(conn: Connection) -> None:
+    """Upgrade to head: from the store's revision, or from nothing (a new store, or one made
+    before Alembic)."""
+    if current_revision(conn) == HEAD:
         return
     from alembic import command
 
-    if stamp is not None:
-        command.stamp(_config(conn), stamp)
-    if stamp is not None or current_revision(conn) != head():
-        command.upgrade(_config(conn), "head")
+    command.upgrade(_config(conn), "head")
 
 
 def upgrade_to(conn: Connection, revision: str) -> None:

@@ -1,4 +1,8 @@
-"""The tables, indexes and triggers of the store (SQLAlchemy Core), and its version marks.
+"""The tables and indexes of the store as the code reads and writes them (SQLAlchemy Core), and
+its version marks. The Alembic revisions make them, with the timeline's triggers
+(`supervisor.record.store.revise`); a spec holds the two to each other. The control API's and the
+doctor's tables are defined beside their code (`supervisor.control.tables`,
+`supervisor.record.store.doctor`).
 
 - `snapshots`: the current state of each endpoint and host, one row per (kind, name).
 - `incidents`: at most one open per subject (a partial unique index); `entries` counts its
@@ -16,6 +20,7 @@
   availability is computed from (`supervisor.record.availability`); a run of the daemon starts
   by writing each subject's state, after an `unsupervised` row where the previous run ended.
 - `supervision`: one row per run of the daemon: when it started, when it was last seen alive.
+- leadership's and the notifier's tables: see their comments below.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Column,
-    Connection,
     Float,
     ForeignKey,
     Index,
@@ -40,8 +44,6 @@ SCHEMA_VERSION = 3
 
 APPLICATION_ID = 0x46535550  # "FSUP"
 """`PRAGMA application_id` that marks a fleet-supervisor database."""
-
-APPEND_ONLY_MESSAGE = "timeline is append-only"
 
 metadata = MetaData()
 
@@ -210,24 +212,19 @@ journal_cursors = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
-# notify (Telegram): the composer's cursor, the outbox, one thread per incident and chat, what
-# the composer knows about each incident, and refused chat users. Created on open when missing
-# (see `supervisor.record.store.outbox`), so stores made before them gain them without a bump.
-
-notify_metadata = MetaData()
-"""Kept apart from `metadata`: created by `supervisor.record.store.outbox` when the notifier
-starts."""
+# notify (Telegram, `supervisor.record.store.outbox`): the composer's cursor, the outbox, one
+# thread per incident and chat, what the composer knows about each incident, and refused chat users.
 
 notify_cursor = Table(
     "notify_cursor",
-    notify_metadata,
+    metadata,
     Column("name", Text, primary_key=True),
     Column("last_id", Integer, nullable=False),
 )
 
 outbox = Table(
     "outbox",
-    notify_metadata,
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("chat_id", BigInteger, nullable=False),
@@ -246,7 +243,7 @@ Index("ix_outbox_pending", outbox.c.sent_at, outbox.c.id)
 
 notify_threads = Table(
     "notify_threads",
-    notify_metadata,
+    metadata,
     Column("incident_id", Integer, primary_key=True),
     Column("chat_id", BigInteger, primary_key=True),
     Column("message_id", BigInteger, nullable=False),
@@ -254,7 +251,7 @@ notify_threads = Table(
 
 notify_incidents = Table(
     "notify_incidents",
-    notify_metadata,
+    metadata,
     Column("incident_id", Integer, primary_key=True),
     Column("state", JSONData, nullable=False),
     Column("active", Integer, nullable=False, server_default="0"),
@@ -262,7 +259,7 @@ notify_incidents = Table(
 
 notify_refusals = Table(
     "notify_refusals",
-    notify_metadata,
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("at", UTCDateTime, nullable=False),
     Column("user_id", BigInteger, nullable=True),
@@ -270,38 +267,3 @@ notify_refusals = Table(
     Column("username", Text, nullable=False),
     Column("text", Text, nullable=False),
 )
-
-NOTIFY_TABLES = (notify_cursor, outbox, notify_threads, notify_incidents, notify_refusals)
-
-NO_UPDATE = f"""CREATE TRIGGER timeline_no_update BEFORE UPDATE ON timeline
-    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END"""
-
-TRIGGERS = (
-    NO_UPDATE,
-    f"""CREATE TRIGGER timeline_no_delete BEFORE DELETE ON timeline
-    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END""",
-    """CREATE TRIGGER timeline_count AFTER INSERT ON timeline
-    BEGIN UPDATE incidents SET entries = entries + 1 WHERE id = NEW.incident_id; END""",
-)
-"""Append-only guards on the timeline, and the trigger that keeps `incidents.entries`."""
-
-
-PG_TRIGGERS = (
-    f"""CREATE FUNCTION timeline_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN RAISE EXCEPTION '{APPEND_ONLY_MESSAGE}'; END $$""",
-    """CREATE TRIGGER timeline_no_update BEFORE UPDATE OR DELETE ON timeline
-    FOR EACH ROW EXECUTE FUNCTION timeline_append_only()""",
-    """CREATE FUNCTION timeline_count() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN UPDATE incidents SET entries = entries + 1 WHERE id = NEW.incident_id;
-    RETURN NEW; END $$""",
-    """CREATE TRIGGER timeline_count AFTER INSERT ON timeline
-    FOR EACH ROW EXECUTE FUNCTION timeline_count()""",
-)
-"""The same guards and counter in PostgreSQL's words (a trigger runs a function there)."""
-
-
-def create(conn: Connection) -> None:
-    """Create every table, index and trigger (inside the caller's transaction)."""
-    metadata.create_all(conn)
-    for sql in PG_TRIGGERS if conn.dialect.name == "postgresql" else TRIGGERS:
-        conn.exec_driver_sql(sql)

@@ -123,7 +123,6 @@ class Notifier:
 
     async def start(self) -> None:
         """Before the first probe (`Supervisor.start`): the composer's cursor is found first."""
-        await self.outbox.ensure()
         await self.composer.begin()
         self._store.on_timeline.append(self.composer.wake)
         if isinstance(self._store, ResilientStore):

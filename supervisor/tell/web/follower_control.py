@@ -7,7 +7,6 @@ from supervisor.control.entries import pause_reason
 from supervisor.control.model import FLEET, JournalRow, PauseRow, SilenceRow
 from supervisor.control.tables import ControlStore
 from supervisor.core.clock import Clock
-from supervisor.record.store.errors import StoreError
 from supervisor.record.store.store import Store
 
 
@@ -18,17 +17,9 @@ class StoredControl:
         self.tables = ControlStore(store)
         self._clock = clock
         self._pauses: list[PauseRow] = []
-        self.made = True  #: the leader made the control tables (a store no leader ran on has none)
 
     async def load(self) -> None:
-        """After the snapshots answered: a read that fails here means no control tables yet
-        (nothing was ever silenced or paused)."""
-        try:
-            self._pauses = await self.tables.pauses()
-        except StoreError:
-            self._pauses, self.made = [], False
-        else:
-            self.made = True
+        self._pauses = await self.tables.pauses()
 
     def pauses(self) -> list[PauseRow]:
         return self._pauses
@@ -40,9 +31,9 @@ class StoredControl:
         return pause_reason(endpoint) if endpoint in scopes else ""
 
     async def silences(self) -> list[SilenceRow]:
-        return await self.tables.silences(active_at=self._clock.now()) if self.made else []
+        return await self.tables.silences(active_at=self._clock.now())
 
     async def journal(
         self, subject: str | None = None, *, latest: int | None = None
     ) -> list[JournalRow]:
-        return await self.tables.journal(subject, latest=latest) if self.made else []
+        return await self.tables.journal(subject, latest=latest)

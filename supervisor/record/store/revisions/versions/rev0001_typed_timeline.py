@@ -1,12 +1,21 @@
 """The store as of schema 2 (the typed timeline): incidents, snapshots, the append-only
-timeline, samples, attempts. A store made before Alembic (SQLite `user_version` 2, or 1 once
-`supervisor.record.store.migrate` typed its timeline) is stamped at this revision.
+timeline, samples, attempts.
+
+A SQLite file made before Alembic (no `alembic_version`) already has these tables: as they are
+(`PRAGMA user_version` 2), or with schema 1's timeline, which is typed here (1 -> 2):
+`timeline` gains `type` and `version`, and each old row's `data` becomes the payload of the
+typed record `supervisor.record.timeline.migrate.type_v1` reads from its kind, summary and data
+(its summary is kept: the record renders it back exactly, or the row is a `Legacy` record holding
+it). `incidents` gains `diagnosis`: the latest matched diagnosis in its timeline. The append-only
+trigger is lifted for this one rewrite and put back.
 
 Revision ID: 0001
 Revises:
 """
 
 from __future__ import annotations
+
+import json
 
 import sqlalchemy as sa
 from alembic import op
@@ -39,6 +48,10 @@ PG_TRIGGERS = (
 
 
 def upgrade() -> None:
+    bind = op.get_bind()
+    if sa.inspect(bind).has_table("incidents"):
+        _adopt(bind)
+        return
     op.create_table(
         "incidents",
         sa.Column("id", sa.Integer, primary_key=True),
@@ -122,6 +135,39 @@ def upgrade() -> None:
     postgresql = op.get_bind().dialect.name == "postgresql"
     for sql in PG_TRIGGERS if postgresql else SQLITE_TRIGGERS:
         op.execute(sql)
+
+
+def _adopt(bind: sa.Connection) -> None:
+    """A SQLite file made before Alembic: schema 2 as it is, schema 1 typed."""
+    if "type" in {c["name"] for c in sa.inspect(bind).get_columns("timeline")}:
+        return
+    # the readers of schema 1's rows, loaded for such a store only
+    from supervisor.record.store.coltypes import dump_json
+    from supervisor.record.timeline.codec import encode
+    from supervisor.record.timeline.migrate import type_v1
+    from supervisor.record.timeline.repair import Diagnosis
+
+    op.add_column("incidents", sa.Column("diagnosis", sa.Text, nullable=True))
+    op.add_column("timeline", sa.Column("type", sa.Text, nullable=False, server_default=""))
+    op.add_column("timeline", sa.Column("version", sa.Integer, nullable=False, server_default="1"))
+    op.execute("DROP TRIGGER timeline_no_update")
+    rows = bind.exec_driver_sql(
+        "SELECT id, incident_id, kind, summary, data FROM timeline ORDER BY id"
+    ).all()
+    diagnoses: dict[int, str] = {}
+    for row_id, incident_id, kind, summary, data in rows:
+        record = type_v1(kind, summary, json.loads(data))
+        bind.exec_driver_sql(
+            "UPDATE timeline SET type = ?, version = ?, kind = ?, data = ? WHERE id = ?",
+            (record.tag, record.version, record.kind.value, dump_json(encode(record)), row_id),
+        )
+        if isinstance(record, Diagnosis) and record.cause:
+            diagnoses[incident_id] = record.cause
+    for incident_id, cause in diagnoses.items():
+        bind.exec_driver_sql(
+            "UPDATE incidents SET diagnosis = ? WHERE id = ?", (cause, incident_id)
+        )
+    op.execute(SQLITE_TRIGGERS[0])
 
 
 def downgrade() -> None:
