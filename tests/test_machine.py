@@ -1,10 +1,16 @@
-"""The state graph: every (state, trigger) pair, allowed or refused, against the real machine."""
+"""The state graph: every (state, trigger) pair, allowed or refused, against the real machine;
+and its drawing in docs/states.md, which is what the machine draws."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from supervisor.judge.machine import TRANSITIONS, FleetMachine, State, Trigger, destination
+from supervisor.judge.machine import TRANSITIONS, FleetMachine, State, Trigger
 
 S, T = State, Trigger
 
@@ -79,7 +85,6 @@ async def test_every_trigger_from_every_state(trigger: Trigger, source: State) -
         assert change is not None
         assert (change.source, change.dest, change.trigger) == (source, expected, trigger)
         assert machine.state("ep") is expected
-    assert destination(source, trigger) is expected
 
 
 def test_the_table_and_the_graph_are_the_same() -> None:
@@ -96,3 +101,48 @@ async def test_endpoints_move_independently_and_can_be_removed() -> None:
     machine.remove("a")
     with pytest.raises(KeyError):
         machine.state("a")
+
+
+STATES_MD = Path(__file__).resolve().parents[1] / "docs" / "states.md"
+
+
+def _documented_diagram() -> str:
+    """The Mermaid block of docs/states.md."""
+    [block] = re.findall(
+        r"^```mermaid\n(.*?)^```$", STATES_MD.read_text(), re.MULTILINE | re.DOTALL
+    )
+    return str(block)
+
+
+async def test_the_documented_graph_is_what_the_running_machine_draws() -> None:
+    """docs/states.md shows the machine's own drawing; a machine in use (endpoints in any
+    state, triggers fired) draws the same graph: no endpoint's state is marked."""
+    machine = FleetMachine()
+    machine.add("a", S.HEALTHY)
+    machine.add("b", S.ESCALATED)
+    await machine.fire("a", T.DOWN)
+    assert _documented_diagram() == machine.diagram() == FleetMachine().diagram()
+
+
+def test_the_drawing_has_every_move_of_the_graph_and_no_other() -> None:
+    """Each line `source --> dest: trigger | trigger` of the drawing, read back."""
+    drawn = {
+        (T(trigger), S(source), S(dest))
+        for source, dest, triggers in re.findall(
+            r"^  (\w+) --> (\w+): (.+)$", FleetMachine().diagram(), re.MULTILINE
+        )
+        for trigger in triggers.split(" | ")
+    }
+    assert drawn == {(t, s, dest) for (t, s), dest in EXPECTED.items()}
+    assert "  [*] --> unknown" in FleetMachine().diagram().splitlines()
+
+
+def test_the_module_prints_the_diagram_to_regenerate_the_docs() -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "supervisor.judge.machine"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=STATES_MD.parents[1],
+    )
+    assert (printed.stdout, printed.stderr) == (FleetMachine().diagram(), "")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from supervisor.core.payload import Maybe
+
 
 class Via(StrEnum):
     """The transport an action came through."""
@@ -30,7 +32,7 @@ class Actor:
     `via` is None only in timeline entries written before it was kept (a restart's)."""
 
     who: str
-    via: Via | None = None
+    via: Maybe[Via] = None
 
     def __str__(self) -> str:
         return f"{self.who} {_PHRASE[self.via]}" if self.via is not None else self.who

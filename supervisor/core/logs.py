@@ -2,8 +2,9 @@
 
 Every endpoint event carries `endpoint` (and `incident` when one is open): the worker binds them.
 What libraries log through the standard `logging` module (python-telegram-bot, APScheduler,
-aiohttp, ...) goes through the same pipeline (`StdlibBridge`): one structured line each, its
-logger's name as `logger`, warnings and worse only.
+aiohttp, ...) is formatted by structlog's `ProcessorFormatter` with the same processors and
+renderer (`StdlibBridge`): one structured line each, its logger's name as `logger`, warnings and
+worse only, the lines we know of a library (`KNOWN_LINES`) said as the table says.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import structlog
+from structlog.processors import NAME_TO_LEVEL
+from structlog.stdlib import ProcessorFormatter
 
 
 def configure(*, json: bool | None = None, level: str = "info") -> None:
@@ -22,20 +25,34 @@ def configure(*, json: bool | None = None, level: str = "info") -> None:
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
     )
+    threshold = logging.getLevelName(level.upper())
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamp,
             expected_ends,
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=False,
     )
-    bridge_stdlib()
+    library = ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_logger_name,
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            LibraryLines(threshold),
+            stamp,
+            expected_ends,
+            structlog.processors.format_exc_info,
+        ],
+        processors=[ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    bridge_stdlib(StdlibBridge(library))
 
 
 @dataclass(frozen=True)
@@ -58,13 +75,6 @@ class KnownLine:
 
 
 KNOWN_LINES: tuple[KnownLine, ...] = (
-    # asyncpg's probe for TLS, of a connection attempt that was given up (its connect timeout,
-    # on a loaded machine): the attempt's failure is reported by whoever connected (`store
-    # refuses writes`); the probe's future, set when the socket closes, is read by nobody, and
-    # asyncio says so at error level. Not a failure: a debug line.
-    KnownLine(
-        "asyncio", "Future exception was never retrieved", "unexpected connection_lost() call"
-    ),
     # python-telegram-bot's last getUpdates at shutdown (it marks the updates it fetched as
     # read), when the Bot API cannot be reached then: the updates may come again at the next
     # start, which answers them as any other. Its exception says all there is.
@@ -78,43 +88,60 @@ KNOWN_LINES: tuple[KnownLine, ...] = (
 """The library lines we know (the first that matches a record decides)."""
 
 
-class StdlibBridge(logging.Handler):
-    """A `logging` handler that hands each record to structlog (so a library's line is JSON
-    like ours). A record carrying an expected end (`expected_end`: a deposed leader's refused
-    call, already said once by the part that refused it) is dropped; a known leftover of a
-    library (`KNOWN_LINES`) is said at its level, plainly if so."""
+@dataclass(frozen=True)
+class LibraryLines:
+    """The processor for a library's record (in `ProcessorFormatter`'s `foreign_pre_chain`, after
+    `add_log_level`). A record carrying an expected end (`expected_end`: a deposed leader's
+    refused call, already said once by the part that refused it) is dropped; a known line of a
+    library (`known`) is said at its level, plainly if so; a line below `threshold` (the
+    daemon's level) is dropped."""
 
-    def emit(self, record: logging.LogRecord) -> None:
+    threshold: int
+    known: tuple[KnownLine, ...] = KNOWN_LINES
+
+    def __call__(
+        self, _logger: object, _name: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        record: logging.LogRecord = event["_record"]
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and getattr(exc, "expected_end", False):
-            return
-        known = next((k for k in KNOWN_LINES if k.matches(record, exc)), None)
+            raise structlog.DropEvent
+        known = next((k for k in self.known if k.matches(record, exc)), None)
         if known is not None:
-            record.levelname = known.level.upper()
-        logger = structlog.get_logger(record.name)
-        fields: dict[str, Any] = {"logger": record.name}
-        if exc is not None and known is not None and known.plain:
-            fields["error"] = str(exc) or type(exc).__name__
-        elif record.exc_info:
-            fields["exc_info"] = record.exc_info
+            event["level"] = known.level
+            if exc is not None and known.plain:
+                del event["exc_info"]
+                event["error"] = str(exc) or type(exc).__name__
+        if NAME_TO_LEVEL.get(event["level"], logging.WARNING) < self.threshold:
+            raise structlog.DropEvent
+        return event
+
+
+class StdlibBridge(logging.Handler):
+    """The root `logging` handler: its `ProcessorFormatter` renders a library's record as one of
+    our lines, written through structlog's `PrintLogger` (the lock our own lines take); a record
+    its chain drops (`structlog.DropEvent`) is not written."""
+
+    def __init__(self, formatter: ProcessorFormatter) -> None:
+        super().__init__()
+        self.setFormatter(formatter)
+        self._out = structlog.PrintLogger(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
         try:
-            message = record.getMessage()
-        except (TypeError, ValueError):
-            message = str(record.msg)
-        level = record.levelname.lower()
-        emit = getattr(logger, level if level in _LEVELS else "warning")
-        emit(message, **fields)
+            self._out.msg(self.format(record))
+        except structlog.DropEvent:
+            return
+        except Exception:  # logging's own rule: a handler's failure is reported, not raised
+            self.handleError(record)
 
 
-_LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
-
-
-def bridge_stdlib(level: int = logging.WARNING) -> None:
-    """Route the `logging` module's records (of every library) through structlog."""
+def bridge_stdlib(bridge: StdlibBridge, level: int = logging.WARNING) -> None:
+    """Route the `logging` module's records (of every library) through `bridge`."""
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, StdlibBridge)]:
         root.removeHandler(old)
-    root.addHandler(StdlibBridge())
+    root.addHandler(bridge)
     root.setLevel(level)
 
 
@@ -150,4 +177,5 @@ def silence() -> None:
     """For commands whose output is the answer (the demo's narration): no log lines, ours or a
     library's (APScheduler's warning when a busy machine makes it skip a tick, say)."""
     structlog.configure(processors=[_drop], logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    bridge_stdlib()  # the libraries' lines too (Python's last-resort handler would print them)
+    # the libraries' lines too (Python's last-resort handler would print them)
+    bridge_stdlib(StdlibBridge(ProcessorFormatter(processors=[_drop])))

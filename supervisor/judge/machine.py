@@ -1,8 +1,11 @@
 """The endpoint state machine: which states exist and which trigger may move between them.
 
-One `transitions` AsyncMachine (queued per model) holds every endpoint as a model; `Fleet
-Machine.fire` is the only way a state changes. What trigger to fire is decided by
-`supervisor.judge.policy` from probe results; this module only knows the graph.
+One `transitions` AsyncGraphMachine (queued per model) holds every endpoint as a model and is
+the one authority on the graph: `FleetMachine.fire` is the only way a state changes, and it asks
+the machine whether the trigger may fire there. What trigger to fire is decided by
+`supervisor.judge.policy` from probe results; this module only knows the graph, which the
+machine also draws (`FleetMachine.diagram`, in `docs/states.md`: `python -m
+supervisor.judge.machine` prints it).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from transitions import MachineError
-from transitions.extensions.asyncio import AsyncMachine
+from transitions.extensions import AsyncGraphMachine
 
 
 class State(StrEnum):
@@ -62,7 +65,7 @@ class Trigger(StrEnum):
 S = State
 _ALL = tuple(State)
 
-#: (trigger, sources, destination): the whole graph, read by the tests and docs/states.md.
+#: (trigger, sources, destination): the whole graph, as the machine is built from it.
 TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
     (
         Trigger.PASS,
@@ -117,14 +120,6 @@ INCIDENT_STATES = frozenset({S.DOWN, S.DEGRADED, S.BUSY, S.REMEDIATING, S.VERIFY
 HANDS_OFF_STATES = frozenset({S.STARTING, S.BUSY, S.UNREACHABLE, S.ESCALATED, S.MAINTENANCE})
 
 
-def destination(state: State, trigger: Trigger) -> State | None:
-    """Where `trigger` leads from `state`, or None when it may not fire there."""
-    for name, sources, dest in TRANSITIONS:
-        if name is trigger and state in sources:
-            return dest
-    return None
-
-
 @dataclass(frozen=True, kw_only=True)
 class Change:
     """A state change that happened."""
@@ -138,16 +133,21 @@ class Change:
 class _Model:
     """What transitions attaches its state and trigger methods to."""
 
+    trigger: Callable[[str], Awaitable[bool]]  #: fires a trigger (added by transitions)
+    may_trigger: Callable[[str], Awaitable[bool]]  #: whether it may fire now (likewise)
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.state: str = State.UNKNOWN.value
 
 
 class FleetMachine:
-    """One AsyncMachine for every endpoint; `fire` is the only way a state changes."""
+    """One AsyncGraphMachine for every endpoint; `fire` is the only way a state changes."""
+
+    TITLE = "endpoint states"
 
     def __init__(self) -> None:
-        self._machine = AsyncMachine(
+        self._machine = AsyncGraphMachine(
             model=None,
             states=[s.value for s in State],
             transitions=[
@@ -155,8 +155,10 @@ class FleetMachine:
                 for t, sources, dest in TRANSITIONS
             ],
             initial=State.UNKNOWN.value,
-            queued="model",
+            queued="model",  # type: ignore[arg-type]  # its stub has GraphMachine's (bool) only
             auto_transitions=False,
+            title=self.TITLE,
+            graph_engine="mermaid",
         )
         self._models: dict[str, _Model] = {}
 
@@ -173,14 +175,23 @@ class FleetMachine:
         return State(self._models[endpoint].state)
 
     async def fire(self, endpoint: str, trigger: Trigger) -> Change | None:
-        """Fire `trigger`; None (and no change) when the graph does not allow it here."""
+        """Fire `trigger`; None (and no change) when the machine says it may not fire here."""
         model = self._models[endpoint]
         source = State(model.state)
-        if destination(source, trigger) is None:
+        if not await model.may_trigger(trigger.value):
             return None
         try:
-            fire: Callable[[str], Awaitable[bool]] = getattr(model, "trigger")  # noqa: B009 - added by transitions
-            await fire(trigger.value)
-        except MachineError:  # pragma: no cover - guarded by destination() above
+            await model.trigger(trigger.value)
+        except MachineError:  # its state moved between the question and the answer
             return None
         return Change(endpoint=endpoint, source=source, dest=State(model.state), trigger=trigger)
+
+    def diagram(self) -> str:
+        """The graph as the machine draws it (Mermaid, no endpoint's state marked), each line's
+        trailing blanks trimmed."""
+        drawn = self._machine.graph_cls(self._machine).get_graph(title=self.TITLE).draw(None)
+        return "\n".join(line.rstrip() for line in str(drawn).splitlines()) + "\n"
+
+
+if __name__ == "__main__":
+    print(FleetMachine().diagram(), end="")

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, TypeAlias, TypeVar
 
-JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
-"""A value that survives a JSON round trip."""
+from pydantic import JsonValue
+
+JSONValue: TypeAlias = JsonValue
+"""A value that survives a JSON round trip (bool, int, float, str, None, lists and string-keyed
+objects of them): pydantic's, which the codec reads and writes."""
 
 
 class EntryKind(StrEnum):

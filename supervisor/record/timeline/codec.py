@@ -1,25 +1,23 @@
-"""Records to JSON payloads and back, in one place: datetimes as ISO 8601, tuples as lists,
-enums as their values, nested dataclasses as objects; a field that is None where its default is
-None is left out. Decoding never raises: an unknown tag, a newer version or a payload that does
-not fit its class gives an `Unknown` record that keeps what was stored."""
+"""Records to JSON payloads and back, in one place, by pydantic (a `TypeAdapter` per frozen
+dataclass): nested dataclasses as objects, datetimes as ISO 8601 (`supervisor.core.payload.
+Time`), a `Maybe` field that is None left out; tuples and enums are written as JSON arrays and
+their values. A payload is read by strict JSON validation: a string is no number, a number no
+bool, an object's unknown keys are ignored. Decoding never raises: an unknown tag, a newer
+version or a payload that does not fit its class gives an `Unknown` record that keeps what was
+stored."""
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from enum import Enum
-from functools import cache
-from typing import Any, Union
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import to_json
 
 from supervisor.record.timeline.base import REGISTRY, EntryKind, JSONValue, Record, kind_of
 
-
-class PayloadError(ValueError):
-    """A stored payload does not fit its record class (the message says where)."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,34 +50,30 @@ class Unknown(Record):
         return self.text
 
 
+_ADAPTERS: dict[object, TypeAdapter[Any]] = {}
+"""One pydantic adapter per type, built when first needed (building one reads its fields)."""
+
+
+def _adapter(tp: type[T]) -> TypeAdapter[T]:
+    if tp not in _ADAPTERS:
+        _ADAPTERS[tp] = TypeAdapter(tp)
+    return _ADAPTERS[tp]
+
+
 def encode(record: object) -> dict[str, JSONValue]:
     """A record's payload (its tag and version are stored beside it), or any nested value's
-    (a `ProbeSample`, say) JSON object."""
+    (a `ProbeSample`, say) object. A value that does not fit its field's type is kept as given:
+    the store's JSON column takes JSON values only and says which one is not."""
     if isinstance(record, Unknown):
         return dict(record.payload)
-    out = _encode(record)
+    out = _adapter(type(record)).dump_python(record, warnings=False)
     assert isinstance(out, dict)
     return out
 
 
-def _encode(value: object) -> JSONValue:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, JSONValue] = {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if item is None and f.default is None:
-                continue
-            out[f.name] = _encode(item)
-        return out
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Enum):
-        return _encode(value.value)
-    if isinstance(value, tuple | list):
-        return [_encode(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _encode(v) for k, v in value.items()}
-    return value  # type: ignore[return-value]  # JSON or not: the store's JSON column decides
+def decode_value(tp: type[T], value: object) -> T:
+    """`value` (JSON) as the type `tp` says; `pydantic.ValidationError` when it does not fit."""
+    return _adapter(tp).validate_json(to_json(value), strict=True)
 
 
 def decode(
@@ -94,14 +88,13 @@ def decode(
         problem = f"{tag} version {version} is newer than this code reads ({cls.VERSION})"
     else:
         try:
-            record = _build(
+            return decode_value(
                 cls, cls.upgrade(version, payload) if version < cls.VERSION else payload
             )
-        except (PayloadError, TypeError, ValueError) as err:
+        except ValidationError as err:
+            problem = f"{tag}: {_said(err)}"
+        except (TypeError, ValueError) as err:  # an upgrade that met a payload it cannot read
             problem = f"{tag}: {err}"
-        else:
-            assert isinstance(record, Record)
-            return record
     stored: object = payload  # a row written by hand may hold any JSON
     return Unknown(
         stored_tag=tag,
@@ -113,64 +106,9 @@ def decode(
     )
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _build(cls: type, payload: object) -> object:
-    if not isinstance(payload, Mapping):
-        raise PayloadError(f"{cls.__name__} needs an object, got {type(payload).__name__}")
-    hints = _hints(cls)
-    values: dict[str, object] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in payload:
-            continue  # its default applies (a required field missing raises TypeError)
-        try:
-            values[f.name] = decode_value(hints[f.name], payload[f.name])
-        except PayloadError as err:
-            raise PayloadError(f"{f.name}: {err}") from None
-    return cls(**values)
-
-
-def decode_value(tp: Any, value: object) -> object:
-    """`value` (JSON) as the type `tp` says: the one conversion every field goes through."""
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is not type(None):
-                try:
-                    return decode_value(arg, value)
-                except PayloadError:
-                    continue
-        raise PayloadError(f"{value!r} fits none of {tp}")
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise PayloadError(f"expected a list, got {value!r}")
-        (item, _) = typing.get_args(tp)
-        return tuple(decode_value(item, v) for v in value)
-    if origin is not None and issubclass(origin, Mapping):
-        if not isinstance(value, dict):
-            raise PayloadError(f"expected an object, got {value!r}")
-        return dict(value)
-    if tp is Any:
-        return value
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _build(tp, value)
-    if isinstance(tp, type) and issubclass(tp, Enum):
-        try:
-            return tp(value)
-        except ValueError:
-            raise PayloadError(f"{value!r} is not a valid {tp.__name__}") from None
-    if tp is datetime:
-        if not isinstance(value, str):
-            raise PayloadError(f"expected a time, got {value!r}")
-        return datetime.fromisoformat(value)
-    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if tp in (str, int, bool) and type(value) is tp:
-        return value
-    raise PayloadError(f"expected {getattr(tp, '__name__', tp)}, got {value!r}")
+def _said(err: ValidationError) -> str:
+    """`sample.at: Input should be a valid datetime, input is too short`, one per problem."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+        for e in err.errors(include_url=False)
+    )

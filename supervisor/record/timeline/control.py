@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from supervisor.core.actor import Actor
+from supervisor.core.payload import Maybe, Time
 from supervisor.record.timeline.base import EntryKind, JSONValue, Record, kind_of, register
 
 
@@ -27,9 +27,9 @@ class Silenced(Record):
     KIND = EntryKind.NOTE
     actor: Actor
     target: str  #: as given: an endpoint, a glob, `host:NAME` or `all`
-    until: datetime
+    until: Time
     why: str = ""
-    silence: int | None = None  #: the stored silence's id
+    silence: Maybe[int] = None  #: the stored silence's id
 
     @property
     def summary(self) -> str:
@@ -66,8 +66,8 @@ class Paused(Record):
     KIND = EntryKind.NOTE
     who: str
     why: str = ""
-    until: datetime | None = None
-    endpoint: str | None = None
+    until: Maybe[Time] = None
+    endpoint: Maybe[str] = None
 
     @property
     def summary(self) -> str:
@@ -83,7 +83,7 @@ class Resumed(Record):
     KIND = EntryKind.NOTE
     who: str
     why: str = ""
-    endpoint: str | None = None
+    endpoint: Maybe[str] = None
 
     @property
     def summary(self) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from supervisor.core.payload import Maybe
 from supervisor.record.timeline.base import EntryKind, Record, register
 
 
@@ -29,10 +30,10 @@ class Decision(Record):
     TAG = "decision"
     KIND = EntryKind.DECISION
     outcome: Outcome
-    rule: str | None = None
+    rule: Maybe[str] = None
     budget: str = ""  #: what the budget said, e.g. "attempt 1 of 2 for r in 1h"
     plan: tuple[str, ...] = ()  #: the commands it would send (dry runs)
-    actor: str | None = None  #: the person who asked
+    actor: Maybe[str] = None  #: the person who asked
     why: str = ""  #: a refusal's or a failure's reason; for a pause, what is paused
     state: str = ""  #: the state it moved on to
     holders: Mapping[str, str] = field(default_factory=dict)  #: busy host -> the endpoint on it

@@ -17,7 +17,7 @@ from supervisor.core.actor import Actor
 from supervisor.core.durations import parse_duration
 from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.record.timeline.base import Record
-from supervisor.record.timeline.codec import PayloadError, decode_value
+from supervisor.record.timeline.codec import decode_value
 from supervisor.record.timeline.control import Acked, Legacy, Note, Notification
 from supervisor.record.timeline.decision import Decision, Outcome
 from supervisor.record.timeline.parts import CommandRun, ProbeSample
@@ -36,15 +36,11 @@ Data = Mapping[str, Any]
 
 
 def _sample(value: object) -> ProbeSample:
-    sample = decode_value(ProbeSample, value)
-    assert isinstance(sample, ProbeSample)
-    return sample
+    return decode_value(ProbeSample, value)
 
 
 def _commands(data: Data) -> tuple[CommandRun, ...]:
-    runs = decode_value(tuple[CommandRun, ...], data.get("commands", []))
-    assert isinstance(runs, tuple)
-    return runs
+    return decode_value(tuple[CommandRun, ...], data.get("commands", []))
 
 
 def _str(data: Data, key: str) -> str | None:
@@ -211,7 +207,7 @@ def type_v1(kind: str, summary: str, data: Data) -> Record:
     reader = READERS.get(kind)
     try:
         record = reader(summary, data) if reader is not None else None
-    except (KeyError, TypeError, ValueError, PayloadError):
+    except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
         record = None
     if record is None or record.summary != summary:
         return Legacy(old_kind=kind, text=summary, data=dict(data))

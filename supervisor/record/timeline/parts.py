@@ -4,24 +4,25 @@ left it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+
+from supervisor.core.payload import Maybe, Time
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeSample:
     """One probe result as the timeline keeps it (figures rounded, `detail` kept)."""
 
-    at: datetime
+    at: Time
     tier: str  #: "liveness" or "deep"
     check: str  #: "models", "completion", "health", ...
     outcome: str  #: "ok", "fail", "degraded"
     reason: str = ""
     latency_s: float = 0.0
-    http_status: int | None = None
-    ttft_s: float | None = None
-    tok_s: float | None = None
-    tokens: int | None = None
-    detail: str | None = None
+    http_status: Maybe[int] = None
+    ttft_s: Maybe[float] = None
+    tok_s: Maybe[float] = None
+    tokens: Maybe[int] = None
+    detail: Maybe[str] = None
 
     @property
     def head(self) -> str:
@@ -37,11 +38,11 @@ class ProgressSample:
 
     verdict: str  #: "busy", "hung", "idle" or "unknown"
     reason: str  #: `hung: 3 running, 0 waiting, generation_tokens_total frozen at 412 for 5.0s`
-    running: float | None = None  #: requests being generated at the second read
-    waiting: float | None = None  #: requests queued at the second read
-    tok_s: float | None = None  #: tokens generated per second across the window
-    generation_tokens: float | None = None  #: the token counter at the second read
-    kv_cache_usage: float | None = None  #: 0-1
+    running: Maybe[float] = None  #: requests being generated at the second read
+    waiting: Maybe[float] = None  #: requests queued at the second read
+    tok_s: Maybe[float] = None  #: tokens generated per second across the window
+    generation_tokens: Maybe[float] = None  #: the token counter at the second read
+    kv_cache_usage: Maybe[float] = None  #: 0-1
     window_s: float = 0.0  #: time between the two reads
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from supervisor.core.durations import format_duration
+from supervisor.core.payload import Maybe
 from supervisor.record.timeline.base import EntryKind, JSONValue, Record, register
 from supervisor.record.timeline.parts import CommandRun, UnitLeft
 
@@ -26,7 +27,7 @@ class Evidence(Record):
     commands: tuple[CommandRun, ...] = ()
     #: the params the collector ran with (placeholders filled); None in entries written before
     #: they were kept. `rules replay` reads a run again only for the same params.
-    params: Mapping[str, JSONValue] | None = None
+    params: Maybe[Mapping[str, JSONValue]] = None
 
     @property
     def summary(self) -> str:
@@ -74,7 +75,7 @@ class Diagnosis(Record):
     KIND = EntryKind.DIAGNOSIS
     endpoint: str
     state: str
-    rule: str | None = None
+    rule: Maybe[str] = None
     title: str = ""  #: the matched rule's title
     scopes: tuple[str, ...] = ()  #: where it matched
     facts: Mapping[str, Mapping[str, JSONValue]] = field(default_factory=dict)  #: scope -> facts
@@ -103,7 +104,7 @@ class AttemptStarted(Record):
     KIND = EntryKind.ATTEMPT
     attempt: int
     rule: str
-    actor: str | None = None  #: the person who asked for it (a /restart); None: automatic
+    actor: Maybe[str] = None  #: the person who asked for it (a /restart); None: automatic
 
     @property
     def summary(self) -> str:
@@ -200,7 +201,7 @@ class UnitsLeft(Record):
     rule: str
     units: tuple[UnitLeft, ...]
     #: a real completion passed after the start (None: no unit needed starting)
-    verified: bool | None = None
+    verified: Maybe[bool] = None
     error: str = ""  #: the start that failed, if one did
 
     @property
@@ -240,8 +241,8 @@ class Verification(Record):
     rule: str
     ok: bool
     within_s: float
-    ttft_s: float | None = None  #: the passing probe's figures, when it passed
-    tok_s: float | None = None
+    ttft_s: Maybe[float] = None  #: the passing probe's figures, when it passed
+    tok_s: Maybe[float] = None
 
     @property
     def summary(self) -> str:
@@ -258,8 +259,8 @@ class Escalation(Record):
     TAG = "escalation"
     KIND = EntryKind.DECISION
     why: str
-    rule: str | None = None
-    runbook: str | None = None  #: the rule's runbook path
+    rule: Maybe[str] = None
+    runbook: Maybe[str] = None  #: the rule's runbook path
     dry_run: bool = False
 
     @property

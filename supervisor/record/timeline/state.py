@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from supervisor.core.actor import Actor, Via
+from supervisor.core.payload import Maybe, Time
 from supervisor.judge.machine import HostState, State, Trigger
 from supervisor.record.timeline.base import EntryKind, JSONValue, Record, register
 from supervisor.record.timeline.parts import ProbeSample, ProgressSample
@@ -31,17 +31,17 @@ class Transition(Record):
     trigger: Trigger
     note: str
     of_host: bool = False  #: a host's own reachability, not an endpoint's state
-    rule: str | None = None  #: the rule a repair or an escalation is about
-    actor: Actor | None = None  #: the person who caused it (a silence, a /restart)
-    probe: ProbeSample | None = None  #: the probe that caused it
-    probes: tuple[ProbeSample, ...] | None = None  #: when it opens an incident: the failed streak
-    host: str | None = None  #: the host lost or back, for an endpoint
-    why: str | None = None  #: an escalation's reason
-    runbook: str | None = None  #: an escalation's runbook head
-    until: datetime | None = None  #: a silence's end
-    reason: str | None = None  #: a restart's reason (what the event said)
-    failures: int | None = None  #: a host's failed checks in a row
-    progress: ProgressSample | None = None  #: what the server was doing (busy, hung) when judged
+    rule: Maybe[str] = None  #: the rule a repair or an escalation is about
+    actor: Maybe[Actor] = None  #: the person who caused it (a silence, a /restart)
+    probe: Maybe[ProbeSample] = None  #: the probe that caused it
+    probes: Maybe[tuple[ProbeSample, ...]] = None  #: when it opens an incident: the failed streak
+    host: Maybe[str] = None  #: the host lost or back, for an endpoint
+    why: Maybe[str] = None  #: an escalation's reason
+    runbook: Maybe[str] = None  #: an escalation's runbook head
+    until: Maybe[Time] = None  #: a silence's end
+    reason: Maybe[str] = None  #: a restart's reason (what the event said)
+    failures: Maybe[int] = None  #: a host's failed checks in a row
+    progress: Maybe[ProgressSample] = None  #: what the server was doing (busy, hung) when judged
     extra: Mapping[str, str] = field(default_factory=dict)  #: anything else a producer added
 
     def __post_init__(self) -> None:
@@ -93,8 +93,8 @@ class Probe(Record):
     sample: ProbeSample
     note: str  #: what the policy made of the first, e.g. "failed (1/3): connection refused"
     count: int = 1  #: identical results in a row
-    last_at: datetime | None = None  #: when the last of them was seen (count > 1)
-    progress: ProgressSample | None = None  #: what the server was doing, when it was read
+    last_at: Maybe[Time] = None  #: when the last of them was seen (count > 1)
+    progress: Maybe[ProgressSample] = None  #: what the server was doing, when it was read
 
     @property
     def summary(self) -> str:

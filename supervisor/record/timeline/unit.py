@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
+from supervisor.core.payload import Maybe, Time
 from supervisor.record.timeline.base import EntryKind, JSONValue, Record, register
 from supervisor.record.timeline.migrate import judged_v1
 
@@ -29,14 +29,14 @@ class UnitHeard(Record):
     verdict: str  #: e.g. `down: probe confirms: connection refused`, `ignored: remediating`
     judged: bool = True  #: the policy judged it (False: kept as evidence only, or ignored)
     lines: tuple[str, ...] = ()  #: what the unit and systemd logged about it, oldest first
-    result: str | None = None
-    exit_status: int | None = None
-    n_restarts: int | None = None
+    result: Maybe[str] = None
+    exit_status: Maybe[int] = None
+    n_restarts: Maybe[int] = None
     source: str = "journal"  #: `journal`, or `poll` when the host fell back to polling
-    cursor: str | None = None
+    cursor: Maybe[str] = None
     count: int = 1  #: identical events in this entry (repeats of the one written before)
-    last_at: datetime | None = None  #: when the last of them was seen (count > 1)
-    last_line: str | None = None  #: what the last of them said (count > 1)
+    last_at: Maybe[Time] = None  #: when the last of them was seen (count > 1)
+    last_line: Maybe[str] = None  #: what the last of them said (count > 1)
 
     @classmethod
     def upgrade(cls, version: int, payload: Mapping[str, JSONValue]) -> Mapping[str, JSONValue]:
