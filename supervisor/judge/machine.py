@@ -1,6 +1,6 @@
 """The endpoint state machine: which states exist and which trigger may move between them.
 
-One `transitions` AsyncGraphMachine (queued per model) holds every endpoint as a model and is
+One `transitions` AsyncMachine (queued per model) holds every endpoint as a model and is
 the one authority on the graph: `FleetMachine.fire` is the only way a state changes, and it asks
 the machine whether the trigger may fire there. What trigger to fire is decided by
 `supervisor.judge.policy` from probe results; this module only knows the graph, which the
@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from transitions import MachineError
-from transitions.extensions import AsyncGraphMachine
+from transitions.extensions.asyncio import AsyncMachine
 
 
 class State(StrEnum):
@@ -141,25 +142,29 @@ class _Model:
         self.state: str = State.UNKNOWN.value
 
 
+def _graph() -> dict[str, Any]:
+    """The machine's definition, for the running machine and the drawn one alike."""
+    return {
+        "states": [s.value for s in State],
+        "transitions": [
+            {"trigger": t.value, "source": [s.value for s in sources], "dest": dest.value}
+            for t, sources, dest in TRANSITIONS
+        ],
+        "initial": State.UNKNOWN.value,
+        "auto_transitions": False,
+    }
+
+
 class FleetMachine:
-    """One AsyncGraphMachine for every endpoint; `fire` is the only way a state changes."""
+    """One AsyncMachine for every endpoint; `fire` is the only way a state changes."""
 
     TITLE = "endpoint states"
 
     def __init__(self) -> None:
-        self._machine = AsyncGraphMachine(
-            model=None,
-            states=[s.value for s in State],
-            transitions=[
-                {"trigger": t.value, "source": [s.value for s in sources], "dest": dest.value}
-                for t, sources, dest in TRANSITIONS
-            ],
-            initial=State.UNKNOWN.value,
-            queued="model",  # type: ignore[arg-type]  # its stub has GraphMachine's (bool) only
-            auto_transitions=False,
-            title=self.TITLE,
-            graph_engine="mermaid",
-        )
+        # a plain machine runs (a graph machine keeps a graph per model, never freed when the
+        # model is removed, and costs three times as much per transition); `diagram` draws one
+        # built from the same definition
+        self._machine = AsyncMachine(model=None, queued="model", **_graph())
         self._models: dict[str, _Model] = {}
 
     def add(self, endpoint: str, state: State) -> None:
@@ -186,10 +191,14 @@ class FleetMachine:
             return None
         return Change(endpoint=endpoint, source=source, dest=State(model.state), trigger=trigger)
 
-    def diagram(self) -> str:
-        """The graph as the machine draws it (Mermaid, no endpoint's state marked), each line's
-        trailing blanks trimmed."""
-        drawn = self._machine.graph_cls(self._machine).get_graph(title=self.TITLE).draw(None)
+    @classmethod
+    def diagram(cls) -> str:
+        """The graph as transitions draws the machine's definition (Mermaid, no endpoint's
+        state marked), each line's trailing blanks trimmed."""
+        from transitions.extensions import GraphMachine  # the docs' tool, not the daemon's
+
+        graph = GraphMachine(model=None, title=cls.TITLE, graph_engine="mermaid", **_graph())
+        drawn = graph.graph_cls(graph).get_graph(title=cls.TITLE).draw(None)
         return "\n".join(line.rstrip() for line in str(drawn).splitlines()) + "\n"
 
 
