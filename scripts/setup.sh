@@ -26,6 +26,27 @@ if ! { [ -x .venv/bin/uv ] &&
   .venv/bin/uv pip install --quiet --python .venv/bin/python -e '.[test]' -e ./lab; }; then
   .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]' -e ./lab
 fi
+# LiteLLM, the OpenAI-compatible router some fleets put in front of their servers, for the specs
+# that start a real one (tests/litellm.py): one exact release and every dependency pinned by hash
+# (tests/data/litellm/requirements.txt, docs/lab.md says which and why), in a venv of its own that
+# git ignores by its own .gitignore. Never in .venv: the runtime must not import it. Made again
+# only when the pinned file changed (28-50 s with pip on 2 cores); where it cannot be had, the
+# specs that need it skip with that reason.
+litellm_reqs=tests/data/litellm/requirements.txt
+if ! cmp -s "$litellm_reqs" .venv-litellm/requirements.txt 2>/dev/null; then
+  rm -rf .venv-litellm
+  python3 -m venv .venv-litellm
+  printf '*\n' >.venv-litellm/.gitignore
+  # --no-deps: the file holds every dependency (pip would take an extra such as fastapi-sso's
+  # `pydantic[email]` for a requirement not pinned); `pip check` then proves none is missing
+  if .venv-litellm/bin/pip install --quiet --disable-pip-version-check --no-deps \
+    --require-hashes -r "$litellm_reqs" && .venv-litellm/bin/pip check >/dev/null; then
+    cp "$litellm_reqs" .venv-litellm/requirements.txt
+  else
+    echo "setup: LiteLLM could not be installed into .venv-litellm; its specs will skip" >&2
+    rm -rf .venv-litellm
+  fi
+fi
 # Bytecode for every module, compiled here once on all cores: uv compiles none, and a test run
 # starts about ten Python processes at once, each of which compiled what it imported (4.8 CPU-s a
 # process in a fresh clone, 1.7 with the caches). About 7 s on 2 cores the first time, then 1 s.

@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the engine dies after this many streamed pieces of one reply",
     )
     add("--max-model-len", type=_int_between(1, 10_000_000), default=32768)
+    add("--api-key", default=None, help="as vLLM's: /v1 wants `Authorization: Bearer KEY`")
     add(
         "--load-running",
         type=_int_between(0, 100_000),
@@ -162,7 +163,11 @@ def behaviour_from(args: argparse.Namespace) -> SimBehaviour:
 async def serve(args: argparse.Namespace) -> int:
     flavour: Flavour = args.flavour
     sim = VllmSim(
-        behaviour_from(args), model=args.model, flavour=flavour, max_model_len=args.max_model_len
+        behaviour_from(args),
+        model=args.model,
+        flavour=flavour,
+        max_model_len=args.max_model_len,
+        api_key=args.api_key,
     )
     if args.control_file is not None:
         sim.control = ControlFile(args.control_file, sim.behaviour)

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from fleet_lab.vllm_sim import auth
 from fleet_lab.vllm_sim.audio import speech, transcriptions
 from fleet_lab.vllm_sim.chat import admit, bad_request, handle_chat
 from fleet_lab.vllm_sim.http import Request, Responder
@@ -228,6 +229,9 @@ ROUTES: Mapping[str, Routes] = MappingProxyType(
 
 
 async def route(sim: VllmSim, request: Request, out: Responder) -> None:
+    if auth.refuses(sim.api_key, request.path, request.headers):
+        await out.send_json(401, auth.UNAUTHORIZED)
+        return
     routes = ROUTES[sim.flavour]
     handler = routes.get((request.method, request.path))
     if handler is not None:

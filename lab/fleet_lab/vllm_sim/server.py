@@ -78,6 +78,7 @@ class VllmSim:
         model: str = "sim-model",
         flavour: Flavour = "vllm",
         max_model_len: int = 32768,
+        api_key: str | None = None,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
@@ -85,6 +86,7 @@ class VllmSim:
         self.model = model
         self.flavour: Flavour = flavour
         self.max_model_len = max_model_len
+        self.api_key = api_key  #: vLLM's `--api-key`: /v1 wants `Bearer KEY` (auth.py)
         self.requests: Counter[str] = Counter()  #: requests received, by path
         self.metrics = SimMetrics()
         self.created = time.time()
