@@ -15,8 +15,7 @@ import pytest
 
 from fleet_lab import netns
 from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
-from supervisor.probe import make_client
-from supervisor.probe.wire import ProbeHttp
+from supervisor.core.httpclient import HttpClient
 from supervisor.record.store.target import StoreTarget
 from tests.pgserver import PgServer
 from tests.pgserver import unavailable as pg_unavailable
@@ -201,7 +200,7 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> StoreTarget:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[ProbeHttp]:
-    """A probe client (`supervisor.probe.wire`), closed after the spec."""
-    async with make_client() as http:
+async def client() -> AsyncIterator[HttpClient]:
+    """A probe client (`supervisor.core.httpclient`), closed after the spec."""
+    async with HttpClient() as http:
         yield http

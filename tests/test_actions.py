@@ -26,6 +26,7 @@ from fleet_lab.vllm_sim.server import SimBehaviour
 from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.base import CommandResult, Executor, command_line
 from supervisor.execute.dryrun import DryRunExecutor
 from supervisor.execute.local import LocalExecutor
@@ -41,7 +42,6 @@ from supervisor.playbook.actions.dedupe import DedupeError, plan_dedupe
 from supervisor.playbook.actions.registry import ACTIONS, build_registry
 from supervisor.playbook.actions.steps import shorten
 from supervisor.probe import run_probe
-from supervisor.probe.wire import ProbeHttp
 from tests.conftest import SimFactory
 from tests.helpers import eventually
 from tests.ports import free_port
@@ -1185,7 +1185,7 @@ async def test_wait_healthy_plan_does_not_probe() -> None:
 
 
 async def test_wait_healthy_waits_through_a_cold_start(
-    sim_factory: SimFactory, client: ProbeHttp
+    sim_factory: SimFactory, client: HttpClient
 ) -> None:
     sim = await sim_factory(SimBehaviour(tok_s=2000, cold_start_s=0.4))
     endpoint = Endpoint(name="sim", kind="openai", url=sim.url, model="sim-model")
@@ -1211,7 +1211,7 @@ async def test_wait_healthy_waits_through_a_cold_start(
 
 
 async def test_wait_healthy_gives_up_at_the_deadline(
-    sim_factory: SimFactory, client: ProbeHttp
+    sim_factory: SimFactory, client: HttpClient
 ) -> None:
     sim = await sim_factory(SimBehaviour(tok_s=2000, fail_status=500))
     endpoint = Endpoint(name="sim", kind="openai", url=sim.url, model="sim-model")

@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 from supervisor.config.supervised import Endpoint, Host, UnitRef
+from supervisor.core.tls import default_tls
 from supervisor.execute.base import Executor
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.actions.base import ActionContext
 from supervisor.playbook.evidence.launchctl import parse_print
-from supervisor.probe.wire import default_tls
 from tests.helpers import eventually
 from tests.macfakes import MacTools, mac_tools
 from tests.ports import free_port

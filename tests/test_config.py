@@ -48,8 +48,8 @@ PROBE_KEYS = (
 SECTION_KEYS = "defaults, endpoints, hosts, http, notify, playbook, remediation, store"
 HOST_KEYS = "address, check_host_key, key, known_hosts, local, port, service_manager, user"
 ENDPOINT_KEYS = (
-    "baseline_tok_s, expect_reasoning, heard_by, host, kind, model, probe, startup_grace, units, "
-    "url, voice"
+    "baseline_tok_s, expect_reasoning, headers, heard_by, host, kind, model, probe, "
+    "startup_grace, units, url, voice"
 )
 
 
@@ -115,6 +115,12 @@ def test_the_product_owner_example_loads_with_every_value() -> None:
     assert ds4.hosts() == ("spark2", "spark1")
     assert ds4.probe == config.defaults.probe
     assert config.defaults.startup_grace == timedelta(minutes=10)
+
+
+def test_an_endpoints_headers_are_kept_as_written() -> None:
+    text = edit(("    startup_grace: 15m\n", "    headers: {X-Tenant: lab, User-Agent: ''}\n"))
+    assert parse(text).endpoint("ds4").headers == {"X-Tenant": "lab", "User-Agent": ""}
+    assert parse(VALID).endpoint("ds4").headers == {}
 
 
 def test_the_models_are_frozen() -> None:
@@ -529,6 +535,39 @@ endpoints:
             "hosts:\n  7: {local: true}\nendpoints:\n  e: {kind: health, url: 'http://a'}\n",
             "fleet.yaml:2: hosts.7: a name must be text, got 7 (quote it)",
             id="name-not-text",
+        ),
+        pytest.param(
+            edit(("    startup_grace: 15m\n", "    headers:\n      X Tenant: lab\n")),
+            "fleet.yaml:16: endpoints.ds4.headers.X Tenant: not a header name "
+            "(letters, digits and !#$%&'*+-.^_`|~), got 'X Tenant'",
+            id="header-name",
+        ),
+        pytest.param(
+            edit(("    startup_grace: 15m\n", "    headers: {X-Tenant: lab, 7: x}\n")),
+            "fleet.yaml:15: endpoints.ds4.headers.7: expected text, got 7",
+            id="header-name-not-text",
+        ),
+        pytest.param(
+            edit(("    startup_grace: 15m\n", "    headers:\n      Content-length: '3'\n")),
+            "fleet.yaml:16: endpoints.ds4.headers.Content-length: set by the client for each "
+            "request (leave it out)",
+            id="header-set-per-request",
+        ),
+        pytest.param(
+            edit(("    startup_grace: 15m\n", "    headers:\n      X-Build: 42\n")),
+            "fleet.yaml:16: endpoints.ds4.headers.X-Build: expected text, got 42",
+            id="header-value-not-text",
+        ),
+        pytest.param(
+            edit(("    startup_grace: 15m\n", '    headers: {X-Tenant: "lab\\r\\nX-Admin: 1"}\n')),
+            "fleet.yaml:15: endpoints.ds4.headers.X-Tenant: must be one line (no CR, LF or NUL), "
+            "got 'lab\\r\\nX-Admin: 1'",
+            id="header-value-two-lines",
+        ),
+        pytest.param(
+            edit(("    startup_grace: 15m\n", "    headers: [X-Tenant]\n")),
+            "fleet.yaml:15: endpoints.ds4.headers: expected a mapping, got a list",
+            id="headers-not-a-mapping",
         ),
     ],
 )

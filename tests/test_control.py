@@ -20,8 +20,8 @@ from supervisor.control import ControlApi
 from supervisor.control.matchers import MatchError, select
 from supervisor.control.model import Answer, Code
 from supervisor.core.actor import Actor, Via
+from supervisor.core.tls import default_tls
 from supervisor.judge.machine import State, Trigger
-from supervisor.probe.wire import default_tls
 from supervisor.record.timeline.control import Silenced, Unsilenced
 from supervisor.record.timeline.state import Transition
 from tests.helpers import eventually, write_fleet

@@ -10,12 +10,12 @@ import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
+import aiohttp
 import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.cli import main
-from supervisor.probe.wire import default_tls
+from supervisor.core.httpclient import HttpClient
 from supervisor.record.store.records import SubjectKind
 from supervisor.record.store.store import Store
 from tests.helpers import eventually, spawn_daemon, write_fleet
@@ -41,9 +41,9 @@ async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str
 
 async def _answers(url: str) -> bool:
     try:
-        async with httpx.AsyncClient(verify=default_tls()) as client:
+        async with HttpClient() as client:
             return (await client.get(f"{url}/healthz")).status_code == 200
-    except httpx.TransportError:
+    except aiohttp.ClientError:
         return False
 
 
@@ -99,7 +99,7 @@ async def test_a_silence_and_a_pause_survive_a_restart_of_the_daemon(
     assert await _cli(capsys, *c, "resume") == (
         2,
         "",
-        f"fleet-supervisor: no daemon answers on {url} (ConnectError): is `fleet-supervisor "
+        f"fleet-supervisor: no daemon answers on {url} (connection refused): is `fleet-supervisor "
         f"run` running with {config}?",
     )
     second = await spawn_daemon(config, log)

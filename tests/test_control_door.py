@@ -18,8 +18,8 @@ import yaml
 from supervisor.app.root import Supervisor
 from supervisor.cli import main
 from supervisor.config.loader import load_config
+from supervisor.core.tls import default_tls
 from supervisor.judge.machine import State
-from supervisor.probe.wire import default_tls
 from tests.helpers import eventually, write_fleet
 from tests.ports import free_port
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
-import httpx
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -28,6 +27,7 @@ from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.base import CommandResult, Executor, command_line
 from supervisor.execute.containers import ContainerNameError, in_container
 from supervisor.execute.local import LocalExecutor
@@ -52,7 +52,6 @@ from supervisor.playbook.evidence.registry import COLLECTORS, collectors_of
 from supervisor.playbook.evidence.settling import may_be_mid_attempt
 from supervisor.playbook.evidence.systemd import parse_main_pid, parse_unit_status
 from supervisor.playbook.loader import load_playbook
-from supervisor.probe.wire import default_tls
 from tests.conftest import SimFactory
 from tests.helpers import eventually
 from tests.ports import free_port
@@ -148,8 +147,8 @@ class ScriptedExecutor:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=default_tls(), trust_env=False) as client:
+async def http() -> AsyncIterator[HttpClient]:
+    async with HttpClient() as client:
         yield client
 
 
@@ -186,7 +185,7 @@ class Collect(Protocol):
 
 
 @pytest.fixture
-def collect(http: httpx.AsyncClient) -> Collect:
+def collect(http: HttpClient) -> Collect:
     """`await collect(name, params, scope=..., executor=...)` runs one registered collector
     (with `time`, its clock and its pauses are a `FakeTime`'s)."""
 
@@ -652,7 +651,7 @@ HEAD_JOURNAL = (
     ],
 )
 async def test_an_error_logged_before_the_last_passing_check_is_not_diagnosed_again(
-    http: httpx.AsyncClient, last_ok_at: datetime | None, verdict: str
+    http: HttpClient, last_ok_at: datetime | None, verdict: str
 ) -> None:
     status = show(active="activating", sub="auto-restart", status=1, pid=977, restarts=2)
     executor = JournalHost(answers={UNIT_STATUS_ARGV: status}, journal=HEAD_JOURNAL)
@@ -1130,9 +1129,7 @@ def test_metrics_old_names_odd_labels_timestamps_and_nan() -> None:
     }
 
 
-async def test_metrics_of_the_vllm_sim(
-    collect: Collect, sim: VllmSim, http: httpx.AsyncClient
-) -> None:
+async def test_metrics_of_the_vllm_sim(collect: Collect, sim: VllmSim, http: HttpClient) -> None:
     body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     assert (await http.post(sim.url + "/v1/chat/completions", json=body)).status_code == 200
     endpoint = Endpoint(name="sim", kind="openai", url=sim.url, model="sim-model")
@@ -1164,7 +1161,7 @@ async def test_metrics_unavailable(collect: Collect, sim_factory: SimFactory) ->
         reasons[url] = evidence.facts["reason"]
     assert reasons[ollama.url] == "HTTP 404"
     assert reasons[hung.url] == "timed out after 300ms"
-    assert str(reasons[closed]).startswith(f"cannot reach {closed}/metrics: ")
+    assert reasons[closed] == f"cannot reach {closed}/metrics: connection refused"
 
 
 # --- parsers never raise -------------------------------------------------------------------------
@@ -1289,7 +1286,7 @@ async def test_the_declared_collector_stamps_its_name(collect: Collect) -> None:
     )(_nothing)
     ctx = CollectContext(
         scope=NO_HOST_SCOPE, executor=ScriptedExecutor(answers={}), timeout=timedelta(seconds=1),
-        http=httpx.AsyncClient(verify=default_tls()),
+        http=HttpClient(),
     )  # fmt: skip
     async with ctx.http:
         evidence = await declared.run(ctx, NoEvidenceParams())

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.config.supervised import Endpoint, Host, UnitRef
+from supervisor.core.httpclient import HttpClient
 from supervisor.playbook.evidence.base import CollectContext, CollectedEvidence, FactValue, Scope
 from supervisor.playbook.evidence.launchctl import (
     NOT_LOADED_FACTS,
@@ -29,7 +29,6 @@ from supervisor.playbook.evidence.macos import (
     parse_vm_stat,
 )
 from supervisor.playbook.evidence.registry import COLLECTORS
-from supervisor.probe.wire import default_tls
 from tests.test_evidence import Answer, ScriptedExecutor
 
 DATA = Path(__file__).parent / "data" / "evidence" / "macos"
@@ -64,13 +63,13 @@ NOT_FOUND = Answer(status=113, stderr=data("launchctl-print-not-found.stderr"))
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=default_tls(), trust_env=False) as client:
+async def http() -> AsyncIterator[HttpClient]:
+    async with HttpClient() as client:
         yield client
 
 
 async def collect(
-    http: httpx.AsyncClient,
+    http: HttpClient,
     name: str,
     answers: Mapping[tuple[str, ...], Answer],
     params: Mapping[str, object] | None = None,
@@ -197,7 +196,7 @@ PLUTIL = (
 
 
 async def test_launchd_job_reads_the_job_and_its_plist_without_root(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     evidence, executor = await collect(
         http,
@@ -224,7 +223,7 @@ async def test_launchd_job_reads_the_job_and_its_plist_without_root(
     ],
 )
 async def test_keep_alive_is_read_from_the_plist_launchd_loaded(
-    http: httpx.AsyncClient, plist: Answer, keep_alive: bool | None
+    http: HttpClient, plist: Answer, keep_alive: bool | None
 ) -> None:
     """A job in `spawn scheduled` is a crash loop only when launchd keeps it alive: a job
     without KeepAlive (a WatchPaths one) shows the same state and is no loop."""
@@ -237,7 +236,7 @@ async def test_keep_alive_is_read_from_the_plist_launchd_loaded(
     assert [c.command for c in evidence.commands][-1] == " ".join(PLUTIL)
 
 
-async def test_a_job_launchd_does_not_know_is_a_fact(http: httpx.AsyncClient) -> None:
+async def test_a_job_launchd_does_not_know_is_a_fact(http: HttpClient) -> None:
     evidence, _ = await collect(http, "launchd_job", {PRINT: NOT_FOUND})
     assert (evidence.error, dict(evidence.facts)) == ("", NOT_LOADED_FACTS)
 
@@ -261,7 +260,7 @@ async def test_a_job_launchd_does_not_know_is_a_fact(http: httpx.AsyncClient) ->
     ],
 )  # fmt: skip
 async def test_a_failed_command_is_a_plain_error(
-    http: httpx.AsyncClient,
+    http: HttpClient,
     name: str,
     answers: Mapping[tuple[str, ...], Answer],
     scope: Scope,
@@ -283,7 +282,7 @@ def tail(path: str, lines: int = 200) -> tuple[str, ...]:
 
 
 async def test_launchd_log_reads_only_the_logs_written_since_the_last_passing_check(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     answers = {
         PRINT: printed("launchctl-print-running.txt"),
@@ -313,7 +312,7 @@ async def test_launchd_log_reads_only_the_logs_written_since_the_last_passing_ch
 
 
 async def test_launchd_log_without_a_passing_check_reads_every_log_and_skips_missing_ones(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     missing = Answer(status=1, stderr=f"stat: {OUT_LOG}: stat: No such file or directory\n")
     answers = {
@@ -330,14 +329,14 @@ async def test_launchd_log_without_a_passing_check_reads_every_log_and_skips_mis
 
 
 async def test_launchd_log_of_a_job_launchd_does_not_know_reads_nothing_more(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     evidence, executor = await collect(http, "launchd_log", {PRINT: NOT_FOUND})
     assert (evidence.error, evidence.facts["text"], evidence.facts["paths"]) == ("", "", ())
     assert len(executor.calls) == 1
 
 
-async def test_launchd_log_stat_that_cannot_read_is_an_error(http: httpx.AsyncClient) -> None:
+async def test_launchd_log_stat_that_cannot_read_is_an_error(http: HttpClient) -> None:
     answers = {
         PRINT: printed("launchctl-print-running.txt"),
         stat(OUT_LOG): Answer(status=1, stderr=f"stat: {OUT_LOG}: Permission denied\n"),
@@ -369,7 +368,7 @@ KIMI_CMD = f"{KIMI_ARGS} --host 0.0.0.0 --port 8013"
 PS_KIMI = ("ps", "-ww", "-o", "pid=,args=", "-p", "48213")
 
 
-async def test_mac_listeners_the_job_holds_its_port(http: httpx.AsyncClient) -> None:
+async def test_mac_listeners_the_job_holds_its_port(http: HttpClient) -> None:
     answers = {
         LSOF: Answer(stdout=data("lsof-listen-8013.txt")),
         PRINT: printed("launchctl-print-running.txt"),
@@ -394,7 +393,7 @@ async def test_mac_listeners_the_job_holds_its_port(http: httpx.AsyncClient) -> 
 
 
 async def test_mac_listeners_another_process_holds_the_port_of_a_dead_job(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     ps = ("ps", "-ww", "-o", "pid=,args=", "-p", "51877,60112")
     answers = {
@@ -418,7 +417,7 @@ async def test_mac_listeners_another_process_holds_the_port_of_a_dead_job(
 
 
 async def test_mac_listeners_on_a_free_port_of_an_endpoint_without_units(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     endpoint = Endpoint(name="e", kind="health", url="http://192.168.1.18:8003/health")
     scope = Scope(endpoint=endpoint, host=M3ULTRA, unit=None)
@@ -475,7 +474,7 @@ def test_pressure_level(text: str, level: str) -> None:
 LEVEL = ("sysctl", "-n", "kern.memorystatus_vm_pressure_level")
 
 
-async def test_mac_memory_puts_the_three_answers_together(http: httpx.AsyncClient) -> None:
+async def test_mac_memory_puts_the_three_answers_together(http: HttpClient) -> None:
     answers = {
         ("memory_pressure", "-Q"): Answer(stdout=data("memory-pressure-Q-m3ultra.txt")),
         LEVEL: Answer(stdout="4\n"),
@@ -500,7 +499,7 @@ async def test_mac_memory_puts_the_three_answers_together(http: httpx.AsyncClien
     assert not any(call.sudo for call in executor.calls)
 
 
-async def test_mac_memory_with_a_vm_stat_that_states_no_page_size(http: httpx.AsyncClient) -> None:
+async def test_mac_memory_with_a_vm_stat_that_states_no_page_size(http: HttpClient) -> None:
     answers = {
         ("memory_pressure", "-Q"): Answer(stdout=data("memory-pressure-Q-m3ultra.txt")),
         LEVEL: Answer(stdout="1\n"),
@@ -532,7 +531,7 @@ def test_parsers_never_raise(text: str) -> None:
 
 @pytest.mark.parametrize("name", ["mac_listeners", "mac_memory", "launchd_job", "launchd_log"])
 async def test_mac_collectors_run_nothing_on_a_host_that_is_not_a_mac(
-    http: httpx.AsyncClient, name: str
+    http: HttpClient, name: str
 ) -> None:
     spark = Host(name="spark1", address="192.168.1.11")
     scope = Scope(endpoint=KIMI, host=spark, unit=UnitRef(host="spark1", unit="ollama.service"))
@@ -542,7 +541,7 @@ async def test_mac_collectors_run_nothing_on_a_host_that_is_not_a_mac(
 
 
 async def test_launchd_log_with_a_run_marker_keeps_only_the_last_run(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     two_runs = (
         f"{data('mlx-kimi-metal-oom.err.log')}"
@@ -572,7 +571,7 @@ def test_a_run_marker_must_be_a_regex() -> None:
     [("unit_status", {}), ("command_line", {}), ("journal", {}), ("listeners", {"port": 8013})],
 )
 async def test_linux_collectors_run_nothing_on_a_mac(
-    http: httpx.AsyncClient, name: str, params: Mapping[str, object]
+    http: HttpClient, name: str, params: Mapping[str, object]
 ) -> None:
     """No `systemctl` or `sudo -n journalctl` / `sudo -n ss` attempts on a Mac."""
     evidence, executor = await collect(http, name, {}, params)

@@ -22,7 +22,7 @@ from sqlalchemy import update
 from supervisor.cli import main
 from supervisor.cli.status import collect
 from supervisor.config.loader import load_config
-from supervisor.probe.wire import default_tls
+from supervisor.core.tls import default_tls
 from supervisor.record.store.lease import claim
 from supervisor.record.store.records import Snapshot, SubjectKind
 from supervisor.record.store.schema import leader_lease

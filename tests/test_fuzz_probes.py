@@ -16,7 +16,8 @@ from supervisor.config.loader import parse_config
 from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
-from supervisor.probe import make_client, run_probe
+from supervisor.core.httpclient import HttpClient
+from supervisor.probe import run_probe
 from supervisor.probe.context import ProbeError
 from supervisor.probe.transcript import Transcript, read_sse, read_whole
 
@@ -136,7 +137,7 @@ async def _probe(body: bytes, content_type: str, status: int, tier: Tier) -> Pro
     server, port = await _serve_once(body, content_type, status)
     endpoint = ENDPOINT.model_copy(update={"url": f"http://127.0.0.1:{port}"})
     try:
-        async with make_client() as client:
+        async with HttpClient() as client:
             return await run_probe(endpoint, tier, client, clock=SystemClock())
     finally:
         server.close()

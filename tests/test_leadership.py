@@ -25,7 +25,7 @@ from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
 from supervisor.core.tenure import Tenure
-from supervisor.probe.wire import default_tls
+from supervisor.core.tls import default_tls
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.lease import Lease, lease_journal
 from supervisor.record.store.records import TimelineRow

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from fleet_lab.botapi import BotApiStub
-from supervisor.probe.wire import default_tls
+from supervisor.core.tls import default_tls
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, lease_journal
 from supervisor.record.store.outbox import OutboxStore

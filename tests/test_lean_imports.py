@@ -150,3 +150,25 @@ def test_the_daemon_does_not_load_what_its_dependencies_import_only_when_install
         __import__(name)
     config = write_fleet(tmp_path, {"asr": {"kind": "health", "url": "http://127.0.0.1:9/h"}})
     assert _run(config, {}, MAIN.format(names=EXTRAS)) == "0 []"
+
+
+#: the CLI's imports (the daemon's), then aiohttp's own default contexts and a new default one
+CONTEXTS = """
+import ssl
+import supervisor.cli
+import aiohttp.connector as connector
+made = (connector._SSL_CONTEXT_VERIFIED, connector._SSL_CONTEXT_UNVERIFIED)
+print([context.cert_store_stats()["x509_ca"] for context in made])
+print(ssl.create_default_context().cert_store_stats()["x509_ca"] > 0)
+"""
+
+
+def test_aiohttps_default_contexts_read_no_ca_bundle_and_ssl_is_left_as_it_was() -> None:
+    """aiohttp makes two TLS contexts when imported, for clients made without one (the daemon
+    makes none): imported through `supervisor.core.httpclient`, they read no CA bundle (~2 MB
+    resident); `ssl` is as it was after."""
+    result = subprocess.run(
+        [sys.executable, "-c", CONTEXTS], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[0, 0]\nTrue\n"

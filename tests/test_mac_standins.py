@@ -21,6 +21,8 @@ import httpx
 import pytest
 
 from supervisor.config.supervised import Endpoint, Host, UnitRef
+from supervisor.core.httpclient import HttpClient
+from supervisor.core.tls import default_tls
 from supervisor.execute.base import CommandResult
 from supervisor.playbook.evidence.base import CollectContext, Scope
 from supervisor.playbook.evidence.launchctl import (
@@ -31,7 +33,6 @@ from supervisor.playbook.evidence.launchctl import (
 )
 from supervisor.playbook.evidence.macos import parse_lsof, parse_memory_pressure, parse_vm_stat
 from supervisor.playbook.evidence.restarts import Restart, RestartOutcome, wait_for_restarts
-from supervisor.probe.wire import default_tls
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -354,7 +355,7 @@ async def _settle(mac: Mac) -> tuple[Restart, ...]:
         name="kimi", kind="openai", url=f"http://127.0.0.1:{mac.port}", model="kimi",
         units=(KIMI_JOB,),
     )  # fmt: skip
-    async with httpx.AsyncClient(verify=default_tls()) as http:
+    async with HttpClient() as http:
         ctx = CollectContext(
             scope=Scope(endpoint=endpoint, host=MAC_HOST, unit=KIMI_JOB),
             executor=StandinExecutor(mac),

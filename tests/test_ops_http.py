@@ -14,8 +14,8 @@ from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
 from supervisor.core.events import Stop
+from supervisor.core.tls import default_tls
 from supervisor.judge.machine import State
-from supervisor.probe.wire import default_tls
 from supervisor.tell.web.listen import ListenError, parse_listen
 from tests.helpers import eventually, write_fleet
 

@@ -19,11 +19,13 @@ from supervisor.app.reload import ReloadResult, reload_from_file
 from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
 from supervisor.config.supervised import Endpoint
+from supervisor.core import httpclient
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
+from supervisor.core.httpclient import HttpClient
+from supervisor.core.tls import default_tls
 from supervisor.judge.machine import State
-from supervisor.probe import make_client, run_probe
-from supervisor.probe.wire import default_tls
+from supervisor.probe import run_probe
 from supervisor.worker import EndpointWorker
 from tests.conftest import SimFactory
 from tests.helpers import eventually, write_fleet
@@ -34,7 +36,7 @@ class CountingProber:
     flight until `release(name)`."""
 
     def __init__(self) -> None:
-        self.client = make_client()
+        self.client = HttpClient()
         self.calls: list[tuple[str, Tier, timedelta]] = []
         self.results: list[ProbeResult] = []
         self._gates: dict[str, asyncio.Event] = {}
@@ -187,12 +189,14 @@ async def test_a_removed_endpoint_stops_and_is_no_longer_listed(
         await daemon.stop()
 
 
-async def test_a_removed_endpoint_s_own_http_client_is_closed(
-    tmp_path: Path, sim_factory: SimFactory
+async def test_a_removed_endpoint_s_connection_is_closed_once_idle(
+    tmp_path: Path, sim_factory: SimFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The daemon's real probe clients (no counting prober): one per endpoint, each keeping its
-    connection alive; a reload that removes `a` closes a's client (the sim sees its connection
+    """The daemon's real probes (no counting prober), through its one HTTP client: each
+    endpoint's connection is kept alive between its probes; once a reload removed `a`, its
+    connection is closed when it has been idle past the keep-alive expiry (the sim sees it
     end), and b's stays open."""
+    monkeypatch.setattr(httpclient, "KEEPALIVE_S", 0.5)  # b is probed every 100 ms
     a, b = await sim_factory(), await sim_factory()
     path = write_fleet(tmp_path, {"a": _openai(a.url), "b": _openai(b.url)})
     daemon = Supervisor(load_config(path))
@@ -202,7 +206,7 @@ async def test_a_removed_endpoint_s_own_http_client_is_closed(
         await eventually(lambda: a.connections >= 1 and b.connections >= 1, what="kept alive")
         _rewrite(path, {"a": None})
         assert (await reload_from_file(daemon)).changes == ("endpoint a removed",)
-        await eventually(lambda: a.connections == 0, within=2, what="a's client closed")
+        await eventually(lambda: a.connections == 0, within=3, what="a's connection closed")
         seen_b = b.requests["/health"]
         await eventually(lambda: b.requests["/health"] > seen_b, what="b probed")
         assert b.connections >= 1

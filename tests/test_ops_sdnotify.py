@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from supervisor.app.sdnotify import HANG_FILE_ENV, SdNotifier, watchdog_interval
-from supervisor.probe.wire import default_tls
+from supervisor.core.tls import default_tls
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

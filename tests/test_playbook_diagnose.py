@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from supervisor.config.supervised import UnitRef
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.evidence.base import (
@@ -24,7 +24,6 @@ from supervisor.playbook.evidence.base import (
 )
 from supervisor.playbook.loader import Playbook, load_playbook
 from supervisor.playbook.results import DiagnosisResult
-from supervisor.probe.wire import default_tls
 from tests.test_playbook_support import FileCollectors, action_registry, fleet
 
 WORKER = UnitRef(host="spark2", unit="vllm-ds4-worker.service", container="vllm_ds4")
@@ -62,7 +61,7 @@ RESTARTS = rule("restart-loop", "{fact: status.n_restarts, op: gt, value: 10}", 
 class Lab:
     """Rule files and per-unit status files in `tmp_path`; diagnoses with a LocalExecutor."""
 
-    def __init__(self, tmp_path: Path, http: httpx.AsyncClient) -> None:
+    def __init__(self, tmp_path: Path, http: HttpClient) -> None:
         self.tmp_path = tmp_path
         self.http = http
         self.files = FileCollectors(tmp_path / "hosts")
@@ -102,7 +101,7 @@ class Lab:
 
 @pytest.fixture
 async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
-    async with httpx.AsyncClient(verify=default_tls()) as http:
+    async with HttpClient() as http:
         yield Lab(tmp_path, http)
 
 

@@ -14,11 +14,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from supervisor.config.fields import Duration
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint, Host, UnitRef
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.local import LocalExecutor
 from supervisor.playbook.actions.base import (
     Action,
@@ -36,7 +35,6 @@ from supervisor.playbook.evidence.base import (
     FactValue,
     NoEvidenceParams,
 )
-from supervisor.probe.wire import default_tls
 
 STATUS_FACTS = {
     "active_state": "active, failed ...",
@@ -222,7 +220,7 @@ async def test_status_collector_reads_a_real_file(tmp_path: Path) -> None:
     from supervisor.playbook.scopes import scopes_of
 
     scope = scopes_of(endpoint, config)[0]
-    async with httpx.AsyncClient(verify=default_tls()) as http:
+    async with HttpClient() as http:
         context = CollectContext(
             scope=scope, executor=LocalExecutor(), timeout=timedelta(seconds=5), http=http
         )

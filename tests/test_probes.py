@@ -10,12 +10,13 @@ import io
 import json
 import re
 import socket
+import ssl
 import wave
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-import httpx
+import aiohttp
 import pytest
 
 from fleet_lab.vllm_sim.chat import plan_reply
@@ -25,13 +26,13 @@ from supervisor.config.supervised import Endpoint, EndpointKind
 from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
-from supervisor.probe import CHECKS, completion, make_client, run_probe
+from supervisor.core.httpclient import HttpClient, connect_reason
+from supervisor.probe import CHECKS, completion, run_probe
 from supervisor.probe.completion import CompletionStats, judge_completion, slow_reason
 from supervisor.probe.context import ProbeError
-from supervisor.probe.http import connect_reason, http_error_reason
+from supervisor.probe.http import http_error_reason
 from supervisor.probe.liveness import ollama_name
 from supervisor.probe.transcript import Transcript
-from supervisor.probe.wire import ProbeHttp
 from tests.conftest import FAST_TOK_S, SimFactory
 from tests.helpers import eventually
 
@@ -65,7 +66,7 @@ def endpoint(
     )
 
 
-async def probe(ep: Endpoint, tier: Tier, client: ProbeHttp) -> ProbeResult:
+async def probe(ep: Endpoint, tier: Tier, client: HttpClient) -> ProbeResult:
     return await run_probe(ep, tier, client, clock=SystemClock())
 
 
@@ -241,7 +242,7 @@ def assert_reason(actual: str, expected: str) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 async def test_probe_against_the_sim(
-    case: Case, sim_factory: SimFactory, client: ProbeHttp
+    case: Case, sim_factory: SimFactory, client: HttpClient
 ) -> None:
     behaviour = SimBehaviour(**{"tok_s": FAST_TOK_S, **case.behaviour})
     server = await sim_factory(behaviour, model=case.served, flavour=case.flavour)
@@ -257,7 +258,7 @@ async def test_probe_against_the_sim(
     assert len(result.detail) <= 120
 
 
-async def test_a_good_completion_is_timed_and_counted(sim: VllmSim, client: ProbeHttp) -> None:
+async def test_a_good_completion_is_timed_and_counted(sim: VllmSim, client: HttpClient) -> None:
     result = await probe(endpoint(sim.url), DEEP, client)
     assert result.outcome is OK
     assert result.http_status == 200
@@ -273,7 +274,7 @@ async def test_a_good_completion_is_timed_and_counted(sim: VllmSim, client: Prob
 
 
 async def test_a_slow_completion_is_degraded_with_its_rate(
-    sim_factory: SimFactory, client: ProbeHttp
+    sim_factory: SimFactory, client: HttpClient
 ) -> None:
     server = await sim_factory(SimBehaviour(tok_s=40.0))
     result = await probe(endpoint(server.url, baseline=100.0, max_tokens=10), DEEP, client)
@@ -287,7 +288,7 @@ async def test_a_slow_completion_is_degraded_with_its_rate(
 
 
 async def test_a_completion_at_its_baseline_is_ok(
-    sim_factory: SimFactory, client: ProbeHttp
+    sim_factory: SimFactory, client: HttpClient
 ) -> None:
     server = await sim_factory(SimBehaviour(tok_s=40.0))
     result = await probe(endpoint(server.url, baseline=40.0, max_tokens=10), DEEP, client)
@@ -321,14 +322,14 @@ REFUSED = [
 
 @pytest.mark.parametrize(("kind", "tier", "check"), REFUSED)
 async def test_connection_refused(
-    kind: EndpointKind, tier: Tier, check: str, refusing_url: str, client: ProbeHttp
+    kind: EndpointKind, tier: Tier, check: str, refusing_url: str, client: HttpClient
 ) -> None:
     result = await probe(endpoint(refusing_url, kind=kind), tier, client)
     assert (result.outcome, result.check, result.reason) == (FAIL, check, "connection refused")
     assert result.http_status is None
 
 
-async def test_cannot_resolve_the_host(client: ProbeHttp) -> None:
+async def test_cannot_resolve_the_host(client: HttpClient) -> None:
     result = await probe(endpoint("http://no-such-host.invalid:8000"), LIVE, client)
     assert result.outcome is FAIL
     assert result.reason.startswith("cannot connect: "), result.reason
@@ -474,7 +475,7 @@ async def test_probe_against_canned_answers(
     outcome: ProbeOutcome,
     reason: str,
     canned: Serve,
-    client: ProbeHttp,
+    client: HttpClient,
 ) -> None:
     url = await canned(answers)
     path = next(iter(answers))
@@ -483,14 +484,14 @@ async def test_probe_against_canned_answers(
     assert (result.outcome, result.reason) == (outcome, reason)
 
 
-async def test_usage_tokens_win_over_counted_pieces(canned: Serve, client: ProbeHttp) -> None:
+async def test_usage_tokens_win_over_counted_pieces(canned: Serve, client: HttpClient) -> None:
     usage = '{"choices": [], "usage": {"completion_tokens": 7}}'
     url = await canned({CHAT: sse_response(chunk(R), chunk(C, "stop"), usage, "[DONE]")})
     result = await probe(endpoint(url), DEEP, client)
     assert (result.outcome, result.tokens, result.detail) == (OK, 7, "Thinking. | 42")
 
 
-async def test_without_usage_the_pieces_are_counted(canned: Serve, client: ProbeHttp) -> None:
+async def test_without_usage_the_pieces_are_counted(canned: Serve, client: HttpClient) -> None:
     url = await canned({CHAT: sse_response(chunk(R), chunk(R), chunk(C, "stop"), "[DONE]")})
     result = await probe(endpoint(url), DEEP, client)
     assert (result.outcome, result.tokens) == (OK, 3)
@@ -527,7 +528,7 @@ async def keep_alive() -> AsyncIterator[tuple[str, list[int]]]:
 
 
 async def test_a_streamed_completion_leaves_its_connection_to_the_next_probe(
-    keep_alive: tuple[str, list[int]], client: ProbeHttp
+    keep_alive: tuple[str, list[int]], client: HttpClient
 ) -> None:
     url, accepted = keep_alive
     for _ in range(3):
@@ -537,7 +538,7 @@ async def test_a_streamed_completion_leaves_its_connection_to_the_next_probe(
 
 
 async def test_a_stream_held_open_after_done_passes_and_its_connection_is_closed(
-    keep_alive: tuple[str, list[int]], client: ProbeHttp, monkeypatch: pytest.MonkeyPatch
+    keep_alive: tuple[str, list[int]], client: HttpClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(completion, "DRAIN_S", 0.05)
     url, accepted = keep_alive
@@ -548,7 +549,7 @@ async def test_a_stream_held_open_after_done_passes_and_its_connection_is_closed
     assert len(accepted) == 2
 
 
-async def test_cancelling_a_probe_cancels_it(sim_factory: SimFactory, client: ProbeHttp) -> None:
+async def test_cancelling_a_probe_cancels_it(sim_factory: SimFactory, client: HttpClient) -> None:
     server = await sim_factory(SimBehaviour(hang=True))
     task = asyncio.create_task(probe(endpoint(server.url), DEEP, client))
     await eventually(lambda: server.requests[CHAT] == 1, what="the chat request to arrive")
@@ -564,8 +565,7 @@ async def test_the_client_ignores_proxies_from_the_environment(
         monkeypatch.setenv(name, refusing_url)
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    async with make_client() as http:
-        assert http.follow_redirects is False
+    async with HttpClient() as http:
         result = await probe(endpoint(sim.url), LIVE, http)
     assert (result.outcome, result.reason) == (OK, "")
 
@@ -666,12 +666,18 @@ def test_ollama_name(name: str, same_as: str) -> None:
          "cannot connect: Connection reset by peer"),
         (OSError("All connection attempts failed"),
          "cannot connect: All connection attempts failed"),
+        (socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+         "cannot connect: Name or service not known"),
+        (ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] verify failed"),
+         "cannot connect: certificate verify failed: self-signed certificate"),
     ],
-    ids=["refused", "reset-while-the-server-stops", "no-errno"],
+    ids=["refused", "reset-while-the-server-stops", "no-errno", "no-such-name", "certificate"],
 )  # fmt: skip
 def test_a_connect_failure_is_named_by_its_errno(error: OSError, expected: str) -> None:
-    with pytest.raises(httpx.ConnectError) as caught:
-        raise httpx.ConnectError(str(error)) from error  # as httpcore maps it
+    if isinstance(error, ssl.SSLCertVerificationError):
+        error.verify_message = "self-signed certificate"
+    with pytest.raises(aiohttp.ClientOSError) as caught:
+        raise aiohttp.ClientOSError(error.errno, str(error)) from error  # as aiohttp wraps it
     assert connect_reason(caught.value) == expected
 
 
@@ -696,7 +702,7 @@ def test_an_error_record_is_one_clean_line(
 
 
 async def test_a_round_trip_proves_tts_and_asr_at_once(
-    sim_factory: SimFactory, client: ProbeHttp, canned: Serve
+    sim_factory: SimFactory, client: HttpClient, canned: Serve
 ) -> None:
     tts = await sim_factory(model="kokoro")
     asr = await sim_factory(model="whisper")

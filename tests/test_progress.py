@@ -10,20 +10,19 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fleet_lab.vllm_sim.control import ControlFile
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.local import LocalExecutor
 from supervisor.judge.progress.judge import Progress, ProgressVerdict, judge_progress
 from supervisor.judge.progress.load import Load, MetricsFormatError, parse_vllm_metrics
 from supervisor.judge.progress.read import read_progress
 from supervisor.playbook.evidence.base import CollectContext, Scope
 from supervisor.playbook.evidence.registry import COLLECTORS
-from supervisor.probe.wire import default_tls
 from tests.conftest import SimFactory
 from tests.helpers import eventually
 
@@ -167,12 +166,12 @@ def test_a_malformed_page_is_a_format_error_in_the_parsers_words() -> None:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=default_tls(), trust_env=False, timeout=5) as client:
+async def http() -> AsyncIterator[HttpClient]:
+    async with HttpClient() as client:
         yield client
 
 
-async def progress_of(sim: VllmSim, http: httpx.AsyncClient, kind: str = "openai") -> Progress:
+async def progress_of(sim: VllmSim, http: HttpClient, kind: str = "openai") -> Progress:
     return await read_progress(
         sim.url, kind, http, clock=SystemClock(), window=WINDOW, timeout=timedelta(seconds=5)
     )
@@ -186,7 +185,7 @@ def chat(max_tokens: int = 8) -> dict[str, object]:
     }
 
 
-async def test_a_saturated_server_is_busy(sim: VllmSim, http: httpx.AsyncClient) -> None:
+async def test_a_saturated_server_is_busy(sim: VllmSim, http: HttpClient) -> None:
     sim.behaviour.load_running, sim.behaviour.load_waiting = 48, 20
     sim.behaviour.load_tok_s = 940.0
     seen = await progress_of(sim, http)
@@ -198,7 +197,7 @@ async def test_a_saturated_server_is_busy(sim: VllmSim, http: httpx.AsyncClient)
 
 
 async def test_a_hung_engine_is_hung_while_health_and_models_answer(
-    sim: VllmSim, http: httpx.AsyncClient
+    sim: VllmSim, http: HttpClient
 ) -> None:
     sim.behaviour.engine_hung, sim.behaviour.load_running = True, 3
     stuck = asyncio.create_task(http.post(sim.url + CHAT, json=chat()))
@@ -216,11 +215,11 @@ async def test_a_hung_engine_is_hung_while_health_and_models_answer(
     assert (await stuck).status_code == 200
 
 
-async def _has(http: httpx.AsyncClient, sim: VllmSim, line: str) -> bool:
+async def _has(http: HttpClient, sim: VllmSim, line: str) -> bool:
     return line in (await http.get(sim.url + "/metrics")).text
 
 
-async def test_an_idle_server_is_idle(sim: VllmSim, http: httpx.AsyncClient) -> None:
+async def test_an_idle_server_is_idle(sim: VllmSim, http: HttpClient) -> None:
     seen = await progress_of(sim, http)
     assert (seen.verdict, seen.reason) == (
         ProgressVerdict.IDLE,
@@ -229,7 +228,7 @@ async def test_an_idle_server_is_idle(sim: VllmSim, http: httpx.AsyncClient) -> 
 
 
 async def test_servers_without_metrics_are_unknown(
-    sim_factory: SimFactory, http: httpx.AsyncClient
+    sim_factory: SimFactory, http: HttpClient
 ) -> None:
     mlx = await sim_factory(flavour="mlx")
     ollama = await sim_factory(flavour="ollama")
@@ -239,7 +238,7 @@ async def test_servers_without_metrics_are_unknown(
     )
 
 
-async def test_a_queued_completion_counts_as_waiting(sim: VllmSim, http: httpx.AsyncClient) -> None:
+async def test_a_queued_completion_counts_as_waiting(sim: VllmSim, http: HttpClient) -> None:
     sim.behaviour.queue_s = 0.5
     waiting = 'vllm:num_requests_waiting{model_name="sim-model",engine="0"} 1.0'
     task = asyncio.create_task(http.post(sim.url + CHAT, json=chat()))
@@ -247,9 +246,7 @@ async def test_a_queued_completion_counts_as_waiting(sim: VllmSim, http: httpx.A
     assert (await task).status_code == 200
 
 
-async def test_the_progress_collector_gives_rules_its_facts(
-    sim: VllmSim, http: httpx.AsyncClient
-) -> None:
+async def test_the_progress_collector_gives_rules_its_facts(sim: VllmSim, http: HttpClient) -> None:
     sim.behaviour.load_running, sim.behaviour.load_waiting = 48, 20
     sim.behaviour.load_tok_s = 940.0
     endpoint = Endpoint(name="ds4", kind="openai", url=sim.url, model="sim-model")

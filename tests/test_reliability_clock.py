@@ -26,8 +26,9 @@ import pytest
 from supervisor.config.loader import load_config
 from supervisor.config.supervised import Endpoint
 from supervisor.core.events import ProbeResult, ProbeTick, Stop, Tier
+from supervisor.core.httpclient import HttpClient
 from supervisor.judge.machine import FleetMachine, State, Trigger
-from supervisor.probe import make_client, run_probe
+from supervisor.probe import run_probe
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.store import Store
 from supervisor.record.timeline.state import Transition
@@ -87,7 +88,7 @@ async def rig(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[R
     clock = JumpingClock()
     endpoint = _endpoint(tmp_path, grace)
     now = clock.now()
-    async with await Store.open(tmp_path / "state.db") as store, make_client() as client:
+    async with await Store.open(tmp_path / "state.db") as store, HttpClient() as client:
 
         async def prober(endpoint: Endpoint, tier: Tier) -> ProbeResult:
             return await run_probe(endpoint, tier, client, clock=clock)

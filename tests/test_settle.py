@@ -6,17 +6,17 @@ by a scripted executor, on a clock that moves only when the wait pauses."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
+from supervisor.core.httpclient import HttpClient
 from supervisor.playbook.diagnose import diagnose
 from supervisor.playbook.evidence.base import CollectContext, FactValue, Scope
 from supervisor.playbook.evidence.restarts import (
@@ -31,7 +31,6 @@ from supervisor.playbook.evidence.restarts import (
 from supervisor.playbook.evidence.unitstate import timespan_s
 from supervisor.playbook.loader import load_playbook
 from supervisor.playbook.results import DiagnosisResult
-from supervisor.probe.wire import default_tls
 from tests.test_evidence import (
     STATUS_PROPERTIES,
     Answer,
@@ -93,14 +92,14 @@ HEALTHY = unit(active="active", sub="running", code=0, status=0, pid=4000, enter
 
 
 def context(
-    executor: ScriptedExecutor, time: FakeTime, scope: Scope, http: httpx.AsyncClient
+    executor: ScriptedExecutor, time: FakeTime, scope: Scope, http: HttpClient
 ) -> CollectContext:
     ctx = CollectContext(scope=scope, executor=executor, timeout=timedelta(seconds=5), http=http)
     return replace(ctx, clock=time, pause=time.pause)
 
 
 async def settle(
-    answers: Sequence[Answer], http: httpx.AsyncClient, *, argv: tuple[str, ...] = SHOW_ARGV
+    answers: Sequence[Answer], http: HttpClient, *, argv: tuple[str, ...] = SHOW_ARGV
 ) -> tuple[tuple[Restart, ...], FakeTime, ScriptedExecutor]:
     time = FakeTime()
     executor = ScriptedExecutor(answers={}, sequences={argv: list(answers)})
@@ -113,8 +112,9 @@ async def settle(
 
 
 @pytest.fixture
-async def http() -> httpx.AsyncClient:
-    return httpx.AsyncClient(verify=default_tls(), trust_env=False)
+async def http() -> AsyncIterator[HttpClient]:
+    async with HttpClient() as client:
+        yield client
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_the_restart_policy_answers_the_death(
 
 
 async def test_a_unit_resting_before_a_restart_is_watched_until_the_next_attempt_fails(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     """The issue's first sequence: SIGKILLed, 3 s in auto-restart, then the restart exits 127."""
     answers = [KILLED_RESTING] * 7 + [RUNNING_1, EXITED_127]
@@ -179,7 +179,7 @@ async def test_a_unit_resting_before_a_restart_is_watched_until_the_next_attempt
 
 
 async def test_a_restart_that_stays_up_for_two_seconds_is_running(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     found, _, _ = await settle([KILLED_RESTING, KILLED_RESTING, RUNNING_1], http)
     assert [(r.outcome, r.after, r.waited_s) for r in found] == [
@@ -202,7 +202,7 @@ async def test_a_restart_that_stays_up_for_two_seconds_is_running(
     ],
 )  # fmt: skip
 async def test_a_restart_that_does_not_come_ends_the_wait(
-    http: httpx.AsyncClient, answers: list[Answer], outcome: RestartOutcome, waited: float
+    http: HttpClient, answers: list[Answer], outcome: RestartOutcome, waited: float
 ) -> None:
     found, time, _ = await settle(answers, http)
     assert [(r.outcome, r.waited_s) for r in found] == [(outcome, waited)]
@@ -220,14 +220,14 @@ async def test_a_restart_that_does_not_come_ends_the_wait(
     ],
 )
 async def test_nothing_about_to_restart_is_read_once_and_not_waited_for(
-    http: httpx.AsyncClient, answer: Answer
+    http: HttpClient, answer: Answer
 ) -> None:
     found, time, executor = await settle([answer], http)
     assert (found, time.pauses, len(executor.calls)) == ((), [], 1)
 
 
 async def test_a_death_still_deactivating_whose_policy_restarts_it_is_waited_for(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     dying = unit(active="deactivating", sub="stop-sigterm", code=KILLED, status=9)
     found, _, _ = await settle([dying, KILLED_RESTING, EXITED_127], http)
@@ -250,7 +250,7 @@ def launchd(state: str, runs: int, last: str, pid: int = 0) -> Answer:
     return Answer(stdout="\n".join(lines) + "\n")
 
 
-async def test_a_launchd_keepalive_restart_is_waited_for_too(http: httpx.AsyncClient) -> None:
+async def test_a_launchd_keepalive_restart_is_waited_for_too(http: HttpClient) -> None:
     scheduled = launchd("spawn scheduled", 3, "last terminating signal = Killed: 9")
     exited = launchd("spawn scheduled", 4, "last exit code = 1")
     found, _, _ = await settle([scheduled, scheduled, exited], http, argv=PRINT_ARGV)
@@ -319,7 +319,7 @@ class UnitOnAClock(ScriptedExecutor):
 
 async def run_diagnosis(
     tmp_path: Path,
-    http: httpx.AsyncClient,
+    http: HttpClient,
     rules: Mapping[str, str],
     *,
     settle_first: bool,
@@ -356,7 +356,7 @@ async def run_diagnosis(
 
 
 async def test_the_diagnosis_reads_the_attempt_after_the_restart(
-    tmp_path: Path, http: httpx.AsyncClient
+    tmp_path: Path, http: HttpClient
 ) -> None:
     diagnosis, _ = await run_diagnosis(
         tmp_path, http, {"ghost": GHOST, "unknown": UNKNOWN}, settle_first=True
@@ -376,7 +376,7 @@ async def test_the_diagnosis_reads_the_attempt_after_the_restart(
 
 
 async def test_a_rule_that_needs_no_settling_is_tried_before_the_wait(
-    tmp_path: Path, http: httpx.AsyncClient
+    tmp_path: Path, http: HttpClient
 ) -> None:
     """`settle: false` on a rule tried first: it reads the death as it is, and matching it ends
     the diagnosis without waiting for systemd."""
@@ -408,7 +408,7 @@ def test_settle_is_validated_when_the_rule_loads(tmp_path: Path, value: str, sai
 
 
 async def test_collectors_that_do_not_apply_are_not_run_nor_recorded(
-    tmp_path: Path, http: httpx.AsyncClient
+    tmp_path: Path, http: HttpClient
 ) -> None:
     (tmp_path / "mac.yaml").write_text(
         "id: mac\ntitle: mac\nseverity: critical\nmode: manual\n"
@@ -477,7 +477,7 @@ def test_only_health_503_says_the_engine_died(trigger: ProbeResult | None, died:
 
 
 async def exits(
-    answers: Sequence[Answer], http: httpx.AsyncClient
+    answers: Sequence[Answer], http: HttpClient
 ) -> tuple[tuple[Restart, ...], FakeTime]:
     time = FakeTime()
     executor = ScriptedExecutor(answers={}, sequences={SHOW_ARGV: list(answers)})
@@ -503,7 +503,7 @@ async def exits(
     ],
 )  # fmt: skip
 async def test_a_server_whose_engine_died_is_watched_until_it_exits(
-    http: httpx.AsyncClient,
+    http: HttpClient,
     answers: list[Answer],
     outcome: RestartOutcome,
     after: str,
@@ -526,14 +526,14 @@ async def test_a_server_whose_engine_died_is_watched_until_it_exits(
     ],
 )
 async def test_a_unit_not_serving_is_not_waited_for_to_exit(
-    http: httpx.AsyncClient, answer: Answer
+    http: HttpClient, answer: Answer
 ) -> None:
     found, time = await exits([answer], http)
     assert (found, time.pauses) == ((), [])
 
 
 async def test_the_first_unit_of_a_pair_to_exit_ends_the_wait_for_both(
-    http: httpx.AsyncClient,
+    http: HttpClient,
 ) -> None:
     """ds4's head exits after its engine died; its worker on the other box stays up."""
     spark2 = Host(name="spark2", address="192.168.1.12")
@@ -611,7 +611,7 @@ class ServerOnAClock(ScriptedExecutor):
 )  # fmt: skip
 async def test_the_diagnosis_reads_the_server_after_it_exited(
     tmp_path: Path,
-    http: httpx.AsyncClient,
+    http: HttpClient,
     trigger: ProbeResult,
     exits_at: float,
     lines: list[str],

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -26,8 +27,9 @@ from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.durations import parse_duration
 from supervisor.core.events import ProbeOutcome, Tier
-from supervisor.probe import make_client, run_probe
-from supervisor.probe.wire import default_tls
+from supervisor.core.httpclient import HttpClient
+from supervisor.core.tls import default_tls
+from supervisor.probe import run_probe
 from tests.conftest import SimFactory
 from tests.helpers import eventually
 from tests.ports import free_port
@@ -364,11 +366,11 @@ async def test_a_stopped_sim_restarts_on_its_port_with_a_fresh_engine(
 
 
 async def test_async_with_starts_and_stops() -> None:
-    async with VllmSim(SimBehaviour(), model="m") as server, make_client() as client:
+    async with VllmSim(SimBehaviour(), model="m") as server, HttpClient() as client:
         assert (await client.get(server.url + "/health")).status_code == 200
         url = server.url
-    async with make_client() as client:
-        with pytest.raises(httpx.ConnectError):
+    async with HttpClient() as client:
+        with pytest.raises(aiohttp.ClientConnectorError):
             await client.get(url + "/health")
 
 
@@ -460,7 +462,7 @@ async def test_standalone_serves_probes_and_exits_0_on_sigterm() -> None:
         settings = ProbeSettings(timeout=parse_duration("5s"))
         ep = Endpoint(name="lab", kind="openai", url=url, model="m", expect_reasoning=True,
                       probe=settings)  # fmt: skip
-        async with make_client() as client:
+        async with HttpClient() as client:
             for tier in (Tier.LIVENESS, Tier.DEEP):
                 result = await run_probe(ep, tier, client, clock=SystemClock())
                 assert (result.outcome, result.reason) == (ProbeOutcome.OK, "")
@@ -474,15 +476,15 @@ async def test_standalone_exits_0_by_itself_when_its_engine_dies() -> None:
     argv = ("--port", "0", "--model", "m", "--exit-on-engine-death", "--exit-delay", "300ms")
     async with standalone(*argv) as (p, url):
         p.send_signal(signal.SIGUSR1)
-        async with make_client() as client:
+        async with HttpClient() as client:
 
             async def health_is_503() -> bool:
                 return (await client.get(url + "/health")).status_code == 503
 
             await eventually(health_is_503, what="/health 503 before the exit")
         assert await ended(p) == (0, "", "")
-    async with make_client() as client:
-        with pytest.raises(httpx.ConnectError):
+    async with HttpClient() as client:
+        with pytest.raises(aiohttp.ClientConnectorError):
             await client.get(url + "/health")
 
 
@@ -497,7 +499,7 @@ async def test_standalone_keeps_serving_a_dead_engine_and_listens_after_cold_sta
         assert time.monotonic() - started >= 0.5
         assert url == f"http://127.0.0.1:{port}"
         process.send_signal(signal.SIGUSR1)
-        async with make_client() as client:
+        async with HttpClient() as client:
 
             async def health_is_503() -> bool:
                 return (await client.get(url + "/health")).status_code == 503
@@ -575,7 +577,7 @@ async def _in_flight(url: str) -> asyncio.Task[httpx.Response]:
             return await client.post(url + "/v1/chat/completions", json=body)
 
     task = asyncio.ensure_future(send())
-    async with make_client() as probe:
+    async with HttpClient() as probe:
 
         async def running() -> bool:
             text = (await probe.get(url + "/metrics")).text

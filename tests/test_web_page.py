@@ -27,8 +27,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.core.timefmt import stamp
+from supervisor.core.tls import default_tls
 from supervisor.judge.machine import State, Trigger
-from supervisor.probe.wire import default_tls
 from supervisor.record.store.doctor import save_doctor_run
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.store import Store

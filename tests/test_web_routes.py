@@ -15,8 +15,8 @@ import pytest
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
+from supervisor.core.tls import default_tls
 from supervisor.judge.machine import State
-from supervisor.probe.wire import default_tls
 from supervisor.record.timeline.control import Acked
 from supervisor.tell.web.page.actions import NEEDS_A_REASON
 from tests.helpers import eventually, write_fleet

@@ -7,24 +7,24 @@ a bad argument)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import getpass
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
-
-import httpx
 
 from supervisor.cli.common import CliError, load
 from supervisor.config.models import FleetConfig
 from supervisor.control.door import SCHEME, read_token
 from supervisor.control.routes import VIA_HEADER, WHO_HEADER
+from supervisor.core.durations import format_duration
+from supervisor.core.httpclient import HttpClient, HttpError, Reply, failure_reason
 from supervisor.core.timefmt import stamp
-from supervisor.probe.wire import default_tls
 from supervisor.tell.web.listen import ListenError, parse_listen
 
-TIMEOUT = 30.0
-"""Seconds a control call may take (a restart answers once its units restarted)."""
+TIMEOUT = timedelta(seconds=30)
+"""How long a control call may take (a restart answers once its units restarted)."""
 
 COMMANDS = ("silence", "unsilence", "pause", "resume", "ack", "restart", "silences")
 
@@ -92,19 +92,15 @@ def call(config: FleetConfig, method: str, path: str, body: dict[str, Any] | Non
     url = base_url(config)
     headers = {WHO_HEADER: _who(), VIA_HEADER: "cli", **_token(config)}
     try:
-        # (the URL is plain HTTP: httpx's default context would read certifi's CA bundle for
-        # nothing, about 50 ms; the shared one reads it only for a TLS connection)
-        response = httpx.request(
-            method,
-            f"{url}{path}",
-            json=body,
-            headers=headers,
-            timeout=TIMEOUT,
-            verify=default_tls(),
+        response = asyncio.run(_ask(method, f"{url}{path}", body, headers))
+    except (HttpError, TimeoutError) as exc:
+        why = (
+            failure_reason(exc)
+            if isinstance(exc, HttpError)
+            else f"timed out after {format_duration(TIMEOUT)}"
         )
-    except httpx.TransportError as exc:
         raise CliError(
-            f"no daemon answers on {url} ({type(exc).__name__}): is `fleet-supervisor run` "
+            f"no daemon answers on {url} ({why}): is `fleet-supervisor run` "
             f"running with {config.source}?"
         ) from None
     try:
@@ -113,6 +109,17 @@ def call(config: FleetConfig, method: str, path: str, body: dict[str, Any] | Non
         raise CliError(
             f"{url}{path}: HTTP {response.status_code}: {response.text.strip()}"
         ) from None
+
+
+async def _ask(
+    method: str, url: str, body: dict[str, Any] | None, headers: dict[str, str]
+) -> Reply:
+    """The daemon's answer, within TIMEOUT (the URL is plain HTTP: the shared TLS context is
+    never read)."""
+    async with asyncio.timeout(TIMEOUT.total_seconds()), HttpClient() as http:
+        if method == "GET":
+            return await http.get(url, headers=headers)
+        return await http.post(url, json=body, headers=headers)
 
 
 def _token(config: FleetConfig) -> dict[str, str]:

@@ -14,10 +14,11 @@ from supervisor.config.supervised import Endpoint
 from supervisor.core import logs
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.fleet import FleetExecutor
 from supervisor.playbook.actions.registry import ACTIONS
 from supervisor.playbook.loader import load_playbook
-from supervisor.probe import make_client, make_http_client, run_probe
+from supervisor.probe import run_probe
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.records import SubjectKind
 from supervisor.repair.diagnosis import DiagnosisService
@@ -44,10 +45,10 @@ async def _run(
     playbook = load_playbook(config.playbook.path)
     executor = FleetExecutor(config)
     clock = SystemClock()
-    async with make_http_client() as http, make_client() as probe_http:
+    async with HttpClient() as http:
 
         async def prober(target: Endpoint, tier: Tier) -> ProbeResult:
-            return await run_probe(target, tier, probe_http, clock=clock)
+            return await run_probe(target, tier, http, clock=clock)
 
         service = DiagnosisService(
             config=config,

@@ -14,8 +14,8 @@ from supervisor.cli.render import dump, table
 from supervisor.config.models import FleetConfig
 from supervisor.core import logs
 from supervisor.core.clock import SystemClock
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.fleet import FleetExecutor
-from supervisor.probe import make_http_client
 from supervisor.record.store.doctor import save_doctor_run
 from supervisor.record.store.errors import StoreError
 from supervisor.trust.doctor.model import DoctorRun, Status
@@ -56,7 +56,7 @@ async def _doctor(config: FleetConfig, names: list[str]) -> DoctorRun:
 
     found = in_force(config)
     executor = FleetExecutor(config)
-    http = make_http_client()
+    http = HttpClient()
     try:
         return await run_doctor(
             found, executor=executor, http=http, clock=SystemClock(), names=names

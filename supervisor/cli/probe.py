@@ -11,7 +11,8 @@ from supervisor.cli.render import dump
 from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult, Tier
-from supervisor.probe import make_client, run_probe
+from supervisor.core.httpclient import HttpClient
+from supervisor.probe import run_probe
 from supervisor.record.summaries import probe_data, probe_line
 
 
@@ -40,5 +41,5 @@ def main(args: argparse.Namespace) -> int:
 async def probe_now(endpoint: Endpoint) -> list[ProbeResult]:
     """Liveness, then the real check; for `health` kinds the URL is the one check."""
     tiers = [Tier.DEEP] if endpoint.kind == "health" else [Tier.LIVENESS, Tier.DEEP]
-    async with make_client() as client:
+    async with HttpClient() as client:
         return [await run_probe(endpoint, t, client, clock=SystemClock()) for t in tiers]

@@ -9,7 +9,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from supervisor.config.errors import ConfigIssue, Loc, format_path
-from supervisor.config.messages import describe
+from supervisor.config.messages import describe, render_value
 from supervisor.config.yamlsource import LineMap
 
 M = TypeVar("M", bound=BaseModel)
@@ -53,7 +53,11 @@ class IssueCollector:
             return entry, entry
         for err in errors:
             loc = prefix + tuple(err["loc"])
-            if err["type"] == "extra_forbidden":
+            if loc[-1] == "[key]":  # a mapping's key (a header's name): said at that key
+                key = loc[-2] if isinstance(loc[-2], str) else render_value(loc[-2])
+                path = f"{format_path(loc[:-2])}.{key}"
+                self.at_key(loc[:-1], describe(err, model), path=path)
+            elif err["type"] == "extra_forbidden":
                 self.at_key(loc, describe(err, model))
             else:
                 self.at(loc, describe(err, model))

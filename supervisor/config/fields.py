@@ -7,6 +7,7 @@ not a value); durations are written `90s`, `15m`, `2h`; a bad value fails with a
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -73,6 +74,26 @@ def _ratio(value: float) -> float:
     return value
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_SET_PER_REQUEST = frozenset({"content-length", "transfer-encoding"})
+
+
+def _header_name(name: str) -> str:
+    if not _TOKEN.fullmatch(name):
+        allowed = "letters, digits and !#$%&'*+-.^_`|~"
+        raise field_error("header", f"not a header name ({allowed}), got {render_value(name)}")
+    if name.lower() in _SET_PER_REQUEST:
+        raise field_error("header", "set by the client for each request (leave it out)")
+    return name
+
+
+def _header_value(value: str) -> str:
+    if any(char in value for char in "\r\n\0"):
+        message = f"must be one line (no CR, LF or NUL), got {render_value(value)}"
+        raise field_error("header", message)
+    return value
+
+
 Duration = Annotated[timedelta, BeforeValidator(_to_duration)]
 PositiveDuration = Annotated[timedelta, BeforeValidator(_to_duration), AfterValidator(_positive)]
 FilePath = Annotated[Path, BeforeValidator(_to_path)]
@@ -82,6 +103,8 @@ Count = Annotated[int, Field(strict=True, ge=1)]
 Port = Annotated[int, Field(strict=True), _between(1, 65535)]
 Ratio = Annotated[float, Field(strict=True, allow_inf_nan=False), AfterValidator(_ratio)]
 Rate = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)]
+HeaderName = Annotated[str, Field(strict=True), AfterValidator(_header_name)]
+HeaderValue = Annotated[str, Field(strict=True), AfterValidator(_header_value)]
 
 
 class Frozen(BaseModel):

@@ -94,7 +94,7 @@ def describe(err: ErrorDetails, model: type[BaseModel]) -> str:
     return f"{message[:1].lower()}{message[1:]}, {_got(err)}"
 
 
-CUSTOM_ERRORS = frozenset({"duration", "range", "url", "path"})
+CUSTOM_ERRORS = frozenset({"duration", "range", "url", "path", "header"})
 """Error types raised by the config validators (`supervisor.config.fields.fail`) with a finished
 sentence."""
 

@@ -9,7 +9,18 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from supervisor.config.fields import Duration, FilePath, Flag, Frozen, Port, Rate, Text, field_error
+from supervisor.config.fields import (
+    Duration,
+    FilePath,
+    Flag,
+    Frozen,
+    HeaderName,
+    HeaderValue,
+    Port,
+    Rate,
+    Text,
+    field_error,
+)
 from supervisor.config.messages import render_value
 from supervisor.config.sections import ProbeSettings
 
@@ -101,6 +112,11 @@ class Endpoint(Frozen):
     model: Text | None = Field(
         default=None,
         description="model name the probes ask for, as the server lists it",
+    )
+    headers: dict[HeaderName, HeaderValue] = Field(
+        default_factory=dict,
+        description="HTTP headers (name: value) sent with every request to this endpoint's "
+        "server: its probes, its `/metrics` reads, the doctor's (not to a `heard_by` server)",
     )
     voice: Text = Field(
         default="alloy", description="tts: the voice the probe asks for (`/v1/audio/speech`)"

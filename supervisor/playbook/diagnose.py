@@ -22,13 +22,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
-
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
 from supervisor.core.events import ProbeResult, UnitSignal
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.base import Executor
 from supervisor.playbook.evidence.base import (
     CollectContext,
@@ -64,7 +63,7 @@ class _CachedGather:
         self,
         *,
         executor: Executor,
-        http: httpx.AsyncClient,
+        http: HttpClient,
         timeout: timedelta,
         last_ok_at: datetime | None = None,
     ):
@@ -139,7 +138,7 @@ async def diagnose(
     trigger: ProbeResult | None,
     playbook: Playbook,
     executor: Executor,
-    http: httpx.AsyncClient,
+    http: HttpClient,
     timeout: timedelta,
     collectors: Collectors | None = None,
     last_ok_at: datetime | None = None,

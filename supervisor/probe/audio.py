@@ -23,6 +23,7 @@ import wave
 from functools import cache
 
 from supervisor.core.events import ProbeOutcome
+from supervisor.core.httpclient import Headers
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import excerpt, get_ok, http_error_reason, parse_json
 
@@ -49,7 +50,7 @@ async def tts_check(ctx: ProbeContext) -> CheckFinding:
         "response_format": "wav",
     }
     url = ctx.url("/v1/audio/speech")
-    response = await ctx.client.post(url, json=payload)
+    response = await ctx.client.post(url, json=payload, headers=ctx.headers)
     ctx.http_status = status = response.status_code
     if not response.is_success:
         raise ProbeError(http_error_reason(status, response.text), http_status=status)
@@ -74,7 +75,7 @@ async def tts_check(ctx: ProbeContext) -> CheckFinding:
     listener = ctx.endpoint.heard_by
     if listener is not None:
         ctx.check = "round trip"
-        text = await transcribe(ctx, listener.url, listener.model, response.content)
+        text = await transcribe(ctx, listener.url, listener.model, response.content, headers=None)
         missed = missing_words(PHRASE, text)
         if len(missed) > len(words(PHRASE)) // 3:
             raise ProbeError(
@@ -98,19 +99,22 @@ def missing_words(said: str, heard: str) -> list[str]:
 
 async def asr_check(ctx: ProbeContext) -> CheckFinding:
     ctx.check = "transcription"
-    text = await transcribe(ctx, ctx.endpoint.url, ctx.require_model(), clip())
+    text = await transcribe(ctx, ctx.endpoint.url, ctx.require_model(), clip(), headers=ctx.headers)
     heard = f"heard {excerpt(text)!r}" if text.strip() else "heard nothing (a tone)"
     return CheckFinding(
         check="transcription", outcome=ProbeOutcome.OK, http_status=ctx.http_status, detail=heard
     )
 
 
-async def transcribe(ctx: ProbeContext, base_url: str, model: str, audio: bytes) -> str:
-    """`POST base_url/v1/audio/transcriptions` (multipart): the `text` of its JSON answer."""
-    data = {"model": model, "response_format": "json"}
+async def transcribe(
+    ctx: ProbeContext, base_url: str, model: str, audio: bytes, *, headers: Headers | None
+) -> str:
+    """`POST base_url/v1/audio/transcriptions` (multipart): the `text` of its JSON answer.
+    `headers`: the endpoint's for its own server, none for another (a round trip's listener)."""
+    form = {"model": model, "response_format": "json"}
     files = {"file": ("probe.wav", audio, "audio/wav")}
     url = f"{base_url}/v1/audio/transcriptions"
-    response = await ctx.client.post(url, data=data, files=files)
+    response = await ctx.client.post(url, form=form, files=files, headers=headers)
     ctx.http_status = status = response.status_code
     if not response.is_success:
         raise ProbeError(http_error_reason(status, response.text), http_status=status)

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from supervisor.core.events import ProbeOutcome
+from supervisor.core.httpclient import Response
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import http_error_reason, one_line
 from supervisor.probe.transcript import SseReader, Transcript, read_sse, read_whole
 
 if TYPE_CHECKING:
     from supervisor.config.supervised import Endpoint
-    from supervisor.probe.wire import ProbeResponse
 
 DETAIL_CHARS = 120
 
@@ -99,16 +99,33 @@ async def _lines(text: str) -> AsyncIterator[str]:
         yield line
 
 
+def _split(raw: bytes) -> list[str]:
+    """One line of the body as read (up to its `\n`) as text lines: SSE may end a line with a
+    lone `\r` too (such lines come when the next `\n` or the end of the body does)."""
+    text = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+    return text.split("\r") if "\r" in text else [text]
+
+
 DRAIN_S = 0.5
 
 
-async def _drain(response: ProbeResponse) -> None:
+async def _drain(response: Response) -> None:
     """Read the body's end after `[DONE]` (its last chunk, already on its way), so the
     connection goes back to the pool instead of being closed; a server that keeps the stream
     open after `[DONE]` gets DRAIN_S, then the connection is closed as before."""
     with suppress(TimeoutError):
         async with asyncio.timeout(DRAIN_S):
-            await response.finish()
+            await response.content.read()
+
+
+async def _read_sse(response: Response, sse: SseReader) -> None:
+    """The stream's lines into `sse`, each stamped as it arrives, until `[DONE]` or its end."""
+    async for raw in response.content:
+        for line in _split(raw):
+            if sse.line(line):
+                await _drain(response)
+                return
+    sse.end()
 
 
 async def completion_check(ctx: ProbeContext) -> CheckFinding:
@@ -118,22 +135,15 @@ async def completion_check(ctx: ProbeContext) -> CheckFinding:
     transcript = Transcript()
     sent_at = ctx.clock.monotonic()
     url = ctx.url("/v1/chat/completions")
-    async with ctx.client.stream("POST", url, json=body) as response:
-        ctx.http_status = response.status_code
-        if not response.is_success:
-            text = (await response.aread()).decode("utf-8", "replace")
-            raise ProbeError(
-                http_error_reason(response.status_code, text), http_status=ctx.http_status
-            )
+    async with ctx.client.stream(url, json=body, headers=ctx.headers) as response:
+        ctx.http_status = response.status
+        if not 200 <= response.status < 300:
+            text = (await response.read()).decode("utf-8", "replace")
+            raise ProbeError(http_error_reason(response.status, text), http_status=ctx.http_status)
         if "text/event-stream" in response.headers.get("content-type", ""):
-            # each line is read in the connection's callback as it arrives (stamped then)
-            sse = SseReader(transcript, ctx.clock.monotonic)
-            if await response.read_lines(sse.line):
-                await _drain(response)
-            else:
-                sse.end()
+            await _read_sse(response, SseReader(transcript, ctx.clock.monotonic))
         else:
-            text = (await response.aread()).decode("utf-8", "replace")
+            text = (await response.read()).decode("utf-8", "replace")
             if text.lstrip().startswith("data:"):  # SSE without its content type
                 await read_sse(_lines(text), transcript, ctx.clock.monotonic)
             else:

@@ -10,7 +10,7 @@ from supervisor.core.events import ProbeOutcome
 if TYPE_CHECKING:
     from supervisor.config.supervised import Endpoint
     from supervisor.core.clock import Clock
-    from supervisor.probe.wire import ProbeHttp
+    from supervisor.core.httpclient import HttpClient
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +49,15 @@ class ProbeContext:
 
     `check` names the step being run (health, models, completion, …) so that a failure raised
     from anywhere, including the probe-wide deadline, is reported against the right check.
+    `headers` go with every request to the endpoint's server (not to another one, such as a
+    `tts` endpoint's `heard_by`).
     """
 
-    def __init__(self, endpoint: Endpoint, client: ProbeHttp, clock: Clock) -> None:
+    def __init__(self, endpoint: Endpoint, client: HttpClient, clock: Clock) -> None:
         self.endpoint = endpoint
         self.client = client
         self.clock = clock
+        self.headers = endpoint.headers
         self.check = "http"
         self.http_status: int | None = None
 

@@ -1,20 +1,14 @@
-"""HTTP helpers for the checks: requests with the probe's timeout, and failures in plain words."""
+"""HTTP helpers for the checks: requests to the endpoint's server, and answers in plain words."""
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import httpx
-
 from supervisor.core.durations import format_duration
+from supervisor.core.httpclient import Reply
 from supervisor.probe.context import ProbeContext, ProbeError
-
-if TYPE_CHECKING:
-    from supervisor.probe.wire import ProbeResponse
 
 _EXCERPT = 60
 _ERROR_TEXT = 200
@@ -60,42 +54,8 @@ def http_error_reason(status: int, body: str, *, where: str | None = None) -> st
     return f"{head}: {message}" if message else head
 
 
-def transport_reason(exc: httpx.HTTPError, timeout_s: float) -> str:
-    """A transport-level failure (nothing usable came back) as one plain sentence."""
-    if isinstance(exc, httpx.TimeoutException):
-        return timed_out_reason(timeout_s)
-    if isinstance(exc, httpx.ConnectError):
-        return connect_reason(exc)
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
-        return "connection closed before the response finished"
-    return f"request failed: {one_line(str(exc)) or type(exc).__name__}"
-
-
 def timed_out_reason(timeout_s: float) -> str:
     return f"timed out after {format_duration(timeout_s)}"
-
-
-def connect_reason(exc: BaseException) -> str:
-    """`connection refused` for ECONNREFUSED, else `cannot connect: <the OS's words>`."""
-    cause = _innermost_os_error(exc)
-    if cause is not None and cause.errno == errno.ECONNREFUSED:
-        return "connection refused"
-    if cause is not None and cause.errno is not None:
-        # the OS's words for the errno: asyncio's strerror is "Connect call failed (addr)"
-        return f"cannot connect: {os.strerror(cause.errno)}"
-    return f"cannot connect: {one_line(str(exc)) or type(exc).__name__}"
-
-
-def _innermost_os_error(exc: BaseException) -> OSError | None:
-    found: OSError | None = None
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno is not None:
-            found = current
-        current = current.__cause__ or current.__context__
-    return found
 
 
 def url_path(url: str) -> str:
@@ -103,9 +63,9 @@ def url_path(url: str) -> str:
     return unquote(urlsplit(url).path) or "/"
 
 
-async def get_ok(ctx: ProbeContext, url: str) -> ProbeResponse:
-    """GET `url`; anything but 2xx is a failure naming the path."""
-    response = await ctx.client.get(url)
+async def get_ok(ctx: ProbeContext, url: str) -> Reply:
+    """GET `url` (on the endpoint's server); anything but 2xx is a failure naming the path."""
+    response = await ctx.client.get(url, headers=ctx.headers)
     ctx.http_status = response.status_code
     if not response.is_success:
         reason = http_error_reason(response.status_code, response.text, where=url_path(url))
@@ -119,7 +79,7 @@ async def get_json(ctx: ProbeContext, url: str) -> Any:
 
 async def post_json(ctx: ProbeContext, url: str, payload: dict[str, Any]) -> Any:
     """POST a JSON body and return the parsed JSON answer; non-2xx is `HTTP 500: message`."""
-    response = await ctx.client.post(url, json=payload)
+    response = await ctx.client.post(url, json=payload, headers=ctx.headers)
     ctx.http_status = response.status_code
     if not response.is_success:
         reason = http_error_reason(response.status_code, response.text)

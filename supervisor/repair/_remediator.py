@@ -22,10 +22,9 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
-
 from supervisor.config.models import FleetConfig
 from supervisor.core.clock import Clock
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.base import Executor
 from supervisor.playbook.actions.base import Action
 from supervisor.playbook.loader import Playbook
@@ -51,7 +50,7 @@ class Remediator:
         config: FleetConfig,
         store: Store,
         executor: Executor,
-        http: httpx.AsyncClient,
+        http: HttpClient,
         clock: Clock,
         playbook: Callable[[], Playbook],
         actions: Mapping[str, Action[Any]],

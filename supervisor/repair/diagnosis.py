@@ -9,12 +9,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import httpx
-
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.events import ProbeResult, Tier, UnitSignal
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.base import Executor
 from supervisor.execute.dryrun import DryRunExecutor
 from supervisor.playbook.actions.base import Action
@@ -39,7 +38,7 @@ class DiagnosisService:
         config: FleetConfig,
         playbook: Callable[[], Playbook],
         executor: Executor,
-        http: httpx.AsyncClient,
+        http: HttpClient,
         clock: Clock,
         actions: Mapping[str, Action[Any]],
         prober: Prober,

@@ -10,7 +10,7 @@ import pytest
 
 from fleet_lab import fleet, network
 from fleet_lab.lab import Lab, LabHost
-from supervisor.probe.wire import default_tls
+from supervisor.core.tls import default_tls
 
 SPARK1, SPARK2 = network.address(11), network.address(12)  #: on this process's lab net
 

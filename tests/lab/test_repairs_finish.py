@@ -26,11 +26,11 @@ from supervisor.config.loader import load_config
 from supervisor.config.supervised import Endpoint, UnitRef
 from supervisor.core.clock import SystemClock
 from supervisor.core.events import ProbeResult
+from supervisor.core.tls import default_tls
 from supervisor.execute.ssh import SshExecutor
 from supervisor.judge.machine import State
 from supervisor.playbook.actions.base import ActionContext, ActionOutcome
 from supervisor.playbook.actions.registry import ACTIONS
-from supervisor.probe.wire import default_tls
 from supervisor.record.timeline.repair import Escalation, StepRan, UnitsLeft
 from tests.helpers import eventually
 

@@ -20,7 +20,7 @@ from fleet_lab.drills.steps import CONTAINER, HEAD_SCRIPT, HEAD_UNIT, WORKER_SCR
 from fleet_lab.lab import ADDRESSES, Lab, LabError
 from fleet_lab.mac import host as mac_host
 from supervisor.config.models import FleetConfig
-from supervisor.probe.wire import default_tls
+from supervisor.core.tls import default_tls
 
 PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks"
 #: The probes every drill's daemon runs (the figures are measured against these).

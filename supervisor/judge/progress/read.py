@@ -12,11 +12,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-import httpx
-
 from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
 from supervisor.core.durations import format_duration
+from supervisor.core.httpclient import Headers, HttpClient, HttpError, failure_reason
 from supervisor.judge.progress.judge import Progress, judge_progress, unknown
 from supervisor.judge.progress.load import Load, MetricsFormatError, parse_vllm_metrics
 
@@ -28,16 +27,22 @@ class LoadUnavailableError(Exception):
     """`/metrics` did not give a load: its message says why (`HTTP 404`, `timed out after 2s`)."""
 
 
-async def read_load(url: str, http: httpx.AsyncClient, *, clock: Clock, timeout: timedelta) -> Load:
+async def read_load(
+    url: str,
+    http: HttpClient,
+    *,
+    clock: Clock,
+    timeout: timedelta,
+    headers: Headers | None = None,
+) -> Load:
     """One reading of `{url}/metrics`; raises `LoadUnavailableError`."""
-    seconds = timeout.total_seconds()
     try:
-        async with asyncio.timeout(seconds):
-            response = await http.get(f"{url}/metrics", timeout=seconds)
-    except (TimeoutError, httpx.TimeoutException) as exc:
+        async with asyncio.timeout(timeout.total_seconds()):
+            response = await http.get(f"{url}/metrics", headers=headers)
+    except TimeoutError as exc:
         raise LoadUnavailableError(f"timed out after {format_duration(timeout)}") from exc
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        why = str(exc) or type(exc).__name__
+    except HttpError as exc:
+        why = failure_reason(exc)
         raise LoadUnavailableError(f"cannot reach {url}/metrics: {why}") from exc
     if response.status_code != 200:
         raise LoadUnavailableError(f"HTTP {response.status_code}")
@@ -50,22 +55,23 @@ async def read_load(url: str, http: httpx.AsyncClient, *, clock: Clock, timeout:
 async def read_progress(
     url: str,
     kind: str,
-    http: httpx.AsyncClient,
+    http: HttpClient,
     *,
     clock: Clock,
     window: timedelta,
     timeout: timedelta,
     pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    headers: Headers | None = None,
 ) -> Progress:
     """Busy, hung, idle or unknown across `window` (two reads of `/metrics`)."""
     if kind not in METRICS_KINDS:
         return unknown(f"unknown: `{kind}` endpoints export no progress metrics")
     try:
-        first = await read_load(url, http, clock=clock, timeout=timeout)
+        first = await read_load(url, http, clock=clock, timeout=timeout, headers=headers)
         if first.generation_tokens is None:
             return unknown("unknown: /metrics has no vllm:generation_tokens_total")
         await pause(window.total_seconds())
-        second = await read_load(url, http, clock=clock, timeout=timeout)
+        second = await read_load(url, http, clock=clock, timeout=timeout, headers=headers)
     except LoadUnavailableError as exc:
         return unknown(f"unknown: no metrics ({exc})")
     return judge_progress(first, second)
@@ -79,7 +85,7 @@ class ProgressReads:
     """What the worker calls before a failed or slow real check counts: `read_progress` over the
     endpoint's `progress_window` (0s: `unknown`, nothing read)."""
 
-    def __init__(self, http: httpx.AsyncClient, clock: Clock) -> None:
+    def __init__(self, http: HttpClient, clock: Clock) -> None:
         self._http = http
         self._clock = clock
 
@@ -94,4 +100,5 @@ class ProgressReads:
             clock=self._clock,
             window=window,
             timeout=min(endpoint.probe.timeout, READ_TIMEOUT),
+            headers=endpoint.headers,
         )

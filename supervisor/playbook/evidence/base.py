@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
-import httpx
 from pydantic import BaseModel, ConfigDict
 
 from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.clock import Clock, SystemClock
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.base import CommandResult, Executor
 from supervisor.execute.shape import Shape
 
@@ -48,7 +48,7 @@ class CollectContext:
     scope: Scope
     executor: Executor
     timeout: timedelta  #: per command
-    http: httpx.AsyncClient  #: for HTTP collectors (the endpoint's /metrics)
+    http: HttpClient  #: for HTTP collectors (the endpoint's /metrics)
     #: when the endpoint last passed a check (hub time); None when it never did as far as the
     #: daemon knows. The journal reads only what was logged since (see `journal`).
     last_ok_at: datetime | None = None

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-import httpx
-
 from supervisor.core.durations import format_duration
+from supervisor.core.httpclient import HttpError, failure_reason
 from supervisor.judge.progress.load import MetricsFormatError, parse_vllm_metrics
 from supervisor.playbook.evidence.base import (
     CollectContext,
@@ -64,15 +63,15 @@ def _unavailable(reason: str) -> CollectedEvidence:
     needs_host=False,
 )
 async def metrics(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvidence:
-    url = f"{ctx.scope.endpoint.url}/metrics"
-    seconds = ctx.timeout.total_seconds()
+    endpoint = ctx.scope.endpoint
+    url = f"{endpoint.url}/metrics"
     try:
-        async with asyncio.timeout(seconds):
-            response = await ctx.http.get(url, timeout=seconds)
-    except (TimeoutError, httpx.TimeoutException):
+        async with asyncio.timeout(ctx.timeout.total_seconds()):
+            response = await ctx.http.get(url, headers=endpoint.headers)
+    except TimeoutError:
         return _unavailable(f"timed out after {format_duration(ctx.timeout)}")
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        return _unavailable(f"cannot reach {url}: {str(exc) or type(exc).__name__}")
+    except HttpError as exc:
+        return _unavailable(f"cannot reach {url}: {failure_reason(exc)}")
     if response.status_code != 200:
         return _unavailable(f"HTTP {response.status_code}")
     try:

@@ -9,11 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import httpx
-
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint, Host
 from supervisor.core.clock import Clock
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.base import CommandResult, Executor
 from supervisor.playbook.model import Rule
 from supervisor.trust.needs import Needs
@@ -45,7 +44,7 @@ class DoctorContext:
     needs: Needs
     rules: tuple[Rule, ...]
     executor: Executor
-    http: httpx.AsyncClient
+    http: HttpClient
     clock: Clock
     logins: Mapping[str, Login] = field(default_factory=dict)
     #: `sudo -n -l -- COMMAND` per host, asked once for all its commands: example -> allowed

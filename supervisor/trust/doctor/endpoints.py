@@ -8,16 +8,15 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-import httpx
-
 from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.events import ProbeOutcome
+from supervisor.core.httpclient import HttpClient, HttpError, Reply, failure_reason
 from supervisor.judge.progress.load import MetricsFormatError, parse_vllm_metrics
 from supervisor.judge.progress.read import METRICS_KINDS
 from supervisor.playbook.evidence.execstart import parse_exec_start, script_of, split_argv
 from supervisor.playbook.evidence.launchctl import job_target, print_argv
 from supervisor.playbook.evidence.systemd import parse_unit_status
-from supervisor.probe import CHECKS, ProbeContext, ProbeError, make_client
+from supervisor.probe import CHECKS, ProbeContext, ProbeError
 from supervisor.probe.http import one_line
 from supervisor.trust.doctor.context import DoctorContext
 from supervisor.trust.doctor.model import Finding, fail, ok, warn
@@ -45,14 +44,14 @@ async def _probe(ctx: DoctorContext, endpoint: Endpoint, deep: bool) -> tuple[bo
     kind = CHECKS[endpoint.kind]
     run = kind.deep if deep else kind.liveness
     try:
-        async with asyncio.timeout(COMPLETION_TIMEOUT_S), make_client() as probe_http:
+        async with asyncio.timeout(COMPLETION_TIMEOUT_S), HttpClient() as probe_http:
             found = await run(ProbeContext(_quick(endpoint), probe_http, ctx.clock))
     except ProbeError as exc:
         return False, exc.reason, ""
     except TimeoutError:
         return False, f"no answer within {COMPLETION_TIMEOUT_S:g}s", ""
-    except httpx.HTTPError as exc:
-        return False, one_line(str(exc)) or type(exc).__name__, ""
+    except HttpError as exc:
+        return False, failure_reason(exc), ""
     said = found.reason or found.detail or found.check
     return found.outcome is ProbeOutcome.OK, said, found.reasoning_field
 
@@ -88,11 +87,29 @@ async def completion(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
     return [ok(name, "completion", "answered (no reasoning text; none expected)")]
 
 
+async def _get(ctx: DoctorContext, endpoint: Endpoint, path: str) -> Reply:
+    """GET `path` of the endpoint within HTTP_TIMEOUT_S; raises `TimeoutError` or
+    `HttpError`."""
+    async with asyncio.timeout(HTTP_TIMEOUT_S):
+        return await ctx.http.get(f"{endpoint.url}{path}", headers=endpoint.headers)
+
+
+def _failed(exc: Exception) -> str:
+    """What a GET that raised says: the HTTP client's words, a timeout's, or the text's."""
+    if isinstance(exc, HttpError):
+        return failure_reason(exc)
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {HTTP_TIMEOUT_S:g}s"
+    return one_line(str(exc)) or type(exc).__name__
+
+
 async def _served(ctx: DoctorContext, endpoint: Endpoint) -> list[str]:
-    """The model ids the server lists; raises `httpx.HTTPError` or `ValueError`."""
+    """The model ids the server lists; raises `HttpError`, `TimeoutError` or
+    `ValueError`."""
     ollama = endpoint.kind == "ollama"
-    url = f"{endpoint.url}/api/tags" if ollama else f"{endpoint.url}/v1/models"
-    response = await ctx.http.get(url, timeout=HTTP_TIMEOUT_S)
+    path = "/api/tags" if ollama else "/v1/models"
+    url = f"{endpoint.url}{path}"
+    response = await _get(ctx, endpoint, path)
     if response.status_code != 200:
         raise ValueError(f"HTTP {response.status_code} from {url}")
     body = response.json()
@@ -110,12 +127,12 @@ async def model(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
     name = endpoint.name
     try:
         served = await _served(ctx, endpoint)
-    except (httpx.HTTPError, ValueError) as exc:
+    except (HttpError, TimeoutError, ValueError) as exc:
         return [
             fail(
                 name,
                 "model",
-                f"cannot list the models: {one_line(str(exc)) or type(exc).__name__}",
+                f"cannot list the models: {_failed(exc)}",
                 f"is the server up at {endpoint.url}?",
             )
         ]
@@ -134,9 +151,9 @@ async def model(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
 
 async def _version(ctx: DoctorContext, endpoint: Endpoint) -> str:
     try:
-        response = await ctx.http.get(f"{endpoint.url}/version", timeout=HTTP_TIMEOUT_S)
+        response = await _get(ctx, endpoint, "/version")
         body = response.json() if response.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
+    except (HttpError, TimeoutError, ValueError):
         return ""
     version = body.get("version") if isinstance(body, dict) else None
     return f"vLLM {version}" if isinstance(version, str) else ""
@@ -155,13 +172,13 @@ async def check_metrics(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]
     version = await _version(ctx, endpoint)
     server = f" ({version})" if version else ""
     try:
-        response = await ctx.http.get(f"{endpoint.url}/metrics", timeout=HTTP_TIMEOUT_S)
-    except httpx.HTTPError as exc:
+        response = await _get(ctx, endpoint, "/metrics")
+    except (HttpError, TimeoutError) as exc:
         return [
             fail(
                 name,
                 "metrics",
-                f"/metrics: {one_line(str(exc)) or type(exc).__name__}",
+                f"/metrics: {_failed(exc)}",
                 f"is the server up at {endpoint.url}?",
             )
         ]

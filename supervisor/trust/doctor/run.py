@@ -9,11 +9,10 @@ import time
 from collections.abc import Sequence
 from itertools import chain
 
-import httpx
-
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Host
 from supervisor.core.clock import Clock
+from supervisor.core.httpclient import HttpClient
 from supervisor.execute.base import Executor
 from supervisor.trust.doctor import endpoints, fleet, hosts, rules
 from supervisor.trust.doctor.context import DoctorContext, Login, sudo_list_script
@@ -79,7 +78,7 @@ async def run_doctor(
     found: InForce,
     *,
     executor: Executor,
-    http: httpx.AsyncClient,
+    http: HttpClient,
     clock: Clock,
     names: Sequence[str] = (),
 ) -> DoctorRun:
