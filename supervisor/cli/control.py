@@ -19,7 +19,7 @@ from supervisor.config.models import FleetConfig
 from supervisor.control.door import SCHEME, read_token
 from supervisor.control.routes import VIA_HEADER, WHO_HEADER
 from supervisor.core.durations import format_duration
-from supervisor.core.httpclient import HttpClient, HttpError, Reply, failure_reason
+from supervisor.core.httpclient import HttpClient, HttpError, WholeReply, failure_reason
 from supervisor.core.timefmt import stamp
 from supervisor.tell.web.listen import ListenError, parse_listen
 
@@ -113,7 +113,7 @@ def call(config: FleetConfig, method: str, path: str, body: dict[str, Any] | Non
 
 async def _ask(
     method: str, url: str, body: dict[str, Any] | None, headers: dict[str, str]
-) -> Reply:
+) -> WholeReply:
     """The daemon's answer, within TIMEOUT (the URL is plain HTTP: the shared TLS context is
     never read)."""
     async with asyncio.timeout(TIMEOUT.total_seconds()), HttpClient() as http:

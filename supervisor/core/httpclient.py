@@ -61,7 +61,7 @@ _compact = partial(json.dumps, ensure_ascii=False, separators=(",", ":"), allow_
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
+class WholeReply:
     """One answer, read whole."""
 
     status_code: int
@@ -87,7 +87,7 @@ class Reply:
 
 
 class HttpClient:
-    """GET and POST read whole (`Reply`), or a request streamed (`stream`: aiohttp's response,
+    """GET and POST read whole (`WholeReply`), or a request streamed (`stream`: aiohttp's response,
     its body read as it arrives). `headers` are sent with that request only."""
 
     def __init__(self, tls: ssl.SSLContext | None = None) -> None:
@@ -122,7 +122,7 @@ class HttpClient:
             )
         return self._session
 
-    async def get(self, url: str, *, headers: Headers | None = None) -> Reply:
+    async def get(self, url: str, *, headers: Headers | None = None) -> WholeReply:
         request = self._open().get(url, headers=headers, allow_redirects=False)
         async with request as response:
             return await _whole(response)
@@ -135,7 +135,7 @@ class HttpClient:
         form: Mapping[str, str] | None = None,
         files: Files | None = None,
         headers: Headers | None = None,
-    ) -> Reply:
+    ) -> WholeReply:
         """POST a JSON body (`json`), or a form with files (`form`, `files`: multipart)."""
         if form is None and files is None:
             request = self._open().post(url, json=json, headers=headers, allow_redirects=False)
@@ -157,8 +157,8 @@ class HttpClient:
         return self._open().post(url, json=json, headers=headers, allow_redirects=False)
 
 
-async def _whole(response: aiohttp.ClientResponse) -> Reply:
-    return Reply(
+async def _whole(response: aiohttp.ClientResponse) -> WholeReply:
+    return WholeReply(
         status_code=response.status,
         headers=response.headers,
         content=await response.read(),

@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from supervisor.core.durations import format_duration
-from supervisor.core.httpclient import Reply
+from supervisor.core.httpclient import WholeReply
 from supervisor.probe.context import ProbeContext, ProbeError
 
 _EXCERPT = 60
@@ -63,7 +63,7 @@ def url_path(url: str) -> str:
     return unquote(urlsplit(url).path) or "/"
 
 
-async def get_ok(ctx: ProbeContext, url: str) -> Reply:
+async def get_ok(ctx: ProbeContext, url: str) -> WholeReply:
     """GET `url` (on the endpoint's server); anything but 2xx is a failure naming the path."""
     response = await ctx.client.get(url, headers=ctx.headers)
     ctx.http_status = response.status_code

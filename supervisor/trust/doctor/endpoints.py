@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.events import ProbeOutcome
-from supervisor.core.httpclient import HttpClient, HttpError, Reply, failure_reason
+from supervisor.core.httpclient import HttpClient, HttpError, WholeReply, failure_reason
 from supervisor.judge.progress.load import MetricsFormatError, parse_vllm_metrics
 from supervisor.judge.progress.read import METRICS_KINDS
 from supervisor.playbook.evidence.execstart import parse_exec_start, script_of, split_argv
@@ -87,7 +87,7 @@ async def completion(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
     return [ok(name, "completion", "answered (no reasoning text; none expected)")]
 
 
-async def _get(ctx: DoctorContext, endpoint: Endpoint, path: str) -> Reply:
+async def _get(ctx: DoctorContext, endpoint: Endpoint, path: str) -> WholeReply:
     """GET `path` of the endpoint within HTTP_TIMEOUT_S; raises `TimeoutError` or
     `HttpError`."""
     async with asyncio.timeout(HTTP_TIMEOUT_S):
