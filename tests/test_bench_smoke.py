@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
         ("bench/fanout.py", "Probe fan-out", "| endpoints | daemon CPU | peak RSS |"),
         ("bench/notify.py", "Notification latency", "| state change | messages | median |"),
         ("bench/board.py", "Fleet page board", "| page | endpoints | server median |"),
+        ("bench/spill.py", "Spill file: cost and replay", "| writes per group | append"),
     ],
 )
 def test_smoke(tmp_path: Path, script: str, title: str, header: str) -> None:

@@ -133,9 +133,10 @@ async def test_open_creates_parent_dirs_schema_and_wal(db: Path) -> None:
             "control_pauses",
             "control_journal",
             "doctor_runs",
+            "spill_writes",
             "alembic_version",
         }
-        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0005",)]
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0006",)]
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert {
             "ix_timeline_incident",

@@ -39,7 +39,7 @@ async def test_the_revisions_make_the_schema_the_code_uses(store_target: StoreTa
     async with await Store.open(store_target) as store, store.tx(write=False) as conn:
         assert await conn.run_sync(_differences) == []
         assert (
-            await conn.run_sync(revise.current_revision) == revise.head() == revise.HEAD == "0005"
+            await conn.run_sync(revise.current_revision) == revise.head() == revise.HEAD == "0006"
         )
 
 

@@ -35,6 +35,7 @@ from supervisor.playbook.live import LivePlaybook
 from supervisor.probe import run_probe
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.resilient import ResilientStore
+from supervisor.record.store.spill import spill_place
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import store_target
 from supervisor.repair import Remediator
@@ -113,8 +114,12 @@ class Supervisor:
 
     async def start(self) -> None:
         config = self._config
-        self.store = store = await ResilientStore.open(store_target(config.store))
+        spill = spill_place(
+            config.store.spill_dir, config.store.spill_max, config_dir=config.source.parent
+        )
+        self.store = store = await ResilientStore.open(store_target(config.store), spill=spill)
         executor = self._fenced(store)  # [leadership]
+        await store.recover()  # what a process that died in an outage kept, before anything new
         # One client for all the daemon's HTTP: every endpoint's probes, the repair runner's
         # and progress reads. Its session keeps connections per origin, so endpoints never share
         # one; a session per endpoint cost the same CPU and more memory (bench/RESULTS.md, "One

@@ -24,6 +24,9 @@ _DEFAULT_TEXT: Mapping[str, str] = {
     "endpoints.NAME.probe": "`defaults.probe`",
     "hosts.NAME.address": "required unless `local`",
     "endpoints.NAME.model": "required unless kind is `health`",
+    "store.spill_dir": "`$STATE_DIRECTORY/spill` (systemd's `StateDirectory=`), else `spill` "
+    "beside the config file",
+    "store.spill_max": "`4MiB`",
 }
 _NOT_DESCENDED = frozenset({(Endpoint, "probe")})  # same keys as defaults.probe: one row
 

@@ -140,6 +140,7 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
             update={
                 "path": _absolute(store.path, base_dir),
                 "password_file": store.password_file and _absolute(store.password_file, base_dir),
+                "spill_dir": store.spill_dir and _absolute(store.spill_dir, base_dir),
             }
         ),
         defaults=defaults,

@@ -4,12 +4,13 @@ how repairs run (`remediation`), the probe settings and the other `defaults`, te
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from supervisor.config.fields import (
     Count,
@@ -22,8 +23,29 @@ from supervisor.config.fields import (
     Text,
     field_error,
 )
+from supervisor.config.messages import render_value
 
 DEFAULT_PROMPT = "What is 17 + 25? Think briefly, then answer with just the number."
+
+_SIZE = re.compile(r"(\d+)\s*(KiB|MiB|GiB)")
+_UNITS = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+_MIN_SPILL = 64 * 1024
+
+
+def _to_size(value: object) -> int:
+    """`512KiB`, `4MiB`, `1GiB` in bytes (at least 64KiB)."""
+    found = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if found is None:
+        got = render_value(value)
+        raise field_error("range", f"expected a size like 512KiB, 4MiB or 1GiB, got {got}")
+    size = int(found[1]) * _UNITS[found[2]]
+    if size < _MIN_SPILL:
+        raise field_error("range", f"must be at least 64KiB, got {value}")
+    return size
+
+
+Size = Annotated[int, BeforeValidator(_to_size)]
+"""A number of bytes, written `512KiB`, `4MiB` or `1GiB`."""
 
 
 class StoreConfig(Frozen):
@@ -52,6 +74,17 @@ class StoreConfig(Frozen):
         default="",
         description="this instance's name in the leadership journal and in Telegram "
         "(default: the host name)",
+    )
+    spill_dir: FilePath | None = Field(
+        default=None,
+        description="folder of the spill file: the writes the store refuses (a full disk, the "
+        "database down) are kept there as well as in memory, so that a crash during the outage "
+        "loses none (replayed at the next start); best on another filesystem than a SQLite store",
+    )
+    spill_max: Size = Field(
+        default=4 * 1024 * 1024,
+        description="the spill file's bound: past it the oldest probe samples are dropped, never "
+        "a timeline entry, an attempt or a message (`512KiB`, `4MiB`, `1GiB`)",
     )
 
     @field_validator("url")

@@ -10,22 +10,29 @@ its other writes (`supervisor.record.store.held_outbox`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from sqlalchemy import insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import insert, select
 
-from supervisor.record.store import queries
-from supervisor.record.store.dialect import upsert
+from supervisor.record.store import notify_rows, queries
+from supervisor.record.store.apply import Result
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.held_outbox import MemoryOutbox
+from supervisor.record.store.notify_rows import State
+from supervisor.record.store.queued import (
+    KeptState,
+    OutboxCursor,
+    OutboxMark,
+    OutboxRows,
+    OutboxThread,
+    Write,
+)
 from supervisor.record.store.records import IncidentRow, OutboxRow, TimelineRow
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.schema import (
     incidents,
-    notify_cursor,
     notify_incidents,
     notify_refusals,
     notify_threads,
@@ -33,13 +40,6 @@ from supervisor.record.store.schema import (
     timeline,
 )
 from supervisor.record.store.store import Store
-from supervisor.record.store.writes import new_id
-from supervisor.record.timeline.base import JSONValue
-
-State = Mapping[str, JSONValue]
-"""What the composer remembers about one incident (JSON)."""
-
-_CURSOR = "composer"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,10 +77,28 @@ class OutboxStore:
         self._refusal = ""  #: the last refusal of the store (for an outage it begins)
         if isinstance(store, ResilientStore):
             store.on_outage.append(self._outage)
+            store.after_apply.append(self._applied)
 
     def _outage(self, error: str) -> None:
         if not error:
             self.memory.cleared()
+
+    def _applied(self, write: Write, result: Result) -> None:
+        """The store took a round of messages kept in memory: they are its rows now (those
+        sent or given up meanwhile marked so, until their marks, queued behind, are taken)."""
+        if not isinstance(write, OutboxRows) or result is None:
+            return
+        memory = self.memory
+        ids, moved = result.get("ids"), result.get("cursor")
+        for row, real in zip(write.rows, ids if isinstance(ids, list) else [], strict=False):
+            if not isinstance(real, int):
+                continue
+            memory.ids[row.id] = real
+            kept = memory.rows.pop(row.id, None)
+            if kept is not None and (kept.sent_at is not None or kept.given_up):
+                memory.done.add(real)
+        if write.past_held and isinstance(moved, int):
+            memory.floor = max(memory.floor, moved)
 
     def _queueing(self) -> ResilientStore | None:
         """The store, while its writes are queued (the notifier's go to memory meanwhile)."""
@@ -98,7 +116,7 @@ class OutboxStore:
 
     async def cursor(self) -> int | None:
         async with self.store.tx(write=False) as conn:
-            return await _cursor(conn)
+            return await notify_rows.cursor(conn)
 
     async def start_cursor(self) -> int:
         """The cursor; on first use, the timeline's end (history is not announced). While the
@@ -106,26 +124,20 @@ class OutboxStore:
         write queued behind the store's others."""
         try:
             async with self.store.tx(write=True) as conn:
-                current = await _cursor(conn)
+                current = await notify_rows.cursor(conn)
                 if current is not None:
                     return current
                 last = await queries.timeline_end(conn)
-                await _set_cursor(conn, last)
+                await notify_rows.set_cursor(conn, last)
                 return last
         except StoreRefusedError as err:
             queueing = self._resilient(err)
         async with self.store.tx(write=False) as conn:
-            current = await _cursor(conn)
+            current = await notify_rows.cursor(conn)
             if current is not None:
                 return current
             last = await queries.timeline_end(conn)
-
-        async def run() -> None:
-            async with queueing.tx(write=True) as conn:
-                if await _cursor(conn) is None:
-                    await _set_cursor(conn, last)
-
-        queueing.queue("outbox cursor", run, error=self._refusal)
+        queueing.queue(OutboxCursor(last=last), error=self._refusal)
         return last
 
     async def batch(self, after: int, *, limit: int = 200) -> Batch:
@@ -150,7 +162,7 @@ class OutboxStore:
                 ids = sorted({r.incident_id for r in rows})
                 found = await conn.execute(select(incidents).where(incidents.c.id.in_(ids)))
                 incident_rows = {m["id"]: queries.to_incident(m) for m in found.mappings().all()}
-                states = await _states(conn, ids)
+                states = await notify_rows.states(conn, ids)
         except StoreRefusedError as err:
             self._resilient(err)
             rows, incident_rows, states = [], {}, {}
@@ -269,46 +281,16 @@ class OutboxStore:
         if composed_held:
             memory.held_seen = composed_held
             memory.held_batch = 0
-        saved = dict(states)
-
-        async def run() -> None:
-            rows = [memory.rows[i] for i in made if i in memory.rows]
-            async with store.tx(write=True) as conn:
-                inserted = []
-                for row in rows:
-                    created = await conn.execute(
-                        insert(outbox).values(
-                            created_at=row.created_at,
-                            chat_id=row.chat_id,
-                            incident_id=_real(store, row.incident_id),
-                            kind=row.kind,
-                            text=row.text,
-                            parts_sent=row.parts_sent,
-                            attempts=row.attempts,
-                            last_error=row.last_error,
-                            sent_at=row.sent_at,
-                            message_id=row.message_id,
-                            given_up=int(row.given_up),
-                            epoch=row.epoch,
-                        )
-                    )
-                    inserted.append((row.id, new_id(created.inserted_primary_key)))
-                for incident_id, (state, active) in saved.items():
-                    real = _real(store, incident_id)
-                    if real is not None:
-                        await _put_state(conn, real, state, active)
-                moved = cursor
-                if composed_held:  # past the held entries composed: they are in the table now
-                    moved = await queries.timeline_end(conn)
-                if moved is not None:
-                    await _set_cursor(conn, moved)
-            for memory_id, real_id in inserted:
-                memory.ids[memory_id] = real_id
-                memory.rows.pop(memory_id, None)
-            if composed_held and moved is not None:
-                memory.floor = max(memory.floor, moved)
-
-        store.queue("outbox", run, error=self._refusal)
+        write = OutboxRows(
+            rows=tuple(memory.rows[i] for i in made),
+            states=tuple(
+                KeptState(incident_id=incident_id, state=dict(state), active=active)
+                for incident_id, (state, active) in states.items()
+            ),
+            cursor=cursor,
+            past_held=bool(composed_held),
+        )
+        store.queue(write, error=self._refusal)
 
     async def _commit(
         self,
@@ -321,28 +303,27 @@ class OutboxStore:
         async with self.store.tx(write=True) as conn:
             for draft in drafts:
                 for chat_id in chat_ids:
-                    await conn.execute(
-                        insert(outbox).values(
-                            created_at=at,
-                            chat_id=chat_id,
-                            incident_id=draft.incident_id,
-                            kind=draft.kind,
-                            text=draft.text,
-                            epoch=self.store.fence_epoch,
-                        )
+                    await notify_rows.insert_message(
+                        conn,
+                        at=at,
+                        chat_id=chat_id,
+                        incident_id=draft.incident_id,
+                        kind=draft.kind,
+                        text=draft.text,
+                        epoch=self.store.fence_epoch,
                     )
             for incident_id, (state, active) in states.items():
-                await _put_state(conn, incident_id, state, active)
+                await notify_rows.put_state(conn, incident_id, state, active)
             if cursor is not None:
-                await _set_cursor(conn, cursor)
+                await notify_rows.set_cursor(conn, cursor)
 
     async def state(self, incident_id: int) -> State | None:
         async with self.store.tx(write=False) as conn:
-            return (await _states(conn, [incident_id])).get(incident_id)
+            return (await notify_rows.states(conn, [incident_id])).get(incident_id)
 
     async def put_state(self, incident_id: int, state: State, *, active: bool) -> None:
         async with self.store.tx(write=True) as conn:
-            await _put_state(conn, incident_id, state, active)
+            await notify_rows.put_state(conn, incident_id, state, active)
 
     # -- the sender ------------------------------------------------------------------------
 
@@ -375,51 +356,51 @@ class OutboxStore:
         self, row_id: int, *, parts: int, message_id: int | None, at: datetime, done: bool
     ) -> None:
         """`parts` parts are delivered; `done` marks the row sent."""
-        values: dict[str, object] = {"parts_sent": parts}
-        if message_id is not None:
-            values["message_id"] = message_id
-        if done:
-            values["sent_at"] = at
-        await self._mark(row_id, values, finished=done)
+        await self._mark(
+            OutboxMark(
+                row_id=row_id, parts_sent=parts, message_id=message_id, sent_at=at if done else None
+            )
+        )
 
-    async def _mark(self, row_id: int, values: dict[str, object], *, finished: bool) -> None:
-        """Update an outbox row: in memory (a row the store has not taken), in the store, or,
-        while the store cannot take it, remembered and queued."""
-        row_id = self.memory.ids.get(row_id, row_id)
+    async def failed(self, row_id: int, *, error: str, give_up: bool) -> None:
+        await self._mark(OutboxMark(row_id=row_id, last_error=error, given_up=give_up, failed=True))
+
+    async def _mark(self, mark: OutboxMark) -> None:
+        """Update an outbox row: in memory (a row the store has not taken; the mark is queued
+        behind it, so a spill replayed after a crash has it too), in the store, or, while the
+        store cannot take it, remembered and queued."""
+        row_id = self.memory.ids.get(mark.row_id, mark.row_id)
         if row_id < 0:
-            self.memory.update(row_id, **values)
+            self._mark_in_memory(row_id, mark)
             return
+        mark = replace(mark, row_id=row_id)
         queueing = self._queueing()
         if queueing is None:
             try:
-                await self._update(row_id, values)
+                await self._update(row_id, mark.values())
                 return
             except StoreRefusedError as err:
                 queueing = self._resilient(err)
-        if finished:
+        if mark.finished:
             self.memory.done.add(row_id)
+        queueing.queue(mark, error=self._refusal)
 
-        async def run() -> None:
-            await self._update(row_id, values)
-
-        queueing.queue("outbox mark", run, error=self._refusal)
+    def _mark_in_memory(self, row_id: int, mark: OutboxMark) -> None:
+        row = self.memory.rows.get(row_id)
+        if row is None:
+            return
+        values = mark.values()
+        values["given_up"] = bool(values.get("given_up", row.given_up))
+        if mark.failed:
+            values["attempts"] = row.attempts + 1
+        self.memory.update(row_id, **values)
+        queueing = self._queueing()
+        if queueing is not None:
+            queueing.queue(replace(mark, row_id=row_id), error=self._refusal)
 
     async def _update(self, row_id: int, values: Mapping[str, object]) -> None:
         async with self.store.tx(write=True) as conn:
-            changes = dict(values)
-            if "attempts" in changes:
-                changes["attempts"] = outbox.c.attempts + 1
-            await conn.execute(update(outbox).where(outbox.c.id == row_id).values(**changes))
-
-    async def failed(self, row_id: int, *, error: str, give_up: bool) -> None:
-        memory_row = self.memory.rows.get(row_id)
-        if memory_row is not None:
-            self.memory.update(
-                row_id, attempts=memory_row.attempts + 1, last_error=error, given_up=give_up
-            )
-            return
-        values: dict[str, object] = {"attempts": 1, "last_error": error, "given_up": int(give_up)}
-        await self._mark(row_id, values, finished=give_up)
+            await notify_rows.update_row(conn, row_id, values)
 
     async def thread(self, incident_id: int, chat_id: int) -> int | None:
         """The Telegram message the incident's thread replies to in that chat."""
@@ -455,23 +436,13 @@ class OutboxStore:
             if real is not None and real >= 0:
                 await self._start_thread(real, chat_id, message_id)
             return
-        store = queueing
         self.memory.threads[(incident_id, chat_id)] = message_id
-
-        async def run() -> None:
-            real = _real(store, incident_id)
-            if real is not None:
-                await self._start_thread(real, chat_id, message_id)
-
-        store.queue("outbox thread", run, error=self._refusal)
+        write = OutboxThread(incident_id=incident_id, chat_id=chat_id, message_id=message_id)
+        queueing.queue(write, error=self._refusal)
 
     async def _start_thread(self, incident_id: int, chat_id: int, message_id: int) -> None:
         async with self.store.tx(write=True) as conn:
-            await conn.execute(
-                upsert(conn, notify_threads)
-                .values(incident_id=incident_id, chat_id=chat_id, message_id=message_id)
-                .on_conflict_do_nothing()
-            )
+            await notify_rows.start_thread(conn, incident_id, chat_id, message_id)
 
     # -- who may speak ---------------------------------------------------------------------
 
@@ -489,48 +460,6 @@ class OutboxStore:
         async with self.store.tx(write=False) as conn:
             found = await conn.execute(select(notify_refusals).order_by(notify_refusals.c.id))
             return [OutboxRefusal(**m) for m in found.mappings().all()]
-
-
-def _real(store: ResilientStore, incident_id: int | None) -> int | None:
-    """The stored incident of a (maybe placeholder) id; None when it never reached the store."""
-    real = store.real_id(incident_id)
-    return real if real is not None and real >= 0 else None
-
-
-async def _cursor(conn: AsyncConnection) -> int | None:
-    found = await conn.execute(
-        select(notify_cursor.c.last_id).where(notify_cursor.c.name == _CURSOR)
-    )
-    value = found.scalar_one_or_none()
-    return None if value is None else int(value)
-
-
-async def _set_cursor(conn: AsyncConnection, last_id: int) -> None:
-    statement = upsert(conn, notify_cursor).values(name=_CURSOR, last_id=last_id)
-    await conn.execute(
-        statement.on_conflict_do_update(
-            index_elements=[notify_cursor.c.name], set_={"last_id": last_id}
-        )
-    )
-
-
-async def _states(conn: AsyncConnection, ids: Iterable[int]) -> dict[int, State]:
-    found = await conn.execute(
-        select(notify_incidents).where(notify_incidents.c.incident_id.in_(list(ids)))
-    )
-    return {m["incident_id"]: dict(m["state"]) for m in found.mappings().all()}
-
-
-async def _put_state(conn: AsyncConnection, incident_id: int, state: State, active: bool) -> None:
-    statement = upsert(conn, notify_incidents).values(
-        incident_id=incident_id, state=dict(state), active=int(active)
-    )
-    await conn.execute(
-        statement.on_conflict_do_update(
-            index_elements=[notify_incidents.c.incident_id],
-            set_={"state": statement.excluded.state, "active": statement.excluded.active},
-        )
-    )
 
 
 def _outbox_row(m: Mapping[str, object]) -> OutboxRow:

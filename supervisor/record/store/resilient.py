@@ -13,28 +13,53 @@ while the store cannot take them (`supervisor.record.store.outbox`).
 
 The queue is bounded (`max_queued`): past it the oldest probe samples (and superseded snapshot
 saves) are dropped first; timeline entries, attempts and the outbox are never dropped.
+
+Queued writes are data (`supervisor.record.store.queued`), and with a `SpillPlace` each is also
+appended to a spill file on local disk (`supervisor.record.store.spill`), so a process that dies
+during the outage loses none: the next start (`recover`) replays the files dead processes left,
+each write once. A write from a spill file is numbered (its identity: the file's id and its
+number) and taken in one transaction with a row of `spill_writes` that says so, with its result;
+a replay skips a write found there and reads its result (the id its placeholder stood for).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from supervisor.core.aio import wait_event
 from supervisor.core.events import ProbeResult
 from supervisor.record.store import queries
+from supervisor.record.store.apply import Ids, Result, appends_entry, apply
 from supervisor.record.store.engine import open_engine
 from supervisor.record.store.errors import StoreError, StoreRefusedError, unwritable_cause
 from supervisor.record.store.history import Subject
+from supervisor.record.store.queued import (
+    AddSample,
+    Append,
+    FinishAttempt,
+    PruneSamples,
+    SaveSnapshot,
+    StartAttempt,
+    Supervised,
+    Supervising,
+    Transition,
+    Write,
+)
 from supervisor.record.store.records import IncidentRow, Snapshot, TimelineEntry, TimelineRow
+from supervisor.record.store.schema import leader_journal, spill_writes
+from supervisor.record.store.spill import DeadSpill, SpillFile, SpillPlace, dead_spills
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
 
@@ -48,18 +73,41 @@ def refused(err: StoreError) -> bool:
 
 
 MAX_QUEUED = 20_000
-"""Writes held in memory at most, before the oldest samples are dropped."""
-
-_DROPPABLE = frozenset({"add_sample", "save_snapshot", "prune_samples", "supervised"})
-"""Writes whose loss loses no record (a probe sample; a snapshot, or a run's heartbeat, the next
+"""Writes held in memory at most, before the oldest samples are dropped (`Write.DROPPABLE`:
+writes whose loss loses no record: a probe sample; a snapshot, or a run's heartbeat, the next
 one replaces)."""
+
+
+BATCH = 200
+"""Queued writes taken in one transaction at most (a replay of thousands is a few seconds)."""
+
+
+@dataclass(eq=False)
+class _Origin:
+    """Whose queued writes: this process's, or those of a spill file a dead process left."""
+
+    spill_id: str
+    ids: Ids = field(default_factory=Ids)  #: its placeholders, mapped as the store takes them
+    dead: DeadSpill | None = None
+    left: int = 0  #: (a dead process's) its writes still queued
+    written: int = 0  #: (a dead process's) taken by the store now
+    found: int = 0  #: (a dead process's) found taken already
+    began: float = 0.0
 
 
 @dataclass(frozen=True)
 class _Write:
-    what: str  #: e.g. "add_sample", for the log
-    run: Callable[[], Awaitable[int | None]]
-    placeholder: int | None  #: the id handed out for this write's result, if any
+    write: Write
+    origin: _Origin
+    seq: int | None  #: its number in its origin's spill file (None: in none)
+
+    @property
+    def what(self) -> str:
+        return self.write.NAME
+
+    @property
+    def placeholder(self) -> int | None:
+        return getattr(self.write, "placeholder", None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,10 +130,12 @@ class ResilientStore(Store):
         *,
         retry_every: float = 1.0,
         max_queued: int = MAX_QUEUED,
+        spill: SpillPlace | None = None,
     ) -> None:
         super().__init__(engine, path)
         self.retry_every = retry_every
         self.max_queued = max_queued
+        self.batch = BATCH  #: queued writes taken in one transaction at most
         self.outage = ""  #: the error that made writes queue, '' while they go through
         self.outage_cause = ""  #: why, in a few words (`unwritable_cause`)
         self.outages = 0  #: how many times writes started queueing
@@ -104,16 +154,34 @@ class ResilientStore(Store):
         self.held: list[Held] = []
         self._held_ids = itertools.count(-1, -1)
         self._held_incidents: dict[int, IncidentRow] = {}
+        #: called with each of this process's queued writes the store took, and its result
+        self.after_apply: list[Callable[[Write, Result], None]] = []
         self._queue: deque[_Write] = deque()
         self._writable = asyncio.Event()  #: set while writes go through
         self._writable.set()
-        self._ids: dict[int, int | None] = {}  #: placeholder -> the real id once flushed
+        self._mine = _Origin(spill_id=uuid.uuid4().hex)  #: this process's writes
         self._next = itertools.count(-1, -1)
+        self._seq = itertools.count(1)
         self._retry: asyncio.Task[None] | None = None
+        self.spill_place = spill
+        #: this process's spill file (made at the first refused write, gone once all is saved)
+        self.spill = (
+            None
+            if spill is None
+            else SpillFile(spill, store=str(path), spill_id=self._mine.spill_id)
+        )
+        self._forget: list[str] = []  #: spill ids whose `spill_writes` rows may go
+        self._in_flight = 0  #: the queue's first writes being written now
+        self._retrying = False  #: the retry task is writing (not waiting)
+        self._closing = False
 
     @classmethod
-    async def open(cls, path: StoreTarget, *, create: bool = True) -> ResilientStore:
-        return cls(await open_engine(path, create=create), path)
+    async def open(
+        cls, path: StoreTarget, *, create: bool = True, spill: SpillPlace | None = None
+    ) -> ResilientStore:
+        """With `spill`, refused writes are kept on disk too, and `recover` replays what a dead
+        process kept."""
+        return cls(await open_engine(path, create=create), path, spill=spill)
 
     @property
     def queued(self) -> int:
@@ -126,38 +194,95 @@ class ResilientStore(Store):
         if not self.outage:
             return ""
         dropped = f"; {self.dropped} oldest samples dropped" if self.dropped else ""
+        kept = "in memory"
+        spill = self.spill
+        if spill is not None and spill.problem:
+            kept = f"in memory only (the spill file cannot be written either: {spill.problem})"
+        elif spill is not None and spill.exists:
+            kept = f"in memory and in {spill.path}"
         return (
             f"the store cannot be written: {self.outage_cause} ({self.outage}); "
-            f"{self.queued} records kept in memory, written when it returns{dropped}"
+            f"{self.queued} records kept {kept}, written when it returns{dropped}"
         )
 
     def real_id(self, value: int | None) -> int | None:
         """The store's id for `value` (itself unless it is a flushed placeholder)."""
-        if value is None or value >= 0:
-            return value
-        return self._ids.get(value, value)
+        return self._mine.ids.real(value)
 
     async def close(self) -> None:
         if self._retry is not None:
-            self._retry.cancel()
+            self._closing = True
+            if not self._retrying:  # waiting for its next try: cut short (a write is never cut)
+                self._retry.cancel()
             await asyncio.gather(self._retry, return_exceptions=True)
         if self._queue:
             await self._flush()
         if self._queue:
-            log.error("store closed with writes unsaved", store=str(self.path), lost=self.queued)
+            self._closed_unsaved()
         await super().close()
+
+    def _closed_unsaved(self) -> None:
+        """The store closes with writes it never took: those in a spill file wait for the next
+        start; only the others are lost."""
+        lost = sum(1 for w in self._queue if w.seq is None)
+        spill = self.spill
+        if spill is not None and spill.exists:
+            log.warning(
+                "store closed with writes unsaved: kept in the spill file for the next start",
+                store=str(self.path),
+                spill=str(spill.path),
+                kept=self.queued - lost,
+            )
+            spill.release()
+        if lost:
+            log.error("store closed with writes unsaved", store=str(self.path), lost=lost)
+        for origin in {w.origin for w in self._queue if w.origin.dead is not None}:
+            assert origin.dead is not None
+            origin.dead.release()
+
+    # replaying what a dead process kept
+
+    async def recover(self) -> None:
+        """Write what the spill files of dead processes hold (for this store), in order, each
+        write once, before anything new is written; each file goes once the store holds all of
+        it. While the store refuses them they wait in the queue, as refused writes do."""
+        place = self.spill_place
+        if place is None:
+            return
+        for dead in dead_spills(place, store=str(self.path)):
+            if await self._superseded(dead):
+                continue
+            origin = _Origin(
+                spill_id=dead.spill_id, dead=dead, left=len(dead.writes), began=time.monotonic()
+            )
+            log.warning(
+                "replaying the writes a process left in its spill file",
+                spill=str(dead.path),
+                pid=dead.pid,
+                started=dead.started,
+                writes=len(dead.writes),
+                unreadable=dead.unreadable,
+            )
+            if not dead.writes:
+                self._replayed(origin)
+            for seq, write in dead.writes:
+                self._queue.append(_Write(write, origin, seq))
+        if not self._queue:
+            return
+        refusal = await self._flush()
+        if refusal is not None and self._writable.is_set():  # the first refusal: one begins
+            self._begin_outage(refusal)
 
     # the queue
 
-    async def _write(
-        self, what: str, run: Callable[[], Awaitable[int | None]], *, returns_id: bool
-    ) -> int | None:
-        return (await self._submit(what, run, returns_id=returns_id))[0]
+    async def _write(self, write: Write, run: Callable[[], Awaitable[Any]]) -> None:
+        await self._submit(write, run, returns_id=False)
 
     async def _submit(
-        self, what: str, run: Callable[[], Awaitable[int | None]], *, returns_id: bool
+        self, write: Write, run: Callable[[], Awaitable[int | None]], *, returns_id: bool
     ) -> tuple[int | None, bool]:
-        """The write's result, and whether it was queued (not yet in the store)."""
+        """Run the write at once (`run`), or queue it (`write`) when writes queue or the store
+        refuses it: its result (a placeholder when queued), and whether it was queued."""
         if not self._queue:
             try:
                 return await run(), False
@@ -167,33 +292,38 @@ class ResilientStore(Store):
                 if not self.outage:  # the writes refused together (a tick's saves) begin one
                     self._begin_outage(err)
         placeholder = next(self._next) if returns_id else None
-        self._enqueue(_Write(what, run, placeholder))
+        if placeholder is not None and isinstance(write, Transition | Append | StartAttempt):
+            write = replace(write, placeholder=placeholder)
+        self._enqueue(write)
         return placeholder, True
 
-    def queue(self, what: str, run: Callable[[], Awaitable[None]], *, error: str = "") -> None:
+    def queue(self, write: Write, *, error: str = "") -> None:
         """Queue a write of a store add-on (the outbox's) behind the others, in order; it runs
         when the store takes writes again (an outage begins, for `error`, if none was)."""
-
-        async def runs() -> None:
-            await run()
-
         begins = not self._queue
-        self._enqueue(_Write(what, runs, None))
+        self._enqueue(write)
         if begins:
             self._begin_outage(error or self.outage or "the store refused a write")
 
-    def _enqueue(self, write: _Write) -> None:
-        self._queue.append(write)
+    def _enqueue(self, write: Write) -> None:
+        seq = next(self._seq)
+        if self.spill is not None and not self.spill.exists:
+            self.spill.epoch, self.spill.holder = self.fence_epoch, self.fence_holder
+        kept = self.spill is not None and self.spill.add(seq, write)
+        self._queue.append(_Write(write, self._mine, seq if kept else None))
         if len(self._queue) > self.max_queued:
             self._drop_oldest_sample()
 
     def _drop_oldest_sample(self) -> None:
-        for index, write in enumerate(self._queue):
-            if write.what in _DROPPABLE and write.placeholder is None:
+        for index, queued in enumerate(self._queue):
+            if index < self._in_flight:  # being written now
+                continue
+            if queued.write.DROPPABLE and queued.placeholder is None:
                 del self._queue[index]
                 if not self.dropped:
                     log.warning("store outage: memory full, dropping the oldest samples")
                 self.dropped += 1
+                self._settled(queued)
                 return
 
     async def writable(self, within: float) -> bool:
@@ -217,35 +347,53 @@ class ResilientStore(Store):
             self._retry = asyncio.create_task(self._retry_until_clear(), name="store-retry")
 
     async def _retry_until_clear(self) -> None:
-        while self._queue:
+        while self._queue and not self._closing:
             await asyncio.sleep(self.retry_every)
-            await self._flush()
-
-    async def _flush(self) -> None:
-        """Run the queued writes in order; stop at the first the file still refuses."""
-        while self._queue:
-            head = self._queue[0]
+            self._retrying = True
             try:
-                result = await head.run()
+                await self._flush()
+            finally:
+                self._retrying = False
+
+    async def _flush(self) -> StoreError | None:
+        """Run the queued writes in order, up to `batch` in one transaction; stop at the first
+        the store still refuses (that refusal is returned)."""
+        single = 0  #: writes to take one per transaction (a batch of them failed)
+        while self._queue:
+            batch = list(itertools.islice(self._queue, 1 if single else self.batch))
+            try:
+                results = await self._take(batch)
             except StoreError as err:
                 if refused(err):
                     self.outage, self.outage_cause = str(err), unwritable_cause(err)
-                    return
+                    return err
                 if getattr(err, "expected_end", False):  # deposed: every queued write is stale
                     self._drop_stale(str(err))
-                    return
-                log.error("queued write failed", write=head.what, error=str(err))
-                result = None
-            if head.placeholder is not None:
-                self._ids[head.placeholder] = result
-            if len(self._queue) == 1:  # the last: read before any write can go straight in
+                    return None
+                if len(batch) > 1:  # one of them cannot be written: each alone, to know which
+                    single = len(batch)
+                    continue
+                log.error("queued write failed", write=batch[0].what, error=str(err))
+                batch[0].origin.ids.learn(batch[0].write, None)
+                results = [None]
+            single = max(0, single - len(batch))
+            if len(self._queue) == len(batch):  # the last: read before a write can go straight in
                 self.flushed_to = await self._timeline_end()
-            self._queue.popleft()
-            self.saved += 1
-            self.landed += 1
+            for queued, result in zip(batch, results, strict=True):
+                self._queue.popleft()
+                if queued.origin is self._mine:
+                    for hook in list(self.after_apply):
+                        hook(queued.write, result)
+                self._settled(queued)
+            self.saved += len(batch)
+            self.landed += len(batch)
             self.flushing = bool(self._queue)  # (until the last: a refusal may stop it midway)
+        if self.spill is not None and self.spill.exists:
+            self.spill.remove()  # first: a crash between the two replays it, skipping each
+            self._forget.append(self._mine.spill_id)
+        await self._forget_taken()
         if not self.outage:
-            return
+            return None
         log.warning(
             "store takes writes again: queued writes saved",
             error=self.outage,
@@ -259,6 +407,116 @@ class ResilientStore(Store):
         for listener in list(self.on_outage):
             listener("")
         self.dropped = 0
+        return None
+
+    async def _take(self, batch: list[_Write]) -> list[Result]:
+        """Queued writes in one transaction, in order, each placeholder learned as it is
+        written (the writes after it name it); one from a spill file is recorded as taken there
+        too, or found taken already (its result read back). Nothing is taken when it fails."""
+        results: list[Result] = []
+        found: list[bool] = []
+        learned: list[tuple[dict[int, Any], int]] = []
+        self._in_flight = len(batch)
+        try:
+            async with self._tx(write=True) as conn:
+                taken = await _taken(conn, batch)
+                made = []
+                for queued in batch:
+                    origin = queued.origin
+                    identity = (origin.spill_id, queued.seq)
+                    if identity in taken:
+                        result = taken[identity]
+                    else:
+                        result = await apply(conn, queued.write, origin.ids)
+                        if queued.seq is not None:
+                            made.append(
+                                {"spill": origin.spill_id, "seq": queued.seq, "result": result}
+                            )
+                    learned += origin.ids.learn(queued.write, result)
+                    results.append(result)
+                    found.append(identity in taken)
+                if made:
+                    await conn.execute(insert(spill_writes), made)
+        except BaseException:
+            for mapping, placeholder in learned:  # the transaction rolled back: so do they
+                mapping.pop(placeholder, None)
+            raise
+        finally:
+            self._in_flight = 0
+        appended = False
+        for queued, result, was_found in zip(batch, results, found, strict=True):
+            if was_found:
+                queued.origin.found += 1
+                continue
+            queued.origin.written += 1
+            appended = appended or appends_entry(queued.write, result)
+        if appended:  # the composer wakes once for the batch
+            self._appended()
+        return results
+
+    def _settled(self, queued: _Write) -> None:
+        """A queued write left the queue (taken, or dropped)."""
+        origin = queued.origin
+        if origin.dead is None:
+            return
+        origin.left -= 1
+        if origin.left == 0:
+            self._replayed(origin)
+
+    def _replayed(self, origin: _Origin) -> None:
+        assert origin.dead is not None
+        origin.dead.done()  # first: a crash between the two replays it, skipping each
+        self._forget.append(origin.spill_id)
+        log.warning(
+            "spill file replayed",
+            spill=str(origin.dead.path),
+            written=origin.written,
+            already_written=origin.found,
+            seconds=round(time.monotonic() - origin.began, 3),
+        )
+
+    async def _superseded(self, dead: DeadSpill) -> bool:
+        """Whether another instance led between the dead process's epoch and ours: its writes
+        are a deposed leader's, dropped as a living one drops them (the leader since judged
+        afresh, and its records are newer). The file goes."""
+        if dead.epoch is None or self.fence_epoch is None:
+            return False
+        try:
+            async with self.tx(write=False) as conn:
+                found = await conn.execute(
+                    select(leader_journal.c.holder, leader_journal.c.epoch).where(
+                        leader_journal.c.event == "took_over",
+                        leader_journal.c.epoch > dead.epoch,
+                        leader_journal.c.epoch < self.fence_epoch,
+                        leader_journal.c.holder != dead.holder,
+                    )
+                )
+                since = found.first()
+        except StoreError:  # cannot tell: replayed (under our epoch, as any write)
+            return False
+        if since is None:
+            return False
+        log.warning(
+            "spill file of a replaced leader: dropped",
+            spill=str(dead.path),
+            dropped=len(dead.writes),
+            why=f"{since.holder} led with epoch {since.epoch} after its epoch {dead.epoch}",
+        )
+        dead.done()
+        return True
+
+    async def _forget_taken(self) -> None:
+        """The `spill_writes` rows of spill files that are gone (a refusal leaves them for the
+        next time: a row left behind costs nothing)."""
+        while self._forget:
+            try:
+                async with self._tx(write=True) as conn:
+                    await conn.execute(
+                        delete(spill_writes).where(spill_writes.c.spill == self._forget[0])
+                    )
+            except StoreError:
+                return
+            self._forget.pop(0)
 
     async def _timeline_end(self) -> int:
         try:
@@ -349,6 +607,11 @@ class ResilientStore(Store):
         log.warning(
             "deposed", stops="the writes kept in memory", dropped=self.queued, refused=refusal
         )
+        for origin in {w.origin for w in self._queue if w.origin.dead is not None}:
+            assert origin.dead is not None
+            origin.dead.release()  # not ours to drop: replayed when this instance leads again
+        if self.spill is not None:
+            self.spill.remove()
         self._queue.clear()
         self.flushing = False
         self.held.clear()
@@ -364,9 +627,8 @@ class ResilientStore(Store):
     async def save_snapshot(self, snapshot: Snapshot, *, sample: ProbeResult | None = None) -> None:
         parent = super().save_snapshot
         await self._write(
-            "save_snapshot",
-            lambda: _none(parent(self._snap(snapshot), sample=sample)),
-            returns_id=False,
+            SaveSnapshot(snapshot=snapshot, sample=sample),
+            lambda: parent(self._snap(snapshot), sample=sample),
         )
 
     async def transition(
@@ -389,8 +651,15 @@ class ResilientStore(Store):
                 reopen_within=reopen_within,
             )
 
+        write = Transition(
+            snapshot=snapshot,
+            entry=entry,
+            open_cause=open_cause,
+            close_resolution=close_resolution,
+            reopen_within=reopen_within,
+        )
         may_have_one = open_cause is not None or snapshot.incident_id is not None
-        incident_id, queued = await self._submit("transition", run, returns_id=may_have_one)
+        incident_id, queued = await self._submit(write, run, returns_id=may_have_one)
         if queued and incident_id is not None:
             await self._hold_transition(
                 incident_id, snapshot, entry, open_cause=open_cause, closes=close_resolution
@@ -406,7 +675,8 @@ class ResilientStore(Store):
                 raise StoreError(f"no incident {incident_id}")
             return await parent(target, entry)
 
-        row_id, queued = await self._submit("append", run, returns_id=True)
+        write = Append(incident_id=incident_id, entry=entry)
+        row_id, queued = await self._submit(write, run, returns_id=True)
         if queued:
             incident = await self._held_incident(incident_id, None)
             if incident is not None:
@@ -415,19 +685,22 @@ class ResilientStore(Store):
 
     async def supervising(self, started: datetime, subjects: Sequence[Subject]) -> None:
         parent = super().supervising
-        await self._write("supervising", lambda: _none(parent(started, subjects)), returns_id=False)
+        write = Supervising(started=started, subjects=tuple(subjects))
+        await self._write(write, lambda: parent(started, subjects))
 
     async def supervised(self, started: datetime, at: datetime) -> None:
         parent = super().supervised
-        await self._write("supervised", lambda: _none(parent(started, at)), returns_id=False)
+        await self._write(Supervised(started=started, at=at), lambda: parent(started, at))
 
     async def add_sample(self, result: ProbeResult) -> None:
         parent = super().add_sample
-        await self._write("add_sample", lambda: _none(parent(result)), returns_id=False)
+        await self._write(AddSample(result=result), lambda: parent(result))
 
     async def prune_samples(self, older_than: datetime) -> int:
         parent = super().prune_samples
-        return _id(await self._write("prune_samples", lambda: parent(older_than), returns_id=False))
+        write = PruneSamples(older_than=older_than)
+        found, _ = await self._submit(write, lambda: parent(older_than), returns_id=False)
+        return _id(found)
 
     async def start_attempt(
         self, *, endpoint: str, rule_id: str, incident_id: int | None, at: datetime
@@ -439,7 +712,14 @@ class ResilientStore(Store):
             incident = incident if incident is None or incident >= 0 else None
             return parent(endpoint=endpoint, rule_id=rule_id, incident_id=incident, at=at)
 
-        return _id(await self._write("start_attempt", run, returns_id=True))
+        write = StartAttempt(
+            endpoint=endpoint,
+            rule_id=rule_id,
+            incident_id=incident_id,
+            at=at,
+            epoch=self.fence_epoch,
+        )
+        return _id((await self._submit(write, run, returns_id=True))[0])
 
     async def finish_attempt(self, attempt_id: int, *, at: datetime, outcome: str) -> None:
         parent = super().finish_attempt
@@ -449,11 +729,27 @@ class ResilientStore(Store):
             if real is not None and real >= 0:
                 await parent(real, at=at, outcome=outcome)
 
-        await self._write("finish_attempt", run, returns_id=False)
+        await self._write(FinishAttempt(attempt_id=attempt_id, at=at, outcome=outcome), run)
 
 
-async def _none(call: Awaitable[Any]) -> None:
-    await call
+async def _taken(
+    conn: AsyncConnection, batch: list[_Write]
+) -> dict[tuple[str, int | None], Result]:
+    """The writes of `batch` the store took already (a spill replayed after a crash in the
+    middle of a replay or a flush): (spill id, number) -> its result. One query per spill."""
+    spans: dict[str, list[int]] = {}
+    for queued in batch:
+        if queued.seq is not None:
+            spans.setdefault(queued.origin.spill_id, []).append(queued.seq)
+    taken: dict[tuple[str, int | None], Result] = {}
+    for spill, seqs in spans.items():
+        found = await conn.execute(
+            select(spill_writes.c.seq, spill_writes.c.result).where(
+                spill_writes.c.spill == spill, spill_writes.c.seq.between(min(seqs), max(seqs))
+            )
+        )
+        taken |= {(spill, row.seq): row.result for row in found}
+    return taken
 
 
 def _id(value: int | None) -> int:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 REVISIONS = Path(__file__).parent / "revisions"
-HEAD = "0005"
+HEAD = "0006"
 """The newest revision in `revisions/versions/` (a spec holds it to Alembic's own reading)."""
 _VERSION_TABLE = "alembic_version"
 _READ_VERSION = text("SELECT version_num FROM alembic_version")

@@ -20,6 +20,8 @@ doctor's tables are defined beside their code (`supervisor.control.tables`,
   availability is computed from (`supervisor.record.availability`); a run of the daemon starts
   by writing each subject's state, after an `unsupervised` row where the previous run ended.
 - `supervision`: one row per run of the daemon: when it started, when it was last seen alive.
+- `spill_writes`: each queued write (of a store that could not take it) the store took, by its
+  identity, with its result: replaying a spill file skips those (`supervisor.record.store.spill`).
 - leadership's and the notifier's tables: see their comments below.
 """
 
@@ -168,6 +170,19 @@ supervision = Table(
     Column("id", Integer, primary_key=True),
     Column("started_ms", BigInteger, nullable=False, unique=True),
     Column("seen_ms", BigInteger, nullable=False),
+)
+
+# the queued writes taken (`supervisor.record.store.resilient`): a write kept in a spill file while
+# the store refused it is taken in the same transaction as its row here, so a replay of that file
+# (the process died before it removed it) skips it and reads its result (the id it made, which
+# later writes of the file name by a placeholder). A file's rows go when the file does.
+
+spill_writes = Table(
+    "spill_writes",
+    metadata,
+    Column("spill", Text, primary_key=True),  # the spill file's id (a UUID)
+    Column("seq", Integer, primary_key=True),  # the write's number in it
+    Column("result", JSONData, nullable=True),  # what it returned (an id, the outbox's ids)
 )
 
 # leadership (`supervisor.record.store.lease`): the one lease row, and the journal of who led when.

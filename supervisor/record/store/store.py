@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
-from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import select
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -38,7 +37,7 @@ from supervisor.record.store.records import (
     TimelineEntry,
     TimelineRow,
 )
-from supervisor.record.store.schema import attempts, incidents, samples
+from supervisor.record.store.schema import attempts
 from supervisor.record.store.target import StoreTarget
 
 
@@ -164,13 +163,7 @@ class Store:
 
     async def _save_many(self, saves: Sequence[Save]) -> None:
         async with self._tx(write=True) as conn:
-            for incident_id in dict.fromkeys(s.snapshot.incident_id for s in saves):
-                if incident_id is not None:
-                    await writes.require_incident(conn, incident_id)
-            await writes.upsert_snapshots(conn, [s.snapshot for s in saves])
-            found = [s.sample for s in saves if s.sample is not None]
-            if found:
-                await writes.insert_samples(conn, found)
+            await writes.save_snapshots(conn, [(s.snapshot, s.sample) for s in saves])
 
     async def transition(
         self,
@@ -189,41 +182,14 @@ class Store:
         None if there was none (no incident open and no `open_cause`).
         """
         async with self._tx(write=True) as conn:
-            incident_id = await queries.open_incident_id(conn, snapshot.kind, snapshot.name)
-            if incident_id is None and open_cause is not None and reopen_within is not None:
-                since = entry.at - reopen_within
-                incident_id = await queries.recently_closed_id(
-                    conn, snapshot.kind, snapshot.name, since
-                )
-                if incident_id is not None:
-                    await conn.execute(
-                        update(incidents)
-                        .where(incidents.c.id == incident_id)
-                        .values(closed_at=None, resolution=None)
-                    )
-            if incident_id is None and open_cause is not None:
-                created = await conn.execute(
-                    insert(incidents).values(
-                        subject_kind=snapshot.kind.value,
-                        subject=snapshot.name,
-                        opened_at=entry.at,
-                        cause=open_cause,
-                        last_state=snapshot.state,
-                    )
-                )
-                incident_id = writes.new_id(created.inserted_primary_key)
-            still_open = incident_id
-            if incident_id is not None:
-                await writes.insert_entry(conn, incident_id, entry)
-                changes: dict[str, Any] = {"last_state": snapshot.state}
-                if close_resolution is not None:
-                    changes |= {"closed_at": entry.at, "resolution": close_resolution}
-                    still_open = None
-                await conn.execute(
-                    update(incidents).where(incidents.c.id == incident_id).values(**changes)
-                )
-            await writes.upsert_snapshot(conn, replace(snapshot, incident_id=still_open))
-            await history.entered(conn, snapshot.kind, snapshot.name, snapshot.state, entry.at)
+            incident_id = await writes.transition(
+                conn,
+                snapshot=snapshot,
+                entry=entry,
+                open_cause=open_cause,
+                close_resolution=close_resolution,
+                reopen_within=reopen_within,
+            )
         if incident_id is not None:
             self._appended()
         return incident_id
@@ -242,8 +208,7 @@ class Store:
     async def append(self, incident_id: int, entry: TimelineEntry) -> int:
         """Append to an incident's timeline (closed ones too); returns the new row's id."""
         async with self._tx(write=True) as conn:
-            await writes.require_incident(conn, incident_id)
-            row = await writes.insert_entry(conn, incident_id, entry)
+            row = await writes.append(conn, incident_id, entry)
         self._appended()
         return row
 
@@ -254,32 +219,25 @@ class Store:
     async def prune_samples(self, older_than: datetime) -> int:
         """Delete samples taken before `older_than`; returns how many went."""
         async with self._tx(write=True) as conn:
-            result = await conn.execute(delete(samples).where(samples.c.at < older_than))
-            return result.rowcount
+            return await writes.prune_samples(conn, older_than)
 
     async def start_attempt(
         self, *, endpoint: str, rule_id: str, incident_id: int | None, at: datetime
     ) -> int:
         """Record that a remediation starts; returns the attempt's id."""
         async with self._tx(write=True) as conn:
-            created = await conn.execute(
-                insert(attempts).values(
-                    endpoint=endpoint,
-                    rule_id=rule_id,
-                    incident_id=incident_id,
-                    started_at=at,
-                    epoch=self.fence_epoch,
-                )
+            return await writes.start_attempt(
+                conn,
+                endpoint=endpoint,
+                rule_id=rule_id,
+                incident_id=incident_id,
+                at=at,
+                epoch=self.fence_epoch,
             )
-            return writes.new_id(created.inserted_primary_key)
 
     async def finish_attempt(self, attempt_id: int, *, at: datetime, outcome: str) -> None:
         async with self._tx(write=True) as conn:
-            await conn.execute(
-                update(attempts)
-                .where(attempts.c.id == attempt_id)
-                .values(finished_at=at, outcome=outcome)
-            )
+            await writes.finish_attempt(conn, attempt_id, at=at, outcome=outcome)
 
     async def attempts(
         self, endpoint: str | None = None, *, since: datetime | None = None

@@ -1,23 +1,26 @@
 """The store's write statements: rows of incidents, timeline entries, snapshots and samples,
 each run inside a transaction the `Store` opened (the reads are
-`supervisor.record.store.queries`)."""
+`supervisor.record.store.queries`). Each write of the `Store` is one call here, so a queued
+write replayed later (`supervisor.record.store.apply`) runs the very same statements."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from sqlalchemy import insert, update
+from sqlalchemy import delete, insert, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from supervisor.core.events import ProbeResult
-from supervisor.record.store import queries
+from supervisor.record.store import history, queries
 from supervisor.record.store.dialect import Upsert, upsert_for
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.listen import TIMELINE, notify
 from supervisor.record.store.records import Snapshot, TimelineEntry
-from supervisor.record.store.schema import incidents, samples, snapshots, timeline
+from supervisor.record.store.schema import attempts, incidents, samples, snapshots, timeline
 from supervisor.record.timeline.codec import encode
 from supervisor.record.timeline.repair import Diagnosis
 
@@ -54,6 +57,99 @@ async def insert_entry(conn: AsyncConnection, incident_id: int, entry: TimelineE
     entry_id = new_id(result.inserted_primary_key)
     await notify(conn, TIMELINE, str(entry_id))  # on commit: followers' pages stream it
     return entry_id
+
+
+async def transition(
+    conn: AsyncConnection,
+    *,
+    snapshot: Snapshot,
+    entry: TimelineEntry,
+    open_cause: str | None,
+    close_resolution: str | None,
+    reopen_within: timedelta | None,
+) -> int | None:
+    """`Store.transition`'s statements: the incident's id (None: no incident)."""
+    incident_id = await queries.open_incident_id(conn, snapshot.kind, snapshot.name)
+    if incident_id is None and open_cause is not None and reopen_within is not None:
+        since = entry.at - reopen_within
+        incident_id = await queries.recently_closed_id(conn, snapshot.kind, snapshot.name, since)
+        if incident_id is not None:
+            await conn.execute(
+                update(incidents)
+                .where(incidents.c.id == incident_id)
+                .values(closed_at=None, resolution=None)
+            )
+    if incident_id is None and open_cause is not None:
+        created = await conn.execute(
+            insert(incidents).values(
+                subject_kind=snapshot.kind.value,
+                subject=snapshot.name,
+                opened_at=entry.at,
+                cause=open_cause,
+                last_state=snapshot.state,
+            )
+        )
+        incident_id = new_id(created.inserted_primary_key)
+    still_open = incident_id
+    if incident_id is not None:
+        await insert_entry(conn, incident_id, entry)
+        changes: dict[str, Any] = {"last_state": snapshot.state}
+        if close_resolution is not None:
+            changes |= {"closed_at": entry.at, "resolution": close_resolution}
+            still_open = None
+        await conn.execute(update(incidents).where(incidents.c.id == incident_id).values(**changes))
+    await upsert_snapshot(conn, replace(snapshot, incident_id=still_open))
+    await history.entered(conn, snapshot.kind, snapshot.name, snapshot.state, entry.at)
+    return incident_id
+
+
+async def append(conn: AsyncConnection, incident_id: int, entry: TimelineEntry) -> int:
+    """`Store.append`'s statements: the new row's id."""
+    await require_incident(conn, incident_id)
+    return await insert_entry(conn, incident_id, entry)
+
+
+async def save_snapshots(
+    conn: AsyncConnection, saves: Sequence[tuple[Snapshot, ProbeResult | None]]
+) -> None:
+    """Snapshots (each with the sample that led to it, if any), in order."""
+    for incident_id in dict.fromkeys(snapshot.incident_id for snapshot, _ in saves):
+        if incident_id is not None:
+            await require_incident(conn, incident_id)
+    await upsert_snapshots(conn, [snapshot for snapshot, _ in saves])
+    found = [sample for _, sample in saves if sample is not None]
+    if found:
+        await insert_samples(conn, found)
+
+
+async def prune_samples(conn: AsyncConnection, older_than: datetime) -> int:
+    result = await conn.execute(delete(samples).where(samples.c.at < older_than))
+    return result.rowcount
+
+
+async def start_attempt(
+    conn: AsyncConnection,
+    *,
+    endpoint: str,
+    rule_id: str,
+    incident_id: int | None,
+    at: datetime,
+    epoch: int | None,
+) -> int:
+    created = await conn.execute(
+        insert(attempts).values(
+            endpoint=endpoint, rule_id=rule_id, incident_id=incident_id, started_at=at, epoch=epoch
+        )
+    )
+    return new_id(created.inserted_primary_key)
+
+
+async def finish_attempt(
+    conn: AsyncConnection, attempt_id: int, *, at: datetime, outcome: str
+) -> None:
+    await conn.execute(
+        update(attempts).where(attempts.c.id == attempt_id).values(finished_at=at, outcome=outcome)
+    )
 
 
 #: the snapshot's columns, in the order the upsert names them; (kind, name) is its key

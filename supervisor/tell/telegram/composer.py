@@ -13,7 +13,8 @@ import structlog
 from supervisor.core.aio import wait_event
 from supervisor.core.clock import Clock
 from supervisor.record.store.lease import StaleEpochError
-from supervisor.record.store.outbox import OutboxDraft, OutboxStore, State
+from supervisor.record.store.notify_rows import State
+from supervisor.record.store.outbox import OutboxDraft, OutboxStore
 from supervisor.tell.telegram.compose import compose, tick
 from supervisor.tell.telegram.memory import Memory, Settings
 
