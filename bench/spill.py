@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import RESULTS, median, ms, percentile, write_section
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.judge.machine import State, Trigger
-from supervisor.record.store.queued import Append, SaveSnapshot, Transition, Write
+from supervisor.record.store.queued import AppendWrite, SaveSnapshot, TransitionWrite, Write
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.spill import SpillFile, SpillPlace
@@ -73,7 +73,7 @@ def _entry(n: int) -> TimelineEntry:
 def _group(size: int, n: int) -> list[Write]:
     """What a probe round writes while the store refuses: a snapshot with its sample per
     endpoint, and one timeline entry."""
-    writes: list[Write] = [Append(incident_id=-1, entry=_entry(n), placeholder=-(n + 2))]
+    writes: list[Write] = [AppendWrite(incident_id=-1, entry=_entry(n), placeholder=-(n + 2))]
     writes += [SaveSnapshot(snapshot=_snapshot(-1), sample=_sample(n)) for _ in range(size - 1)]
     return writes
 
@@ -105,7 +105,7 @@ async def replay_time(target: StoreTarget, folder: Path, entries: int) -> float:
         pass
     place = SpillPlace(folder=folder, max_bytes=1 << 30)
     spill = SpillFile(place, store=str(target), spill_id=uuid.uuid4().hex)
-    opened = Transition(
+    opened = TransitionWrite(
         snapshot=_snapshot(), entry=_entry(0), open_cause="connection refused", placeholder=-1
     )
     spill.add(1, opened)

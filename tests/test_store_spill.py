@@ -28,9 +28,9 @@ from supervisor.record.store import engine as store_engine
 from supervisor.record.store.lease import write_journal
 from supervisor.record.store.queued import (
     AddSample,
-    Append,
+    AppendWrite,
     OutboxMark,
-    Transition,
+    TransitionWrite,
     Write,
     decode_line,
     encode_line,
@@ -143,8 +143,10 @@ async def _taken_rows(db: Path) -> int:
 def test_a_queued_write_is_one_line_and_reads_back_the_same() -> None:
     entry = _note("opened", 0)
     writes: list[Write] = [
-        Transition(snapshot=_snapshot("down", -3), entry=entry, open_cause="x", placeholder=-3),
-        Append(incident_id=-3, entry=_note("more", 1), placeholder=-4),
+        TransitionWrite(
+            snapshot=_snapshot("down", -3), entry=entry, open_cause="x", placeholder=-3
+        ),
+        AppendWrite(incident_id=-3, entry=_note("more", 1), placeholder=-4),
         AddSample(result=_sample(2)),
         OutboxMark(row_id=-1, sent_at=NOW, parts_sent=1, failed=True),
     ]
@@ -291,7 +293,9 @@ async def test_a_spill_at_its_bound_drops_the_oldest_samples_never_an_entry(
     warned = [e for e in logs if e["event"] == "spill file full: dropping the oldest samples"]
     assert len(warned) == 1  # said once, however many go
     [dead] = dead_spills(place, store=str(db))
-    entries = [w.entry.summary for _, w in dead.writes if isinstance(w, Transition | Append)]
+    entries = [
+        w.entry.summary for _, w in dead.writes if isinstance(w, TransitionWrite | AppendWrite)
+    ]
     samples = [w.result.at for _, w in dead.writes if isinstance(w, AddSample)]
     dead.release()
     assert entries == ["opened"] + [f"entry {n}" for n in range(1, 61)]  # every entry
@@ -380,7 +384,7 @@ async def test_the_spill_of_a_leader_another_instance_replaced_is_dropped(tmp_pa
             )
     spill = SpillFile(place, store=str(db), spill_id="dead")
     spill.epoch, spill.holder = 1, "a"
-    opened = Transition(
+    opened = TransitionWrite(
         snapshot=_snapshot("down"), entry=_note("opened", 0), open_cause="x", placeholder=-1
     )
     assert spill.add(1, opened)

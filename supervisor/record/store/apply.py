@@ -18,7 +18,7 @@ from supervisor.record.store import history, notify_rows, queries, writes
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.queued import (
     AddSample,
-    Append,
+    AppendWrite,
     FinishAttempt,
     OutboxCursor,
     OutboxMark,
@@ -29,7 +29,7 @@ from supervisor.record.store.queued import (
     StartAttempt,
     Supervised,
     Supervising,
-    Transition,
+    TransitionWrite,
     Write,
 )
 from supervisor.record.timeline.base import JSONValue
@@ -60,7 +60,10 @@ class Ids:
         """What the write's result says about its placeholders: (mapping, key) of each learned
         (a transaction that rolls back forgets them)."""
         learned: list[tuple[dict[int, Any], int]] = []
-        if isinstance(write, Transition | Append | StartAttempt) and write.placeholder is not None:
+        if (
+            isinstance(write, TransitionWrite | AppendWrite | StartAttempt)
+            and write.placeholder is not None
+        ):
             self.store[write.placeholder] = result_id(result)
             learned.append((self.store, write.placeholder))
         elif isinstance(write, OutboxRows) and result is not None:
@@ -80,7 +83,9 @@ def result_id(result: Result) -> int | None:
 
 def appends_entry(write: Write, result: Result) -> bool:
     """Whether the write added a timeline entry (the composer is woken)."""
-    return isinstance(write, Append) or (isinstance(write, Transition) and result is not None)
+    return isinstance(write, AppendWrite) or (
+        isinstance(write, TransitionWrite) and result is not None
+    )
 
 
 async def apply(conn: AsyncConnection, write: Write, ids: Ids) -> Result:
@@ -89,7 +94,7 @@ async def apply(conn: AsyncConnection, write: Write, ids: Ids) -> Result:
         snapshot = replace(write.snapshot, incident_id=ids.real(write.snapshot.incident_id))
         await writes.save_snapshots(conn, [(snapshot, write.sample)])
         return None
-    if isinstance(write, Transition):
+    if isinstance(write, TransitionWrite):
         found = await writes.transition(
             conn,
             snapshot=replace(write.snapshot, incident_id=ids.real(write.snapshot.incident_id)),
@@ -99,7 +104,7 @@ async def apply(conn: AsyncConnection, write: Write, ids: Ids) -> Result:
             reopen_within=write.reopen_within,
         )
         return None if found is None else {"id": found}
-    if isinstance(write, Append):
+    if isinstance(write, AppendWrite):
         target = ids.stored(write.incident_id)
         if target is None:  # its incident was never opened
             raise StoreError(f"no incident {write.incident_id}")

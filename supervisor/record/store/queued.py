@@ -82,7 +82,7 @@ class SaveSnapshot:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Transition:
+class TransitionWrite:
     NAME: ClassVar[str] = "transition"
     DROPPABLE: ClassVar[bool] = False
     snapshot: Snapshot
@@ -94,7 +94,7 @@ class Transition:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Append:
+class AppendWrite:
     NAME: ClassVar[str] = "append"
     DROPPABLE: ClassVar[bool] = False
     incident_id: int
@@ -234,8 +234,8 @@ class OutboxThread:
 
 Write: TypeAlias = (
     SaveSnapshot
-    | Transition
-    | Append
+    | TransitionWrite
+    | AppendWrite
     | Supervising
     | Supervised
     | AddSample
@@ -252,8 +252,8 @@ KINDS: Mapping[str, type[Write]] = {
     kind.NAME: kind
     for kind in (
         SaveSnapshot,
-        Transition,
-        Append,
+        TransitionWrite,
+        AppendWrite,
         Supervising,
         Supervised,
         AddSample,

@@ -47,14 +47,14 @@ from supervisor.record.store.errors import StoreError, StoreRefusedError, unwrit
 from supervisor.record.store.history import Subject
 from supervisor.record.store.queued import (
     AddSample,
-    Append,
+    AppendWrite,
     FinishAttempt,
     PruneSamples,
     SaveSnapshot,
     StartAttempt,
     Supervised,
     Supervising,
-    Transition,
+    TransitionWrite,
     Write,
 )
 from supervisor.record.store.records import IncidentRow, Snapshot, TimelineEntry, TimelineRow
@@ -292,7 +292,9 @@ class ResilientStore(Store):
                 if not self.outage:  # the writes refused together (a tick's saves) begin one
                     self._begin_outage(err)
         placeholder = next(self._next) if returns_id else None
-        if placeholder is not None and isinstance(write, Transition | Append | StartAttempt):
+        if placeholder is not None and isinstance(
+            write, TransitionWrite | AppendWrite | StartAttempt
+        ):
             write = replace(write, placeholder=placeholder)
         self._enqueue(write)
         return placeholder, True
@@ -651,7 +653,7 @@ class ResilientStore(Store):
                 reopen_within=reopen_within,
             )
 
-        write = Transition(
+        write = TransitionWrite(
             snapshot=snapshot,
             entry=entry,
             open_cause=open_cause,
@@ -675,7 +677,7 @@ class ResilientStore(Store):
                 raise StoreError(f"no incident {incident_id}")
             return await parent(target, entry)
 
-        write = Append(incident_id=incident_id, entry=entry)
+        write = AppendWrite(incident_id=incident_id, entry=entry)
         row_id, queued = await self._submit(write, run, returns_id=True)
         if queued:
             incident = await self._held_incident(incident_id, None)
