@@ -233,7 +233,7 @@ def test_the_follow_command_and_the_head_cursor() -> None:
         "--output=json",
         "--output-fields=MESSAGE,MESSAGE_ID,UNIT,_SYSTEMD_UNIT,_PID,SYSLOG_IDENTIFIER,JOB_TYPE,"
         "JOB_RESULT,EXIT_CODE,EXIT_STATUS,UNIT_RESULT,N_RESTARTS",
-        "--after-cursor=s=1;i=2",
+        "--cursor=s=1;i=2",
         "--unit=a.service",
         "--unit=b.service",
     ]
@@ -381,7 +381,9 @@ async def test_the_stream_skips_bad_lines_confirms_and_resumes_from_its_cursor(
 ) -> None:
     recorded = (DATA / "ev-127.jsonl").read_text().splitlines()
     first = [recorded[0], "garbage", "[]", *recorded[1:4], "EXIT"]  # started, bash, exited, failed
-    second = recorded[4:6]  # the restart scheduled and the restart's `Stopped`
+    # `--cursor` prints the entry at the cursor (the `failed`, delivered) first, then the
+    # restart scheduled and the restart's `Stopped`
+    second = recorded[3:6]
     show = _show("activating", "auto-restart", "exit-code", "1", "127", "1")
     transport = _scripted(tmp_path, [first, second], show.replace("a.service", "ev-127.service"))
     settings = StreamSettings(backoff=Backoff(base_s=0.05, cap_s=0.05, jitter=0))
@@ -403,7 +405,7 @@ async def test_the_stream_skips_bad_lines_confirms_and_resumes_from_its_cursor(
         ("failed", True, "activating", 1),
     ]
     follows = [
-        line.split("--after-cursor=")[1].split(" ")[0]
+        line.split("--cursor=")[1].split(" ")[0]
         for line in (tmp_path / "argv.log").read_text().splitlines()
         if "--follow" in line
     ]

@@ -145,7 +145,7 @@ async def test_events_are_routed_and_the_cursor_resumes_after_a_restart(tmp_path
     finally:
         await store.close()
     follow = next(line for line in argv.read_text().splitlines() if "--follow" in line)
-    assert f"--after-cursor={_cursor(recorded[-1])}" in follow
+    assert f"--cursor={_cursor(recorded[-1])}" in follow
 
 
 SUDO_POLLING = "polling: journalctl failed: sudo: a password is required"

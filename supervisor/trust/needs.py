@@ -268,7 +268,7 @@ def head_shape() -> Shape:
 
 
 def follow_shape(units: Sequence[str]) -> Shape:
-    start = Pattern(regex="--(lines\\=0|after-cursor\\=[^ ]+)", example="--lines=0")
+    start = Pattern(regex="--(lines\\=0|cursor\\=[^ ]+)", example="--lines=0")
     named = "(" + "|".join(ere_literal(u) for u in units) + ")"
     unit_args = Pattern(
         regex=f"--unit\\={named}( --unit\\={named})*",

@@ -201,6 +201,49 @@ async def test_killing_the_ssh_session_mid_stream_loses_no_event(
     assert (failed.exit_status, failed.confirmed, failed.active_state) == (3, True, "failed")
 
 
+class StartsBetween:
+    """A transport that starts the unit between the stream's two commands, once: after the
+    journal's newest cursor was read and before the follow from it, and waits until the start
+    is in the journal. An entry about the unit then directly follows the cursor's entry, which
+    is not about it."""
+
+    def __init__(self, inner: Transport, host: LabHost) -> None:
+        self.inner = inner
+        self.host = host
+        self.started = False
+
+    async def run(self, argv: Sequence[str], *, timeout: float, sudo: bool = False) -> Ran:
+        return await self.inner.run(argv, timeout=timeout, sudo=sudo)
+
+    async def follow(self, argv: Sequence[str], *, sudo: bool = False) -> Follow:
+        if not self.started:
+            self.started = True
+            run(self.host, "systemctl", "start", UNIT)
+            shown = ("journalctl", "--no-pager", "--quiet", "--output=cat", f"--unit={UNIT}")
+            deadline = time.monotonic() + WITHIN_S
+            while f"Started {UNIT}" not in run(self.host, *shown):
+                assert time.monotonic() < deadline, f"no start in the journal within {WITHIN_S}s"
+                await asyncio.sleep(0.05)
+        return await self.inner.follow(argv, sudo=sudo)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_a_start_between_the_cursor_and_the_follow_is_an_event(
+    evlab: Lab, clean: LabHost
+) -> None:
+    """The first follow starts at the whole journal's newest entry, which is not about the
+    unit: the unit's first entry after it is still delivered (`--after-cursor` skipped it)."""
+    watch = Watch(StartsBetween(ssh(evlab), clean))
+    try:
+        started = await watch.next(EventKind.STARTED)
+    finally:
+        await watch.close()
+    assert started.message == f"Started {UNIT} - dies on demand."
+    assert watch.stream.sessions == 1
+
+
 POLLING = StreamSettings(poll_every_s=0.2, retry_stream_every_s=60.0)
 
 

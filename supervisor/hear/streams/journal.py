@@ -98,10 +98,16 @@ def parse_entry(line: bytes | str) -> JournalEntry | None:
     )
 
 
-def follow_argv(units: Sequence[str], after_cursor: str | None) -> list[str]:
-    """`journalctl -f -o json --after-cursor=C -u A -u B ...`: every entry about the units after
-    the cursor, then new ones as they come (without a cursor: only new ones)."""
-    start = f"--after-cursor={after_cursor}" if after_cursor else "--lines=0"
+def follow_argv(units: Sequence[str], cursor: str | None) -> list[str]:
+    """`journalctl -f -o json --cursor=C -u A -u B ...`: every entry about the units from the
+    cursor's on, then new ones as they come (without a cursor: only new ones). The entry at the
+    cursor itself is printed when it is about the units: the stream drops it (`HostStream`).
+
+    Not `--after-cursor`: journalctl (systemd 252) seeks to the cursor and then steps two matching
+    entries, so when the cursor's entry is not about the units (the whole journal's newest entry,
+    where a first stream starts) the first entry about them after it is skipped: a stream opened
+    just after a unit started never saw the start (tests/lab/test_hostevents.py)."""
+    start = f"--cursor={cursor}" if cursor else "--lines=0"
     return [
         "journalctl",
         "--follow",

@@ -3,10 +3,11 @@ entry by entry into unit events, resumed from the last cursor after every reconn
 
 A session: open the transport, ask the journal for its newest cursor (`journalctl -n 1`: this
 also proves journalctl runs and may read the system journal), follow from the stream's own
-cursor (or that newest one the first time), and for every entry: recognise it, confirm a death
-with `systemctl show` on the same connection, deliver the event, then move the cursor past the
-entry. The cursor only moves after the entry's event was delivered, so a session cut anywhere
-resumes at the first entry not yet delivered: nothing is missed and nothing comes twice.
+cursor (or that newest one the first time; the entry at the cursor itself is skipped), and for
+every entry: recognise it, confirm a death with `systemctl show` on the same connection, deliver
+the event, then move the cursor past the entry. The cursor only moves after the entry's event
+was delivered, so a session cut anywhere resumes at the first entry not yet delivered: nothing
+is missed and nothing comes twice.
 
 Status (a `StreamStatus`, for `status`): `connecting`, `streaming`, `reconnecting (attempt N,
 next in Xs)` while the stream comes back with backoff, `polling: <reason>` when it cannot be
@@ -129,12 +130,13 @@ class HostStream:
             )
         if self.cursor is None:
             self.cursor = head_cursor(head.stdout)
-        follow = await self._transport.follow(follow_argv(self.units, self.cursor), sudo=True)
+        start = self.cursor
+        follow = await self._transport.follow(follow_argv(self.units, start), sudo=True)
         self.sessions += 1
         self.status = STREAMING
         self._log.info("host event stream open", units=list(self.units), cursor=self.cursor)
         try:
-            await self._read(follow)
+            await self._read(follow, start)
         finally:
             ended = await follow.stop()
         if "cursor" in ended.stderr:  # `Failed to seek to cursor: Invalid argument`
@@ -144,12 +146,14 @@ class HostStream:
             self.cursor = None
         return f"the journal stream ended: {ended.why()}"
 
-    async def _read(self, follow: Follow) -> None:
+    async def _read(self, follow: Follow, start: str | None) -> None:
         while line := await follow.readline():
             entry = parse_entry(line)
             if entry is None:
                 if line.strip():
                     self.skipped += 1
+                continue
+            if entry.cursor == start:  # `--cursor` prints its own entry: handled, or from before
                 continue
             recognised = self._recogniser.feed(entry)
             if recognised is not None:
