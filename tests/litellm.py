@@ -79,15 +79,18 @@ class LiteLLMProxy:
     config: dict[str, object] = field(default_factory=dict)
 
 
-def config_for(backends: Mapping[str, str], master_key: str) -> dict[str, object]:
-    """LiteLLM's config: each model name routed to the vLLM-shaped server at that base URL."""
+def config_for(
+    backends: Mapping[str, str], master_key: str, backend_key: str = "none"
+) -> dict[str, object]:
+    """LiteLLM's config: each model name routed to the vLLM-shaped server at that base URL
+    (which asks for `backend_key` when it was started with `--api-key`)."""
     model_list = [
         {
             "model_name": name,
             "litellm_params": {
                 "model": f"hosted_vllm/{name}",
                 "api_base": f"{base}/v1",
-                "api_key": "none",
+                "api_key": backend_key,
             },
         }
         for name, base in backends.items()
@@ -104,11 +107,15 @@ def _write_config(folder: Path, config: dict[str, object]) -> Path:
 
 @contextlib.asynccontextmanager
 async def litellm_proxy(
-    folder: Path, backends: Mapping[str, str], *, master_key: str = "sk-fleet-master"
+    folder: Path,
+    backends: Mapping[str, str],
+    *,
+    master_key: str = "sk-fleet-master",
+    backend_key: str = "none",
 ) -> AsyncIterator[LiteLLMProxy]:
     """Start LiteLLM in front of `backends` (model name -> base URL) and wait until it is
     ready; stop it (SIGTERM, then SIGKILL after 10 s) on the way out."""
-    config = config_for(backends, master_key)
+    config = config_for(backends, master_key, backend_key)
     config_path = _write_config(folder, config)
     trap = OutsideTrap()
     await trap.start()

@@ -220,3 +220,53 @@ async def test_a_gui_domain_nobody_is_logged_in_to_says_what_to_do(
         "no /metrics (mlx_lm exports none): busy and hung are told by time only",
         "",
     )
+
+
+async def test_the_key_check_names_the_key_source_to_fix(tmp_path: Path) -> None:
+    """A server started with `--api-key`: the doctor reads each endpoint's key as the daemon
+    would, a key it cannot read is a finding (the other checks still run), and the server's
+    answer to the key is the verdict."""
+    for name, text in (("right.key", "sk-doctor\n"), ("wrong.key", "sk-nope\n"), ("empty.key", "")):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o600)
+    async with VllmSim(SimBehaviour(tok_s=FAST_TOK_S), api_key="sk-doctor") as server:
+        endpoints = {
+            name: {**_endpoint(server), **source}
+            for name, source in (
+                ("right", {"api_key_file": "right.key"}),
+                ("wrong", {"api_key_file": "wrong.key"}),
+                ("empty", {"api_key_file": "empty.key"}),
+                ("env", {"api_key_env": "FLEET_DOCTOR_SPEC_KEY"}),
+                ("none", {}),
+            )
+        }
+        config = _config(tmp_path, endpoints)
+        assert "FLEET_DOCTOR_SPEC_KEY" not in os.environ
+        code, document = await asyncio.to_thread(_doctor, config)
+    assert code == 1
+    keys = {name: _rows(document, name).get("key") for name in endpoints}
+    wrong = tmp_path / "wrong.key"
+    assert keys == {
+        "right": ("ok", f"the server takes the key from {tmp_path / 'right.key'}", ""),
+        "wrong": (
+            "fail",
+            f"the server refused the key from {wrong} (HTTP 401)",
+            f"put the key the server expects in {wrong}",
+        ),
+        "empty": (
+            "fail",
+            f"{tmp_path / 'empty.key'} is empty",
+            f"fix {tmp_path / 'empty.key'} for the daemon's user",
+        ),
+        "env": (
+            "fail",
+            "$FLEET_DOCTOR_SPEC_KEY is not set in the daemon's environment",
+            "set $FLEET_DOCTOR_SPEC_KEY in the daemon's unit (Environment= or EnvironmentFile=)",
+        ),
+        "none": None,
+    }
+    assert _rows(document, "right")["completion"][0] == "ok"
+    assert _rows(document, "none")["completion"][1] == (
+        "the server asks for a key (HTTP 401): set endpoints.none.api_key_file"
+    )
+    assert "sk-doctor" not in json.dumps(document)

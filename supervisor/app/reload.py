@@ -8,6 +8,7 @@ which applies it without losing state, one reload at a time.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -15,6 +16,7 @@ from typing import Protocol
 import structlog
 
 from supervisor.config.errors import ConfigError
+from supervisor.config.keys import with_keys
 from supervisor.config.loader import load_config
 from supervisor.config.models import FleetConfig
 
@@ -48,7 +50,7 @@ async def reload_from_file(target: Reconcilable, path: Path | None = None) -> Re
     """Re-read the config file (default: the one in force) and apply it."""
     source = path or target.config.source
     try:
-        new = load_config(source)
+        new = with_keys(load_config(source), os.environ)
     except ConfigError as exc:
         errors = tuple(str(issue) for issue in exc.issues)
         for error in errors:

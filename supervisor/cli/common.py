@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from supervisor.config.keys import with_keys
 from supervisor.config.loader import load_config, resolve_config_path
 from supervisor.config.models import FleetConfig
 from supervisor.record.store.store import Store
@@ -27,8 +28,10 @@ def add_config_option(parser: argparse.ArgumentParser, *, after_command: bool = 
     )
 
 
-def load(args: argparse.Namespace) -> FleetConfig:
-    return load_config(resolve_config_path(args.config, os.environ))
+def load(args: argparse.Namespace, *, keys: bool = False) -> FleetConfig:
+    """The config; `keys`: with the endpoints' API keys read (for a command that sends them)."""
+    config = load_config(resolve_config_path(args.config, os.environ))
+    return with_keys(config, os.environ) if keys else config
 
 
 async def open_store(config: FleetConfig) -> Store:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
 from supervisor.cli.common import CliError, load, open_store
 from supervisor.cli.render import dump, table
+from supervisor.config.keys import read_keys
 from supervisor.config.models import FleetConfig
 from supervisor.core import logs
 from supervisor.core.clock import SystemClock
@@ -54,12 +56,18 @@ async def _doctor(config: FleetConfig, names: list[str]) -> DoctorRun:
     from supervisor.trust.doctor.run import run_doctor
     from supervisor.trust.load import in_force
 
-    found = in_force(config)
-    executor = FleetExecutor(config)
+    keyed, key_problems = read_keys(config, os.environ)  # a key it cannot read: a finding
+    found = in_force(keyed)
+    executor = FleetExecutor(keyed)
     http = HttpClient()
     try:
         return await run_doctor(
-            found, executor=executor, http=http, clock=SystemClock(), names=names
+            found,
+            executor=executor,
+            http=http,
+            clock=SystemClock(),
+            names=names,
+            key_problems=key_problems,
         )
     finally:
         await http.aclose()

@@ -17,7 +17,7 @@ from supervisor.record.summaries import probe_data, probe_line
 
 
 def main(args: argparse.Namespace) -> int:
-    config = load(args)
+    config = load(args, keys=True)
     if args.name not in config.endpoints:
         known = ", ".join(config.endpoints) or "none"
         raise CliError(f"no endpoint {args.name!r} in {config.source} (endpoints: {known})")

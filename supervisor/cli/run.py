@@ -23,7 +23,7 @@ end after they are cancelled, before the process exits without them."""
 
 
 def main(args: argparse.Namespace) -> int:
-    config = load(args)
+    config = load(args, keys=True)
     fmt = args.log_format
     logs.configure(json=None if fmt == "auto" else fmt == "json")
     gate = LeaderGate(config, lambda: Supervisor(config, dry_run=args.dry_run))

@@ -17,7 +17,7 @@ from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint
 from supervisor.core.docgen import field_default
 
-_SKIPPED = frozenset({"name", "source"})  # filled by the loader, not written in the file
+_SKIPPED = frozenset({"name", "source", "key_lines"})  # filled by the loader, not in the file
 _DEFAULT_TEXT: Mapping[str, str] = {
     "endpoints": "required",
     "endpoints.NAME.startup_grace": "`defaults.startup_grace`",

@@ -78,6 +78,16 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _SET_PER_REQUEST = frozenset({"content-length", "transfer-encoding"})
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_name(name: str) -> str:
+    if not _ENV_NAME.fullmatch(name):
+        got = render_value(name)
+        raise field_error("env", f"expected a variable's name like FLEET_KEY, got {got}")
+    return name
+
+
 def _header_name(name: str) -> str:
     if not _TOKEN.fullmatch(name):
         allowed = "letters, digits and !#$%&'*+-.^_`|~"
@@ -104,6 +114,7 @@ Port = Annotated[int, Field(strict=True), _between(1, 65535)]
 Ratio = Annotated[float, Field(strict=True, allow_inf_nan=False), AfterValidator(_ratio)]
 Rate = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)]
 HeaderName = Annotated[str, Field(strict=True), AfterValidator(_header_name)]
+EnvName = Annotated[str, Field(strict=True), AfterValidator(_env_name)]
 HeaderValue = Annotated[str, Field(strict=True), AfterValidator(_header_value)]
 
 

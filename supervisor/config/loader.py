@@ -18,6 +18,7 @@ from supervisor.config.checks import check_fleet
 from supervisor.config.collect import IssueCollector, quietly
 from supervisor.config.errors import ConfigError, ConfigIssue
 from supervisor.config.fields import expand_home
+from supervisor.config.keys import key_field, key_problems
 from supervisor.config.messages import render_value, unknown_key_message
 from supervisor.config.models import FleetConfig
 from supervisor.config.sections import (
@@ -117,6 +118,10 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
         issues.at(("endpoints",), "expected at least one endpoint")
     endpoint_data = _section(issues, data, "endpoints")
     endpoints, endpoints_to_check = _endpoints(issues, endpoint_data, defaults or Defaults())
+    endpoints = {name: _resolve_key_file(e, base_dir) for name, e in endpoints.items()}
+    for key_name, endpoint in endpoints.items():
+        for field, problem in key_problems(endpoint):
+            issues.at(("endpoints", key_name, field), problem)
 
     hosts_readable = isinstance(data.get("hosts", {}), dict)
     host_names = {key for key in host_data if isinstance(key, str)} if hosts_readable else None
@@ -150,7 +155,19 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
         http=_resolve_http_paths(http, base_dir),
         hosts={name: _resolve_host_paths(host, base_dir) for name, host in hosts.items()},
         endpoints=endpoints,
+        key_lines={
+            name: line
+            for name, endpoint in endpoints.items()
+            if endpoint.keyed
+            and (line := document.lines.line_of(("endpoints", name, key_field(endpoint))))
+        },
     )
+
+
+def _resolve_key_file(endpoint: Endpoint, base_dir: Path) -> Endpoint:
+    if endpoint.api_key_file is None:
+        return endpoint
+    return endpoint.model_copy(update={"api_key_file": _absolute(endpoint.api_key_file, base_dir)})
 
 
 def _section(issues: IssueCollector, data: dict[object, object], key: str) -> dict[object, object]:

@@ -94,7 +94,7 @@ def describe(err: ErrorDetails, model: type[BaseModel]) -> str:
     return f"{message[:1].lower()}{message[1:]}, {_got(err)}"
 
 
-CUSTOM_ERRORS = frozenset({"duration", "range", "url", "path", "header"})
+CUSTOM_ERRORS = frozenset({"duration", "range", "url", "path", "header", "env"})
 """Error types raised by the config validators (`supervisor.config.fields.fail`) with a finished
 sentence."""
 
@@ -107,7 +107,9 @@ def unknown_key_message(model: type[BaseModel] | None) -> str:
     return f"unknown key (expected one of: {', '.join(names)})"
 
 
-_FILLED_FROM_KEYS = frozenset({"name", "source"})  # set from the mapping key / the file itself
+_FILLED_FROM_KEYS = frozenset(
+    {"name", "source", "key_lines"}
+)  # set from the mapping key / the file itself
 
 
 def _choices(model: type[BaseModel], loc: tuple[int | str, ...], err: ErrorDetails) -> str:

@@ -58,6 +58,10 @@ class FleetConfig(Frozen):
         default_factory=dict,
         description="served things to supervise, by name (letters, digits, `.`, `_`, `-`)",
     )
+    key_lines: Mapping[str, int] = Field(
+        default_factory=dict,
+        description="the line of each keyed endpoint's `api_key_file` or `api_key_env`",
+    )
 
     def endpoint(self, name: str) -> Endpoint:
         """The endpoint called `name`; `KeyError` naming the known endpoints otherwise."""

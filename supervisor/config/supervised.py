@@ -7,10 +7,11 @@ from datetime import timedelta
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator
 
 from supervisor.config.fields import (
     Duration,
+    EnvName,
     FilePath,
     Flag,
     Frozen,
@@ -118,6 +119,16 @@ class Endpoint(Frozen):
         description="HTTP headers (name: value) sent with every request to this endpoint's "
         "server: its probes, its `/metrics` reads, the doctor's (not to a `heard_by` server)",
     )
+    api_key_file: FilePath | None = Field(
+        default=None,
+        description="a file holding the key the server asks for (vLLM `--api-key`, LiteLLM's "
+        "master key, llama-swap's `apiKeys`), sent as `Authorization: Bearer`; read when the "
+        "daemon starts or reloads; not readable by others (`chmod o-rwx`)",
+    )
+    api_key_env: EnvName | None = Field(
+        default=None,
+        description="the daemon's environment variable holding that key, instead of a file",
+    )
     voice: Text = Field(
         default="alloy", description="tts: the voice the probe asks for (`/v1/audio/speech`)"
     )
@@ -147,10 +158,45 @@ class Endpoint(Frozen):
         description="any `defaults.probe` key, for this endpoint only; the others are inherited",
     )
 
+    _key: SecretStr | None = PrivateAttr(default=None)
+
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
         return checked_url(value)
+
+    @property
+    def keyed(self) -> bool:
+        """The server asks for a key (`api_key_file` or `api_key_env`)."""
+        return self.api_key_file is not None or self.api_key_env is not None
+
+    @property
+    def key_source(self) -> str:
+        """Where the key comes from, for a person: `/etc/fleet/spark.key`, `$LITELLM_KEY`."""
+        if self.api_key_file is not None:
+            return str(self.api_key_file)
+        return f"${self.api_key_env}" if self.api_key_env is not None else ""
+
+    def with_key(self, key: str) -> Endpoint:
+        """A copy of this endpoint holding the key read from its source (never in a dump or a
+        repr; copies keep it)."""
+        keyed = self.model_copy()
+        keyed.hold_key(key)
+        return keyed
+
+    def hold_key(self, key: str) -> None:
+        """Hold `key` (a private attribute: the fields stay frozen); `with_key` is the way."""
+        self._key = SecretStr(key)
+
+    def secret(self) -> str:
+        """The key read (`with_key`), '' before: to send it, or to scrub it from a text."""
+        return self._key.get_secret_value() if self._key is not None else ""
+
+    def request_headers(self) -> dict[str, str]:
+        """`headers`, and the key as the server expects it: what every request to it carries."""
+        if not (key := self.secret()):
+            return dict(self.headers)
+        return {**self.headers, "Authorization": f"Bearer {key}"}
 
     def hosts(self) -> tuple[str, ...]:
         """The hosts that serve this endpoint: unit hosts in order, then `host`, no repeats."""

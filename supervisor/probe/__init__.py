@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from supervisor.config.keys import scrub
 from supervisor.core.events import ProbeOutcome, ProbeResult, Tier
 from supervisor.core.httpclient import HttpClient, HttpError, failure_reason
 from supervisor.probe.completion import judge_completion, slow_reason
@@ -46,14 +47,14 @@ async def run_probe(
         tier=tier,
         check=finding.check,
         outcome=finding.outcome,
-        reason=finding.reason,
+        reason=scrub(finding.reason, endpoint),
         at=at,
         latency_s=max(0.0, clock.monotonic() - started),
         http_status=finding.http_status,
         ttft_s=finding.ttft_s,
         tok_s=finding.tok_s,
         tokens=finding.tokens,
-        detail=finding.detail,
+        detail=scrub(finding.detail, endpoint),
     )
 
 

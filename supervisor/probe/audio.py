@@ -25,7 +25,7 @@ from functools import cache
 from supervisor.core.events import ProbeOutcome
 from supervisor.core.httpclient import Headers
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
-from supervisor.probe.http import excerpt, get_ok, http_error_reason, parse_json
+from supervisor.probe.http import excerpt, get_ok, http_error_reason, parse_json, refused_reason
 
 PHRASE = "The fleet supervisor checks this voice."
 WAV_TYPES = frozenset({"audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave"})
@@ -53,7 +53,7 @@ async def tts_check(ctx: ProbeContext) -> CheckFinding:
     response = await ctx.client.post(url, json=payload, headers=ctx.headers)
     ctx.http_status = status = response.status_code
     if not response.is_success:
-        raise ProbeError(http_error_reason(status, response.text), http_status=status)
+        raise ProbeError(refused_reason(ctx, status, response.text), http_status=status)
     kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if kind not in WAV_TYPES:
         said = f"{kind or 'no content type'}: {excerpt(response.text) or '(empty)'}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from supervisor.core.events import ProbeOutcome
 from supervisor.core.httpclient import Response
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
-from supervisor.probe.http import http_error_reason, one_line
+from supervisor.probe.http import one_line, refused_reason
 from supervisor.probe.transcript import SseReader, Transcript, read_sse, read_whole
 
 if TYPE_CHECKING:
@@ -139,7 +139,8 @@ async def completion_check(ctx: ProbeContext) -> CheckFinding:
         ctx.http_status = response.status
         if not 200 <= response.status < 300:
             text = (await response.read()).decode("utf-8", "replace")
-            raise ProbeError(http_error_reason(response.status, text), http_status=ctx.http_status)
+            reason = refused_reason(ctx, response.status, text)
+            raise ProbeError(reason, http_status=ctx.http_status)
         if "text/event-stream" in response.headers.get("content-type", ""):
             await _read_sse(response, SseReader(transcript, ctx.clock.monotonic))
         else:

@@ -57,7 +57,7 @@ class ProbeContext:
         self.endpoint = endpoint
         self.client = client
         self.clock = clock
-        self.headers = endpoint.headers
+        self.headers = endpoint.request_headers()
         self.check = "http"
         self.http_status: int | None = None
 

@@ -54,6 +54,23 @@ def http_error_reason(status: int, body: str, *, where: str | None = None) -> st
     return f"{head}: {message}" if message else head
 
 
+KEY_REFUSED = "the server refused the key"
+KEY_ASKED = "the server asks for a key"
+
+
+def refused_reason(ctx: ProbeContext, status: int, body: str, *, where: str | None = None) -> str:
+    """`http_error_reason`, but a 401 or 403 in plain words about the key: refused (one was
+    sent: `the server refused the key from /etc/fleet/x.key (HTTP 401)`) or asked for (none was:
+    `the server asks for a key (HTTP 401): set endpoints.NAME.api_key_file`). The server's own
+    text is left out of those (a proxy may echo what it was sent)."""
+    endpoint = ctx.endpoint
+    if status not in (401, 403):
+        return http_error_reason(status, body, where=where)
+    if endpoint.keyed:
+        return f"{KEY_REFUSED} from {endpoint.key_source} (HTTP {status})"
+    return f"{KEY_ASKED} (HTTP {status}): set endpoints.{endpoint.name}.api_key_file"
+
+
 def timed_out_reason(timeout_s: float) -> str:
     return f"timed out after {format_duration(timeout_s)}"
 
@@ -68,7 +85,7 @@ async def get_ok(ctx: ProbeContext, url: str) -> WholeReply:
     response = await ctx.client.get(url, headers=ctx.headers)
     ctx.http_status = response.status_code
     if not response.is_success:
-        reason = http_error_reason(response.status_code, response.text, where=url_path(url))
+        reason = refused_reason(ctx, response.status_code, response.text, where=url_path(url))
         raise ProbeError(reason, http_status=response.status_code)
     return response
 
@@ -82,6 +99,6 @@ async def post_json(ctx: ProbeContext, url: str, payload: dict[str, Any]) -> Any
     response = await ctx.client.post(url, json=payload, headers=ctx.headers)
     ctx.http_status = response.status_code
     if not response.is_success:
-        reason = http_error_reason(response.status_code, response.text)
+        reason = refused_reason(ctx, response.status_code, response.text)
         raise ProbeError(reason, http_status=response.status_code)
     return parse_json(response.text)

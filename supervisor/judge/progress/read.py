@@ -100,5 +100,5 @@ class ProgressReads:
             clock=self._clock,
             window=window,
             timeout=min(endpoint.probe.timeout, READ_TIMEOUT),
-            headers=endpoint.headers,
+            headers=endpoint.request_headers(),
         )

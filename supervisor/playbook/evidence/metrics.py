@@ -67,7 +67,7 @@ async def metrics(ctx: CollectContext, params: NoEvidenceParams) -> CollectedEvi
     url = f"{endpoint.url}/metrics"
     try:
         async with asyncio.timeout(ctx.timeout.total_seconds()):
-            response = await ctx.http.get(url, headers=endpoint.headers)
+            response = await ctx.http.get(url, headers=endpoint.request_headers())
     except TimeoutError:
         return _unavailable(f"timed out after {format_duration(ctx.timeout)}")
     except HttpError as exc:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet
 
 from sqlalchemy import URL, Connection, event
 from sqlalchemy.exc import StatementError
@@ -43,7 +43,36 @@ def _on_begin(conn: Connection) -> None:
     conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+def mend_aiosqlite_stop() -> None:
+    """Workaround for aiosqlite 0.22.1 (`aiosqlite/core.py`) under SQLAlchemy 2.1, applied once
+    per process before the first SQLite connection. `Connection.close()` ends in a `finally` that
+    calls `stop()` and awaits the future it returns, which the connection's thread resolves just
+    before it ends. SQLAlchemy invalidating a connection (a store call cancelled mid-statement)
+    runs a graceful `close()` in a task and, when its own caller is cancelled, `stop()`: the
+    thread then ends after the first stop, and the close's own stop is queued to no thread. Its
+    future is never resolved, and once the close has been cancelled at its first wait (a loop
+    closing at the daemon's stop: a spec's teardown hung there for minutes) nothing ends it.
+    Mended: a connection's second `stop()` queues nothing and returns None (there is nothing to
+    wait for: the first one ends the thread). tests/test_store_engine.py says whether it holds."""
+    import aiosqlite  # the driver, only for a SQLite store
+
+    if getattr(aiosqlite.Connection.stop, "mended", False):
+        return
+    first_stop = aiosqlite.Connection.stop
+    stopped: WeakSet[aiosqlite.Connection] = WeakSet()
+
+    def stop(self: aiosqlite.Connection) -> asyncio.Future[Any] | None:
+        if self in stopped:
+            return None
+        stopped.add(self)
+        return first_stop(self)
+
+    stop.mended = True  # type: ignore[attr-defined]
+    aiosqlite.Connection.stop = stop  # type: ignore[method-assign]
+
+
 def make_engine(path: Path) -> AsyncEngine:
+    mend_aiosqlite_stop()
     engine = create_async_engine(URL.create("sqlite+aiosqlite", database=str(path)))
     event.listen(engine.sync_engine, "connect", _on_connect)
     event.listen(engine.sync_engine, "begin", _on_begin)

@@ -47,6 +47,8 @@ class DoctorContext:
     http: HttpClient
     clock: Clock
     logins: Mapping[str, Login] = field(default_factory=dict)
+    #: why an endpoint's API key could not be read (by endpoint name)
+    key_problems: Mapping[str, str] = field(default_factory=dict)
     #: `sudo -n -l -- COMMAND` per host, asked once for all its commands: example -> allowed
     permitted: dict[str, dict[tuple[str, ...], bool]] = field(default_factory=dict)
 

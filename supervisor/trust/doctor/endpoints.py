@@ -56,6 +56,29 @@ async def _probe(ctx: DoctorContext, endpoint: Endpoint, deep: bool) -> tuple[bo
     return found.outcome is ProbeOutcome.OK, said, found.reasoning_field
 
 
+@check("key", over=Over.ENDPOINT, doc="the API key can be read and the server takes it")
+async def key(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
+    if not endpoint.keyed:
+        return []
+    name, source = endpoint.name, endpoint.key_source
+    if problem := ctx.key_problems.get(name):
+        if endpoint.api_key_env is not None:
+            fix = f"set {source} in the daemon's unit (Environment= or EnvironmentFile=)"
+        else:
+            fix = f"fix {source} for the daemon's user"
+        return [fail(name, "key", problem, fix)]
+    path = "/api/tags" if endpoint.kind == "ollama" else "/v1/models"
+    try:
+        response = await _get(ctx, endpoint, path)
+    except (HttpError, TimeoutError) as exc:
+        up = f"is the server up at {endpoint.url}?"
+        return [fail(name, "key", f"{path}: {_failed(exc)}", up)]
+    if response.status_code in (401, 403):
+        said = f"the server refused the key from {source} (HTTP {response.status_code})"
+        return [fail(name, "key", said, f"put the key the server expects in {source}")]
+    return [ok(name, "key", f"the server takes the key from {source}")]
+
+
 @check("liveness", over=Over.ENDPOINT, doc="/health, /v1/models or /api/tags answers")
 async def liveness(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
     passed, said, _ = await _probe(ctx, endpoint, deep=False)
@@ -91,7 +114,7 @@ async def _get(ctx: DoctorContext, endpoint: Endpoint, path: str) -> WholeReply:
     """GET `path` of the endpoint within HTTP_TIMEOUT_S; raises `TimeoutError` or
     `HttpError`."""
     async with asyncio.timeout(HTTP_TIMEOUT_S):
-        return await ctx.http.get(f"{endpoint.url}{path}", headers=endpoint.headers)
+        return await ctx.http.get(f"{endpoint.url}{path}", headers=endpoint.request_headers())
 
 
 def _failed(exc: Exception) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import chain
 
 from supervisor.config.models import FleetConfig
@@ -81,13 +81,14 @@ async def run_doctor(
     http: HttpClient,
     clock: Clock,
     names: Sequence[str] = (),
+    key_problems: Mapping[str, str] | None = None,
 ) -> DoctorRun:
     config = found.config
     started, at = time.monotonic(), clock.now()
     endpoint_names, host_names = chosen(config, names)
     ctx = DoctorContext(
         config=config, needs=found.needs, rules=found.playbook.rules,
-        executor=executor, http=http, clock=clock,
+        executor=executor, http=http, clock=clock, key_problems=key_problems or {},
     )  # fmt: skip
     machines = [config.hosts[name] for name in host_names]
     logins = await asyncio.gather(*(_login(ctx, host) for host in machines))
