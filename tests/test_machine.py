@@ -26,6 +26,16 @@ EXPECTED: dict[tuple[Trigger, State], State] = {
     (T.PASS, S.VERIFYING): S.HEALTHY,
     (T.PASS, S.ESCALATED): S.HEALTHY,
     (T.PASS, S.UNREACHABLE): S.HEALTHY,
+    (T.PASS, S.IDLE): S.HEALTHY,  # on demand: its model loaded (by a person) and answering
+    # on demand: the server answers, its model is not loaded; only from the calm states (a
+    # problem is left by a real check that passes, never by a model found unloaded)
+    (T.IDLE, S.UNKNOWN): S.IDLE,
+    (T.IDLE, S.STARTING): S.IDLE,
+    (T.IDLE, S.HEALTHY): S.IDLE,
+    (T.DOWN, S.IDLE): S.DOWN,
+    (T.DEGRADE, S.IDLE): S.DEGRADED,
+    (T.BUSY, S.IDLE): S.BUSY,
+    (T.RESTARTED, S.IDLE): S.STARTING,
     (T.DOWN, S.UNKNOWN): S.DOWN,
     (T.DOWN, S.STARTING): S.DOWN,
     (T.DOWN, S.HEALTHY): S.DOWN,

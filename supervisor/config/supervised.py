@@ -119,6 +119,18 @@ class Endpoint(Frozen):
         description="HTTP headers (name: value) sent with every request to this endpoint's "
         "server: its probes, its `/metrics` reads, the doctor's (not to a `heard_by` server)",
     )
+    on_demand: Literal["ollama", "llama-swap", "no"] | None = Field(
+        default=None,
+        description="the server loads models on demand: `ollama` (what is loaded: `/api/ps`; "
+        "the default of kind `ollama`), `llama-swap` (`/running`: llama-swap or a router like "
+        "it) or `no`; a real check then never loads a model that is not loaded (the endpoint "
+        "is `idle`) nor lengthens an Ollama model's keep-alive",
+    )
+    keep_warm: Flag = Field(
+        default=False,
+        description="on demand: the real check loads the model when it is not loaded (and so "
+        "keeps it resident)",
+    )
     api_key_file: FilePath | None = Field(
         default=None,
         description="a file holding the key the server asks for (vLLM `--api-key`, LiteLLM's "
@@ -159,11 +171,35 @@ class Endpoint(Frozen):
     )
 
     _key: SecretStr | None = PrivateAttr(default=None)
+    _may_load: bool = PrivateAttr(default=True)
 
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
         return checked_url(value)
+
+    @property
+    def loader(self) -> str:
+        """How to ask the server what it has loaded (`ollama`, `llama-swap`), '' when its models
+        are always loaded."""
+        on_demand = self.on_demand or ("ollama" if self.kind == "ollama" else "no")
+        return "" if on_demand == "no" else on_demand
+
+    @property
+    def may_load(self) -> bool:
+        """A real check of this endpoint may load its model (see `without_loading`)."""
+        return self._may_load or self.keep_warm or not self.loader
+
+    def without_loading(self) -> Endpoint:
+        """A copy whose real check never loads a model that is not loaded (the worker's checks
+        in calm states; a repair's proof and a person's `probe` may load it)."""
+        gentle = self.model_copy()
+        gentle.forbid_loading()
+        return gentle
+
+    def forbid_loading(self) -> None:
+        """`without_loading`'s mark (a private attribute: the fields stay frozen)."""
+        self._may_load = False
 
     @property
     def keyed(self) -> bool:

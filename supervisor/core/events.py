@@ -17,6 +17,7 @@ class ProbeOutcome(StrEnum):
     OK = "ok"  #: the check passed
     DEGRADED = "degraded"  #: it answered, but without reasoning text or far under its baseline
     FAIL = "fail"  #: it did not answer usefully (refused, HTTP error, bad body, timed out)
+    IDLE = "idle"  #: on demand: the server answered, its model is not loaded and was not loaded
 
 
 class Tier(StrEnum):

@@ -25,6 +25,7 @@ class State(StrEnum):
     UNKNOWN = "unknown"  #: not probed yet since the daemon (re)started without a stored state
     STARTING = "starting"  #: inside its startup grace: failures are recorded, never acted on
     HEALTHY = "healthy"  #: the real check (completion, embedding, health URL) passes
+    IDLE = "idle"  #: loads on demand, not loaded now: the server answers; no probe loads it
     DEGRADED = "degraded"  #: answers, but without reasoning text or far under its tok/s baseline
     BUSY = "busy"  #: a real check failed or was slow while tokens flow with requests queued: load
     DOWN = "down"  #: confirmed failing (consecutive failures plus an immediate re-probe)
@@ -47,6 +48,7 @@ class Trigger(StrEnum):
     """Everything that may move an endpoint between states."""
 
     PASS = "pass_check"  # noqa: S105 - a trigger name  #: the real check passed
+    IDLE = "found_idle"  #: on demand: the server answers, its model is not loaded
     DOWN = "confirm_down"  #: failures confirmed
     DEGRADE = "confirm_degraded"  #: degradation confirmed
     BUSY = "confirm_busy"  #: a failed or slow real check, the server making progress under load
@@ -73,6 +75,7 @@ TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
         (
             S.UNKNOWN,
             S.STARTING,
+            S.IDLE,
             S.DEGRADED,
             S.BUSY,
             S.DOWN,
@@ -82,17 +85,28 @@ TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
         ),
         S.HEALTHY,
     ),
-    (Trigger.DOWN, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED, S.BUSY), S.DOWN),
+    (Trigger.IDLE, (S.UNKNOWN, S.STARTING, S.HEALTHY), S.IDLE),
+    (Trigger.DOWN, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.IDLE, S.DEGRADED, S.BUSY), S.DOWN),
     (
         Trigger.DEGRADE,
-        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.BUSY, S.DOWN, S.VERIFYING),
+        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.IDLE, S.BUSY, S.DOWN, S.VERIFYING),
         S.DEGRADED,
     ),
-    (Trigger.BUSY, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED), S.BUSY),
+    (Trigger.BUSY, (S.UNKNOWN, S.STARTING, S.HEALTHY, S.IDLE, S.DEGRADED), S.BUSY),
     (Trigger.GRACE, (S.UNKNOWN,), S.STARTING),
     (
         Trigger.RESTARTED,
-        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.DEGRADED, S.BUSY, S.DOWN, S.ESCALATED, S.VERIFYING),
+        (
+            S.UNKNOWN,
+            S.STARTING,
+            S.HEALTHY,
+            S.IDLE,
+            S.DEGRADED,
+            S.BUSY,
+            S.DOWN,
+            S.ESCALATED,
+            S.VERIFYING,
+        ),
         S.STARTING,
     ),
     (

@@ -10,6 +10,9 @@ tests. The rules:
 - Degradation (no reasoning text, tok/s under the baseline ratio) is confirmed by
   `degraded_after` consecutive degraded completions; each one short of that is re-probed at once.
 - Inside the startup grace failures are recorded and never counted.
+- On demand (Ollama, a llama-swap router): a real check in a calm state finds the model not
+  loaded and does not load it: `idle` (the server answered; streaks cleared). Only a real check
+  of a loaded model (or one that may load: a repair's proof, a person's `probe`) leaves it.
 - In `remediating` and `maintenance` results are recorded and change nothing; `escalated`,
   `verifying` and `unreachable` are left only by a passing real check.
 - An endpoint that is not healthy and passes a liveness check gets a real check at once, so a
@@ -44,11 +47,13 @@ _FROZEN = frozenset({State.REMEDIATING, State.MAINTENANCE})
 _ONLY_A_PASS_LEAVES = frozenset({State.ESCALATED, State.VERIFYING, State.UNREACHABLE})
 #: where a failed or slow real check first asks what the server is doing
 _ASKS_PROGRESS = frozenset(
-    {State.UNKNOWN, State.STARTING, State.HEALTHY, State.DEGRADED, State.BUSY}
+    {State.UNKNOWN, State.STARTING, State.HEALTHY, State.IDLE, State.DEGRADED, State.BUSY}
 )
 #: where a liveness pass does not bring a real check forward (nothing to confirm; busy: no
 #: extra load beyond the schedule)
-_SETTLED = frozenset({State.HEALTHY, State.DEGRADED, State.BUSY})
+_SETTLED = frozenset({State.HEALTHY, State.IDLE, State.DEGRADED, State.BUSY})
+#: where a model found not loaded makes an endpoint that loads on demand `idle`
+_MAY_IDLE = frozenset({State.UNKNOWN, State.STARTING, State.HEALTHY})
 
 
 def wants_progress(state: State, result: ProbeResult) -> bool:
@@ -99,6 +104,8 @@ def judge(
             return seen
     if result.outcome is ProbeOutcome.OK:
         return _on_pass(state, streaks, result)
+    if result.outcome is ProbeOutcome.IDLE:
+        return _on_idle(state)
     if result.outcome is ProbeOutcome.DEGRADED:
         return _on_degraded(state, streaks, result, is_reprobe, limits)
     return _on_fail(state, streaks, result, is_reprobe, limits, grace_until, now)
@@ -124,6 +131,15 @@ def _on_progress(
         note = f"{progress.reason}; real check: {result.reason}"
         return Judgement(trigger=Trigger.DOWN, streaks=counted, reprobe=None, note=note)
     return None
+
+
+def _on_idle(state: State) -> Judgement:
+    """The server answered and its model is not loaded (the probe did not load it): `idle`,
+    streaks cleared; elsewhere (only the calm states probe without loading) nothing changes."""
+    if state in _MAY_IDLE:
+        return Judgement(trigger=Trigger.IDLE, streaks=Streaks(), reprobe=None, note="not loaded")
+    note = "not loaded" if state is State.IDLE else f"not loaded; {state}"
+    return Judgement(trigger=None, streaks=Streaks(), reprobe=None, note=note)
 
 
 def _on_pass(state: State, streaks: Streaks, result: ProbeResult) -> Judgement:

@@ -8,6 +8,7 @@ result with a plain `reason`.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING
 
 from supervisor.config.keys import scrub
@@ -16,6 +17,7 @@ from supervisor.core.httpclient import HttpClient, HttpError, failure_reason
 from supervisor.probe.completion import judge_completion, slow_reason
 from supervisor.probe.context import CheckFinding, ProbeContext, ProbeError
 from supervisor.probe.http import one_line, timed_out_reason
+from supervisor.probe.ondemand import gentle
 from supervisor.probe.registry import CHECKS, Check, KindChecks
 
 if TYPE_CHECKING:
@@ -63,6 +65,8 @@ async def _checked(ctx: ProbeContext, tier: Tier) -> CheckFinding:
     if kind is None:
         return _failed(ctx, f"no probe for kind '{ctx.endpoint.kind}'")
     check = kind.for_tier(tier)
+    if tier is Tier.DEEP and not ctx.endpoint.may_load:
+        check = partial(gentle, deep=check)
     try:
         async with asyncio.timeout(ctx.timeout_s):
             return await check(ctx)

@@ -54,6 +54,8 @@ class HostCheck(Protocol):
 #: states in which a scheduled real check waits a whole completion interval after the last one
 _SPACED = frozenset({State.DOWN, State.ESCALATED, State.UNREACHABLE, State.BUSY})
 _SLACK_S = 0.5
+#: states in which a real check of an endpoint that loads on demand never loads its model
+_GENTLE = frozenset({State.UNKNOWN, State.STARTING, State.HEALTHY, State.IDLE})
 
 
 class ProbeDiscipline:
@@ -113,10 +115,17 @@ class ProbeDiscipline:
         spacing = (settings.completion_interval - settings.jitter).total_seconds() - _SLACK_S
         return self._clock.monotonic() - self._last_deep < spacing
 
+    def _probed(self, tier: Tier) -> Endpoint:
+        """The endpoint as probed now: in a calm state the real check of one that loads on
+        demand never loads its model (`idle` instead); a repair's proof may."""
+        if tier is Tier.DEEP and self.endpoint.loader and self._record.state in _GENTLE:
+            return self.endpoint.without_loading()
+        return self.endpoint
+
     async def probe(self, tier: Tier, *, is_reprobe: bool) -> None:
         if tier is Tier.DEEP:
             self._last_deep = self._clock.monotonic()
-        done, result = await self._queue.abortable(self._prober(self.endpoint, tier))
+        done, result = await self._queue.abortable(self._prober(self._probed(tier), tier))
         if not done or result is None:
             self._log.info("probe abandoned", tier=tier.value, why="a host was lost")
             return
@@ -143,7 +152,7 @@ class ProbeDiscipline:
             return
         # the sample is stored with the snapshot it leads to (`record_change`, `record_probe`)
         self._record.last_reason = result.reason
-        if not result.ok:
+        if not result.ok and result.outcome is not ProbeOutcome.IDLE:
             self._record.last_problem = result
         if result.ok:
             self._record.last_ok_at = result.at

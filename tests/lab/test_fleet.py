@@ -61,9 +61,10 @@ def test_the_head_holds_29501_and_the_worker_joined_it(lab: Lab) -> None:
     listeners = head.nsenter("ss", "-Hltnp", "sport = :29501").stdout
     assert f"{SPARK1}:29501" in listeners
     assert f"pid={pid}," in listeners
-    _poll(
+    _poll(  # as long as the worker itself tries (`launch.py --connect-within`: a loaded run
+        # with three labs booting saw it take over 20 s)
         lambda: f"{SPARK1}:29501" in worker.nsenter("ss", "-Htn", "dport = :29501").stdout,
-        20,
+        60,
         "the worker's connection",
     )
     assert "VLLM::Worker_TP" in worker.nsenter("ps", "-eo", "comm").stdout.split()

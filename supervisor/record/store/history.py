@@ -39,6 +39,7 @@ class Counted(StrEnum):
 
 COUNTS: Mapping[str, Counted] = {
     State.HEALTHY: Counted.SERVING,
+    State.IDLE: Counted.SERVING,  # answers; its model loads on demand
     State.BUSY: Counted.SERVING,  # answers, under load
     State.DEGRADED: Counted.SERVING,  # answers, badly (the board shows it apart)
     State.STARTING: Counted.DOWN,  # failing inside its startup grace

@@ -32,6 +32,7 @@ TONES: Mapping[str, Tone] = {
         Tone(name="busy", colour="#00838f", tint="#e0f7fa", rank=3, label="busy"),
         Tone(name="maint", colour="#5e35b1", tint="#ede7f6", rank=2, label="silenced"),
         Tone(name="muted", colour="#616161", tint="#f5f5f5", rank=1, label="unknown"),
+        Tone(name="idle", colour="#546e7a", tint="#eceff1", rank=0, label="idle"),
         Tone(name="good", colour="#2e7d32", tint="#ffffff", rank=0, label="healthy"),
     )
 }
@@ -41,6 +42,7 @@ STATES: Mapping[str, str] = {
     State.UNKNOWN: "muted",
     State.STARTING: "warn",
     State.HEALTHY: "good",
+    State.IDLE: "idle",
     State.DEGRADED: "warn",
     State.BUSY: "busy",
     State.DOWN: "bad",
