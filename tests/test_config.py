@@ -48,8 +48,8 @@ PROBE_KEYS = (
 SECTION_KEYS = "defaults, endpoints, hosts, http, notify, playbook, remediation, store"
 HOST_KEYS = "address, check_host_key, key, known_hosts, local, port, service_manager, user"
 ENDPOINT_KEYS = (
-    "api_key_env, api_key_file, baseline_tok_s, expect_reasoning, headers, heard_by, host, "
-    "keep_warm, kind, model, on_demand, probe, startup_grace, units, url, voice"
+    "api_key_env, api_key_file, backend, baseline_tok_s, expect_reasoning, headers, heard_by, "
+    "host, keep_warm, kind, model, on_demand, probe, startup_grace, units, url, via, voice"
 )
 
 

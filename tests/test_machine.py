@@ -64,6 +64,13 @@ EXPECTED: dict[tuple[Trigger, State], State] = {
     (T.RESTARTED, S.VERIFYING): S.STARTING,
     **{(T.HOST_LOST, s): S.UNREACHABLE for s in State if s not in (S.MAINTENANCE, S.UNREACHABLE)},
     (T.HOST_BACK, S.UNREACHABLE): S.STARTING,
+    # behind a router: a failure that is the router's or the backend's (no incident here); a
+    # failure that outlives their recovery is its own
+    **{
+        (T.BLOCKED, s): S.UNREACHABLE
+        for s in (S.UNKNOWN, S.STARTING, S.HEALTHY, S.IDLE, S.DEGRADED, S.BUSY)
+    },
+    (T.UNBLOCKED, S.UNREACHABLE): S.DOWN,
     (T.REMEDIATE, S.DOWN): S.REMEDIATING,
     (T.REMEDIATE, S.DEGRADED): S.REMEDIATING,
     (T.VERIFY, S.REMEDIATING): S.VERIFYING,

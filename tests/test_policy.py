@@ -17,7 +17,7 @@ NOW = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 LIMITS = Limits(failures_to_down=3, degraded_after=2)
 L, D = Tier.LIVENESS, Tier.DEEP
 OK, DEG, FAIL = ProbeOutcome.OK, ProbeOutcome.DEGRADED, ProbeOutcome.FAIL
-IDLE = ProbeOutcome.IDLE
+UNLOADED = ProbeOutcome.IDLE
 S, T = State, Trigger
 
 
@@ -392,16 +392,18 @@ CASES = [
     ),
     # on demand: a real check that found the model not loaded and left it so
     *[
-        Case(f"not loaded makes {state} idle", state, Streaks(fail=1), D, IDLE, T.IDLE, *CLEARED)
+        Case(
+            f"not loaded makes {state} idle", state, Streaks(fail=1), D, UNLOADED, T.IDLE, *CLEARED
+        )
         for state in (S.UNKNOWN, S.STARTING, S.HEALTHY)
     ],
-    Case("idle stays idle", S.IDLE, Streaks(), D, IDLE, None, *CLEARED),
+    Case("idle stays idle", S.IDLE, Streaks(), D, UNLOADED, None, *CLEARED),
     Case(
         "not loaded never ends a problem",
         S.DOWN,
         Streaks(fail=3, deep_fail=True),
         D,
-        IDLE,
+        UNLOADED,
         None,
         Streaks(),
         None,

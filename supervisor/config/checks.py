@@ -84,6 +84,30 @@ def unknown_host(name: str, host_names: Collection[str]) -> str:
     return f"unknown host {name!r} (hosts: {', '.join(sorted(host_names))})"
 
 
+def check_dependencies(
+    endpoint: Endpoint, endpoints: Mapping[str, Endpoint]
+) -> Iterator[ConfigFinding]:
+    """`via` and `backend` name other endpoints, which themselves depend on nothing (one hop:
+    a router in front of servers)."""
+    for field in ("via", "backend"):
+        name = getattr(endpoint, field)
+        if name is None:
+            continue
+        loc = ("endpoints", endpoint.name, field)
+        if name == endpoint.name:
+            yield ConfigFinding(loc, "names this endpoint itself", uses=(field,))
+        elif name not in endpoints:
+            known = ", ".join(sorted(n for n in endpoints if n != endpoint.name)) or "none"
+            yield ConfigFinding(
+                loc, f"unknown endpoint {name!r} (endpoints: {known})", uses=(field,)
+            )
+        elif endpoints[name].depends_on():
+            message = (
+                f"{name!r} is itself behind {endpoints[name].depends_on()[0]!r} (one hop only)"
+            )
+            yield ConfigFinding(loc, message, uses=(field,))
+
+
 def check_fleet(
     hosts: Mapping[str, Host],
     endpoints: Mapping[str, tuple[Endpoint, Sequence[UnitRef | None]]],
@@ -91,8 +115,10 @@ def check_fleet(
 ) -> list[ConfigFinding]:
     """Every cross-check over the whole file, in file order."""
     findings = list(check_hosts(hosts))
+    by_name = {endpoint.name: endpoint for endpoint, _ in endpoints.values()}
     for endpoint, units in endpoints.values():
         findings.extend(check_endpoint(endpoint, units, host_names))
+        findings.extend(check_dependencies(endpoint, by_name))
         at = ("endpoints", endpoint.name)
         findings.extend(
             ConfigFinding(loc, text) for loc, text in check_unit_managers(at, units, hosts)

@@ -131,6 +131,18 @@ class Endpoint(Frozen):
         description="on demand: the real check loads the model when it is not loaded (and so "
         "keeps it resident)",
     )
+    via: Text | None = Field(
+        default=None,
+        description="the router this endpoint is reached through (another endpoint's name, e.g. "
+        "the LiteLLM proxy): while the router fails, this one is blocked by it (no incident, no "
+        "repair here)",
+    )
+    backend: Text | None = Field(
+        default=None,
+        description="the endpoint serving this one behind its router (another endpoint's name, "
+        "probed directly): while it fails, this one is blocked by it: one incident, the "
+        "backend's",
+    )
     api_key_file: FilePath | None = Field(
         default=None,
         description="a file holding the key the server asks for (vLLM `--api-key`, LiteLLM's "
@@ -233,6 +245,11 @@ class Endpoint(Frozen):
         if not (key := self.secret()):
             return dict(self.headers)
         return {**self.headers, "Authorization": f"Bearer {key}"}
+
+    def depends_on(self) -> tuple[str, ...]:
+        """The endpoints whose failure this one's failure may be: its router, then its
+        backend."""
+        return tuple(name for name in (self.via, self.backend) if name is not None)
 
     def hosts(self) -> tuple[str, ...]:
         """The hosts that serve this endpoint: unit hosts in order, then `host`, no repeats."""

@@ -29,7 +29,7 @@ class State(StrEnum):
     DEGRADED = "degraded"  #: answers, but without reasoning text or far under its tok/s baseline
     BUSY = "busy"  #: a real check failed or was slow while tokens flow with requests queued: load
     DOWN = "down"  #: confirmed failing (consecutive failures plus an immediate re-probe)
-    UNREACHABLE = "unreachable"  #: a host that serves it stopped answering; the host is the cause
+    UNREACHABLE = "unreachable"  #: the cause is elsewhere: a serving host, its router or backend
     REMEDIATING = "remediating"  #: a repair is running
     VERIFYING = "verifying"  #: a repair ran; waiting for a real completion to pass
     ESCALATED = "escalated"  #: a person is needed; automatic action paused
@@ -55,6 +55,8 @@ class Trigger(StrEnum):
     GRACE = "begin_grace"  #: first failure of an endpoint whose state is unknown
     RESTARTED = "restarted"  #: its serving process (re)started: a new startup grace
     HOST_LOST = "host_lost"  #: a host serving it stopped answering
+    BLOCKED = "blocked"  #: its failure is its router's or its backend's (`via`, `backend`)
+    UNBLOCKED = "unblocked"  #: blocked, and still failing while its router and backend answer
     HOST_BACK = "host_back"  #: every host serving it answers again
     REMEDIATE = "remediate"  #: a repair starts
     VERIFY = "verify"  #: the repair's steps finished; verification starts
@@ -115,6 +117,12 @@ TRANSITIONS: tuple[tuple[Trigger, tuple[State, ...], State], ...] = (
         S.UNREACHABLE,
     ),
     (Trigger.HOST_BACK, (S.UNREACHABLE,), S.STARTING),
+    (
+        Trigger.BLOCKED,
+        (S.UNKNOWN, S.STARTING, S.HEALTHY, S.IDLE, S.DEGRADED, S.BUSY),
+        S.UNREACHABLE,
+    ),
+    (Trigger.UNBLOCKED, (S.UNREACHABLE,), S.DOWN),
     (Trigger.REMEDIATE, (S.DOWN, S.DEGRADED), S.REMEDIATING),
     (Trigger.VERIFY, (S.REMEDIATING,), S.VERIFYING),
     (Trigger.VERIFY_FAILED, (S.VERIFYING,), S.DOWN),

@@ -3,13 +3,15 @@ and a real check that never loads a model nor lengthens its residency.
 
 Before the real check the server is asked what it has loaded (registered per `loader`: Ollama's
 `/api/ps`, llama-swap's `/running`). A model that is not loaded is left so: the check ends
-`idle` (the server answered). A loaded model gets the real check; on Ollama, whose every request
-sets the model's expiry to its own end plus the server's `keep_alive` (the OpenAI routes have no
-field for it), the check then sets the expiry back where `/api/ps` said it was (an empty
-`/api/generate` with `keep_alive` = the time that was left: Ollama's documented way to change a
-loaded model's keep-alive without a prompt). llama-swap has no route that leaves a model's `ttl`
-alone (`/upstream/<model>` resets it like any request): a loaded model's real check there
-restarts its `ttl`, which docs/config.md says, and nothing ever swaps a model in.
+`idle` (the server answered). So is one whose keep-alive ends within the check's timeout (it
+could be unloaded before the request arrives, which would load it again). A loaded model gets
+the real check; on Ollama, whose every request sets the model's expiry to its own end plus the
+server's `keep_alive` (the OpenAI routes have no field for it), the check then sets the expiry
+back where `/api/ps` said it was (an empty `/api/generate` with `keep_alive` = the time that was
+left: Ollama's documented way to change a loaded model's keep-alive without a prompt).
+llama-swap has no route that leaves a model's `ttl` alone (`/upstream/<model>` resets it like
+any request): a loaded model's real check there restarts its `ttl`, which docs/config.md says,
+and nothing ever swaps a model in.
 """
 
 from __future__ import annotations
@@ -87,6 +89,13 @@ def idle_reason(model: str, loaded: Loaded) -> str:
     return f"{model} is not loaded (loaded: {excerpt(listed, 120)}); the probe leaves it so"
 
 
+def ending_reason(model: str, timeout_s: float) -> str:
+    return (
+        f"{model} unloads within the probe's timeout ({timeout_s:g}s); the probe leaves it "
+        "(a real check now could load it again)"
+    )
+
+
 async def gentle(
     ctx: ProbeContext, deep: Callable[[ProbeContext], Awaitable[CheckFinding]]
 ) -> CheckFinding:
@@ -94,11 +103,14 @@ async def gentle(
     ctx.check = "loaded"
     model = ctx.require_model()
     loaded = await ASKERS[ctx.endpoint.loader](ctx, model)
-    if not loaded.loaded:
+    left = loaded.expires_at - ctx.clock.now() if loaded.expires_at is not None else None
+    ending = left is not None and left < timedelta(seconds=ctx.timeout_s)
+    if not loaded.loaded or ending:
+        reason = ending_reason(model, ctx.timeout_s) if ending else idle_reason(model, loaded)
         return CheckFinding(
             check="loaded",
             outcome=ProbeOutcome.IDLE,
-            reason=idle_reason(model, loaded),
+            reason=reason,
             http_status=ctx.http_status,
         )
     found = await deep(ctx)

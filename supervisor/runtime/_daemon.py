@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 from supervisor.config.models import FleetConfig
 from supervisor.config.supervised import Endpoint
 from supervisor.core.clock import Clock
-from supervisor.core.events import Event, HostReachability, Stop, Tier, UnitSignal
+from supervisor.core.events import Event, HostReachability, ProbeOutcome, Stop, Tier, UnitSignal
 from supervisor.hear.reachability import HostWatcher
 from supervisor.hear.units import UnitEvents
-from supervisor.judge.machine import FleetMachine, HostState, State
+from supervisor.judge.machine import INCIDENT_STATES, FleetMachine, HostState, State
 from supervisor.playbook.live import LivePlaybook
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.records import Snapshot, SubjectKind
@@ -31,6 +31,10 @@ from supervisor.worker import EndpointWorker, Prober, ProgressReader, restored_f
 
 if TYPE_CHECKING:
     from supervisor.hear.streams.protocol import Transport
+
+
+#: a router's or a backend's states in which an endpoint behind it is blocked by it
+_CAUSES = INCIDENT_STATES | {State.UNREACHABLE}
 
 
 class Daemon:
@@ -142,6 +146,7 @@ class Daemon:
             restored=restored,
             unreachable_hosts=down_hosts & set(endpoint.hosts()),
             host_check=self._hosts_answer,
+            dependency_check=self._dependencies_answer,
             reopen_within=reopen_within,
             progress=self._progress,
         )
@@ -189,6 +194,23 @@ class Daemon:
             reason = await watcher.probe_once()
             if reason:
                 return f"host {name}: {reason}"
+        return ""
+
+    async def _dependencies_answer(self, endpoint: Endpoint) -> str:
+        """'' when the endpoints this one is reached through (`via`, then `backend`) answer;
+        else which does not, and why: its own worker's problem state, else a probe now (the
+        router's liveness, the backend's real check, which loads no model on demand)."""
+        for name in endpoint.depends_on():
+            worker = self.workers.get(name)
+            if worker is None:
+                continue
+            if worker.state in _CAUSES:
+                return f"{name} ({worker.state})"
+            tier = Tier.LIVENESS if name == endpoint.via else Tier.DEEP
+            target = worker.endpoint.without_loading() if tier is Tier.DEEP else worker.endpoint
+            result = await self._prober(target, tier)
+            if result.outcome is ProbeOutcome.FAIL:
+                return f"{name}: {result.reason}"
         return ""
 
     def broadcast(self, event: HostReachability) -> None:

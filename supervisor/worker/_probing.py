@@ -25,6 +25,7 @@ from supervisor.core.events import ProbeOutcome, ProbeResult, Tier, UnitSignal
 from supervisor.judge.machine import FleetMachine, State, Trigger
 from supervisor.judge.policy import (
     EVENT_IGNORED,
+    Judgement,
     Limits,
     judge,
     judge_unit_death,
@@ -73,6 +74,7 @@ class ProbeDiscipline:
         clock: Clock,
         host_check: HostCheck | None,
         progress: ProgressReader | None,
+        dependency_check: HostCheck | None = None,
         heard: Callable[[Heard], None],
     ) -> None:
         self._record = record
@@ -83,6 +85,7 @@ class ProbeDiscipline:
         self._progress = progress
         self._prober = prober
         self._host_check = host_check
+        self._dependency_check = dependency_check if record.endpoint.depends_on() else None
         self._heard = heard
         self._log = record.log
         self._last_deep: float | None = None  #: monotonic start of the latest real check
@@ -151,7 +154,8 @@ class ProbeDiscipline:
             self._log.info("progress read abandoned", why="a host was lost")
             return
         # the sample is stored with the snapshot it leads to (`record_change`, `record_probe`)
-        self._record.last_reason = result.reason
+        blocked = self._record.blocked_by if self._record.state is State.UNREACHABLE else ""
+        self._record.last_reason = f"blocked by {blocked}" if blocked else result.reason
         if not result.ok and result.outcome is not ProbeOutcome.IDLE:
             self._record.last_problem = result
         if result.ok:
@@ -176,6 +180,7 @@ class ProbeDiscipline:
                 verdict = replace(
                     verdict, trigger=None, note=f"not confirmed: {host_problem}; host check decides"
                 )
+        verdict = await self._blocked_or_not(verdict, result)
         if result.outcome is ProbeOutcome.OK:
             self._record.streak_results.clear()
         else:
@@ -202,6 +207,32 @@ class ProbeDiscipline:
             await self._record.record_probe(result, verdict.note, progress)
         if reprobe and verdict.reprobe is not None:
             await self.probe(verdict.reprobe, is_reprobe=True)
+
+    async def _blocked_or_not(self, verdict: Judgement, result: ProbeResult) -> Judgement:
+        """Behind a router (`via`, `backend`): a confirmed failure while the router or the
+        backend fails is theirs (`blocked`: no incident, no repair here); blocked, a failure
+        counted `failures_to_down` times while both answer again is this endpoint's own."""
+        if self._dependency_check is None or result.ok:
+            return verdict
+        state = self._record.state
+        own = (
+            state is State.UNREACHABLE
+            and not self._record.unreachable
+            and verdict.streaks.fail >= self._limits.failures_to_down
+        )
+        if verdict.trigger is not Trigger.DOWN and not own:
+            return verdict
+        blocked = await self._dependency_check(self.endpoint)
+        if blocked:
+            self._record.blocked_by = blocked
+            self._record.last_reason = f"blocked by {blocked}"
+            if state is State.UNREACHABLE:
+                return replace(verdict, trigger=None, note=f"still blocked by {blocked}")
+            return replace(verdict, trigger=Trigger.BLOCKED, note=f"blocked by {blocked}")
+        if own:
+            note = f"its router and backend answer: {result.reason}"
+            return replace(verdict, trigger=Trigger.UNBLOCKED, note=note)
+        return verdict
 
     def _may_reprobe(self, result: ProbeResult) -> bool:
         """A re-probe to confirm a failure always; a real check brought forward by a liveness

@@ -65,6 +65,8 @@ class EndpointRecord:
         self.last_reason = restored.last_reason
         #: the hosts of this endpoint that do not answer
         self.unreachable = set(unreachable_hosts)
+        #: while unreachable because its router or backend fails: which, and why (`via`)
+        self.blocked_by = ""
         #: per lost host, the host's incident (where this endpoint's story is told meanwhile)
         self.host_incidents: dict[str, int] = {}
         #: the failed results of the current streak (the transition's entry lists them)

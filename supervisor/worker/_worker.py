@@ -66,6 +66,7 @@ class EndpointWorker:
         restored: Restored,
         unreachable_hosts: set[str],
         host_check: HostCheck | None = None,
+        dependency_check: HostCheck | None = None,
         reopen_within: timedelta | None = None,
         progress: ProgressReader | None = None,
     ) -> None:
@@ -91,6 +92,7 @@ class EndpointWorker:
             prober=prober,
             clock=clock,
             host_check=host_check,
+            dependency_check=dependency_check,
             progress=progress,
             heard=self._heard,
         )
@@ -117,7 +119,11 @@ class EndpointWorker:
 
     def _after_change(self, change: Change) -> None:
         self.probing.rearm()
-        if change.dest in _PROBLEMS and self.on_problem is not None:
+        if change.trigger is not Trigger.BLOCKED:
+            self.record.blocked_by = ""
+        # blocked: the router's or the backend's incident is the cause; nothing to repair here
+        blocked = change.trigger is Trigger.BLOCKED
+        if change.dest in _PROBLEMS and not blocked and self.on_problem is not None:
             self.on_problem(self)
 
     def _heard(self, heard: Heard) -> None:

@@ -29,6 +29,7 @@ from supervisor.record.timeline.repair import (
 )
 from supervisor.record.timeline.state import Transition
 from supervisor.record.timeline.unit import UnitHeard
+from tests.lab.test_drills import told_repaired
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +105,7 @@ async def test_an_escalated_endpoint_whose_unit_dies_anew_heals_by_the_unit_even
     assert len(told) == 1, texts
     assert told[0].startswith(f"🔁 qwen: {BY_UNIT}"), told[0]
     assert told[0].endswith("; repairing without a person")
-    assert "✅ qwen repair: verified: ghost-execstart-host healed it" in texts
+    assert told_repaired(texts, "qwen", "ghost-execstart-host"), texts
 
 
 async def test_an_escalated_endpoint_whose_metrics_turn_hung_heals_by_the_metrics_verdict(
@@ -144,7 +145,7 @@ async def test_an_escalated_endpoint_whose_metrics_turn_hung_heals_by_the_metric
     assert len(told) == 1, texts
     assert told[0].startswith("🔁 qwen: new evidence: /metrics: hung: "), told[0]
     assert told[0].endswith("; repairing without a person")
-    assert "✅ qwen repair: verified: hung-engine healed it" in texts
+    assert told_repaired(texts, "qwen", "hung-engine"), texts
 
 
 async def test_an_escalated_endpoint_whose_evidence_changes_nothing_stays_escalated(

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
-from weakref import WeakKeyDictionary, WeakSet
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import URL, Connection, event
 from sqlalchemy.exc import StatementError
@@ -52,20 +52,23 @@ def mend_aiosqlite_stop() -> None:
     thread then ends after the first stop, and the close's own stop is queued to no thread. Its
     future is never resolved, and once the close has been cancelled at its first wait (a loop
     closing at the daemon's stop: a spec's teardown hung there for minutes) nothing ends it.
-    Mended: a connection's second `stop()` queues nothing and returns None (there is nothing to
-    wait for: the first one ends the thread). tests/test_store_engine.py says whether it holds."""
+    Mended: a connection's second `stop()` queues nothing and returns the first one's future
+    while the thread has not answered it (a close still waits for the thread to end, so no
+    answer reaches a closed loop), else None. tests/test_store_engine.py says whether it holds."""
     import aiosqlite  # the driver, only for a SQLite store
 
     if getattr(aiosqlite.Connection.stop, "mended", False):
         return
     first_stop = aiosqlite.Connection.stop
-    stopped: WeakSet[aiosqlite.Connection] = WeakSet()
+    stopped: WeakKeyDictionary[aiosqlite.Connection, asyncio.Future[Any] | None]
+    stopped = WeakKeyDictionary()
 
     def stop(self: aiosqlite.Connection) -> asyncio.Future[Any] | None:
         if self in stopped:
-            return None
-        stopped.add(self)
-        return first_stop(self)
+            first = stopped[self]
+            return None if first is None or first.done() else first
+        stopped[self] = future = first_stop(self)
+        return future
 
     stop.mended = True  # type: ignore[attr-defined]
     aiosqlite.Connection.stop = stop  # type: ignore[method-assign]

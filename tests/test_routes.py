@@ -1,0 +1,141 @@
+"""Routers and their backends (`via`, `backend`): a backend killed behind a real LiteLLM proxy is
+one incident, the backend's; the route is shown blocked by it (no incident, no repair of its
+own) and both are healthy again, without a person, once the backend is back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from supervisor.config.errors import ConfigError
+from supervisor.config.loader import parse_config
+from supervisor.record.store.store import Store
+from tests import litellm
+from tests.conftest import FAST_TOK_S
+from tests.helpers import eventually, spawn_daemon, write_fleet
+from tests.ports import free_port
+
+KEY = "sk-route-3c9e"
+
+
+def issues(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="fleet.yaml", base_dir=Path("/etc/fleet"))
+    return [str(issue) for issue in caught.value.issues]
+
+
+ROUTED = """
+endpoints:
+  door:
+    kind: health
+    url: http://hub:4000/health/readiness
+  ds4:
+    kind: openai
+    url: http://spark1:8000
+    model: ds4
+  route:
+    kind: openai
+    url: http://hub:4000
+    model: ds4
+    via: {via}
+    backend: {backend}
+"""
+
+
+@pytest.mark.parametrize(
+    ("via", "backend", "expected"),
+    [
+        ("door", "ds5", "fleet.yaml:15: endpoints.route.backend: unknown endpoint 'ds5' "
+         "(endpoints: door, ds4)"),
+        ("route", "ds4", "fleet.yaml:14: endpoints.route.via: names this endpoint itself"),
+    ],
+    ids=["unknown", "itself"],
+)  # fmt: skip
+def test_a_route_names_endpoints_that_exist(via: str, backend: str, expected: str) -> None:
+    assert issues(ROUTED.format(via=via, backend=backend)) == [expected]
+
+
+def test_one_hop_only() -> None:
+    text = (
+        ROUTED.format(via="door", backend="ds4") + "    \n  again:\n    kind: openai\n"
+        "    url: http://hub:4000\n    model: ds4\n    backend: route\n"
+    )
+    assert issues(text) == [
+        "fleet.yaml:21: endpoints.again.backend: 'route' is itself behind 'door' (one hop only)"
+    ]
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        yield session
+
+
+async def _status(http: aiohttp.ClientSession, url: str) -> dict[str, dict[str, Any]]:
+    try:
+        async with http.get(f"{url}/status") as answer:
+            document = await answer.json()
+    except (aiohttp.ClientError, ValueError):
+        return {}
+    return {e["name"]: e for e in document["endpoints"]}
+
+
+def _fleet(tmp_path: Path, router: str, backend: str, listen: int) -> Path:
+    (tmp_path / "door.key").write_text(KEY + "\n")
+    (tmp_path / "door.key").chmod(0o600)
+    on_forge = {"host": "forge"}
+    route = {"kind": "openai", "url": router, "model": "ds4", "api_key_file": "door.key"}
+    return write_fleet(
+        tmp_path,
+        {
+            "door": {"kind": "health", "url": f"{router}/health/readiness", **on_forge},
+            "ds4": {"kind": "openai", "url": backend, "model": "ds4", **on_forge},
+            "route": {**route, "via": "door", "backend": "ds4", **on_forge},
+        },
+        probe={"timeout": "5s"},
+        http={"listen": f"127.0.0.1:{listen}"},
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(litellm.unavailable() is not None, reason=str(litellm.unavailable()))
+async def test_a_backend_dead_behind_litellm_is_one_incident_and_the_route_is_blocked(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    port, listen = free_port(), free_port()
+    backend = VllmSim(SimBehaviour(tok_s=FAST_TOK_S), model="ds4")
+    await backend.start(port=port)
+    url = f"http://127.0.0.1:{listen}"
+
+    async def are(*wanted: str) -> bool:
+        found = await _status(http, url)
+        return [found.get(n, {}).get("state") for n in ("door", "ds4", "route")] == list(wanted)
+
+    try:
+        folder = tmp_path / "litellm"
+        async with litellm.litellm_proxy(folder, {"ds4": backend.url}, master_key=KEY) as proxy:
+            config = _fleet(tmp_path, proxy.url, backend.url, listen)
+            process = await spawn_daemon(config, tmp_path / "daemon.log")
+            try:
+                await eventually(lambda: are("healthy", "healthy", "healthy"), within=60)
+                await backend.stop()  # the backend dies; the router stays up
+                dead = ("healthy", "down", "unreachable")
+                await eventually(lambda: are(*dead), within=60, what="the route blocked")
+                blocked = (await _status(http, url))["route"]
+                await backend.start(port=port)  # repaired
+                await eventually(lambda: are("healthy", "healthy", "healthy"), within=60)
+            finally:
+                process.terminate()
+                await process.wait()
+        assert proxy.trap.seen == []
+    finally:
+        await backend.stop()
+    assert blocked["last_reason"].startswith("blocked by ds4"), blocked
+    async with await Store.open(tmp_path / "state" / "supervisor.db", create=False) as store:
+        incidents = await store.incidents(limit=20)
+    assert [(i.subject, i.is_open) for i in incidents] == [("ds4", False)]
