@@ -112,6 +112,7 @@ async def litellm_proxy(
     *,
     master_key: str = "sk-fleet-master",
     backend_key: str = "none",
+    port: int | None = None,
 ) -> AsyncIterator[LiteLLMProxy]:
     """Start LiteLLM in front of `backends` (model name -> base URL) and wait until it is
     ready; stop it (SIGTERM, then SIGKILL after 10 s) on the way out."""
@@ -119,7 +120,7 @@ async def litellm_proxy(
     config_path = _write_config(folder, config)
     trap = OutsideTrap()
     await trap.start()
-    port = free_port()
+    port = port or free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(folder),

@@ -139,3 +139,45 @@ async def test_a_backend_dead_behind_litellm_is_one_incident_and_the_route_is_bl
     async with await Store.open(tmp_path / "state" / "supervisor.db", create=False) as store:
         incidents = await store.incidents(limit=20)
     assert [(i.subject, i.is_open) for i in incidents] == [("ds4", False)]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(litellm.unavailable() is not None, reason=str(litellm.unavailable()))
+async def test_a_dead_router_is_one_incident_and_its_routes_are_blocked(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """The LiteLLM proxy itself stops (the backend is fine): one incident, the router's; the
+    route is blocked by it; all healthy again once the proxy is back on its port."""
+    router_port, listen = free_port(), free_port()
+    url = f"http://127.0.0.1:{listen}"
+
+    async def are(*wanted: str) -> bool:
+        found = await _status(http, url)
+        return [found.get(n, {}).get("state") for n in ("door", "ds4", "route")] == list(wanted)
+
+    async with VllmSim(SimBehaviour(tok_s=FAST_TOK_S), model="ds4") as backend:
+        folder = tmp_path / "litellm"
+        process = None
+        try:
+            async with litellm.litellm_proxy(
+                folder, {"ds4": backend.url}, master_key=KEY, port=router_port
+            ) as proxy:
+                config = _fleet(tmp_path, proxy.url, backend.url, listen)
+                process = await spawn_daemon(config, tmp_path / "daemon.log")
+                await eventually(lambda: are("healthy", "healthy", "healthy"), within=60)
+            # the proxy stopped (its context ended); the backend is fine
+            dead = ("down", "healthy", "unreachable")
+            await eventually(lambda: are(*dead), within=60, what="the door down, the route blocked")
+            blocked = (await _status(http, url))["route"]
+            async with litellm.litellm_proxy(
+                folder, {"ds4": backend.url}, master_key=KEY, port=router_port
+            ):
+                await eventually(lambda: are("healthy", "healthy", "healthy"), within=60)
+        finally:
+            if process is not None:
+                process.terminate()
+                await process.wait()
+    assert blocked["last_reason"].startswith("blocked by door"), blocked
+    async with await Store.open(tmp_path / "state" / "supervisor.db", create=False) as store:
+        incidents = await store.incidents(limit=20)
+    assert [(i.subject, i.is_open) for i in incidents] == [("door", False)]
