@@ -23,7 +23,11 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
@@ -120,8 +124,21 @@ def wait_for(
     driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], Any], *, within: float = 10.0
 ) -> Any:
     """What `condition` returns once truthy (polled every 100 ms); TimeoutException after. A
-    live part of the page replaced while `condition` reads it is read again at the next poll."""
+    live part of the page replaced while `condition` reads it is read again at the next poll
+    (Chromium also says so as `unhandled inspector error: ... Node with given id does not
+    belong to the document` when the page it read was left for the next one: a form posted)."""
     ignored = (NoSuchElementException, StaleElementReferenceException)
-    return WebDriverWait(driver, within, poll_frequency=0.1, ignored_exceptions=ignored).until(
-        condition
-    )
+
+    def read(on: webdriver.Chrome) -> Any:
+        try:
+            return condition(on)
+        except WebDriverException as exc:
+            if REPLACED in (exc.msg or ""):
+                return False
+            raise
+
+    return WebDriverWait(driver, within, poll_frequency=0.1, ignored_exceptions=ignored).until(read)
+
+
+REPLACED = "does not belong to the document"
+"""Chromium's words for a node of a page that has just been replaced."""

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from fleet_lab.vllm_sim.ondemand import OllamaModel, OllamaOnDemand
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim.swap import LlamaSwap, SimUpstream, SwapModel
 from supervisor import cli
 from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.store import Store
@@ -270,3 +272,35 @@ async def test_the_key_check_names_the_key_source_to_fix(tmp_path: Path) -> None
         "the server asks for a key (HTTP 401): set endpoints.none.api_key_file"
     )
     assert "sk-doctor" not in json.dumps(document)
+
+
+async def test_on_demand_and_a_route_are_checked_without_loading_anything(tmp_path: Path) -> None:
+    """An Ollama model that is not loaded is reported so (the doctor does not load it); a route
+    behind llama-swap is checked against the router's model list."""
+    ollama = OllamaOnDemand([OllamaModel(name="qwen3:8b")])
+    upstream = SimUpstream("qwen", behaviour=SimBehaviour(tok_s=FAST_TOK_S))
+    router = LlamaSwap({"qwen": SwapModel(upstream=upstream)}, first_check_s=0)
+    async with ollama, router:
+        routed = {"url": router.url, "via": "swap", "on_demand": "llama-swap"}
+        endpoints: dict[str, dict[str, str]] = {
+            "spark-ollama": {"kind": "ollama", "url": ollama.url, "model": "qwen3:8b"},
+            "swap": {"kind": "health", "url": f"{router.url}/health"},
+            "qwen": {"kind": "openai", "model": "qwen", **routed},
+            "typo": {"kind": "openai", "model": "qwne", **routed},
+        }
+        config = _config(tmp_path, {n: {**e, "host": "forge"} for n, e in endpoints.items()})
+        _, document = await asyncio.to_thread(_doctor, config)
+    assert _rows(document, "spark-ollama")["completion"] == (
+        "ok",
+        "on demand: qwen3:8b is not loaded (loaded: nothing); the probe leaves it so "
+        "(`probe spark-ollama` loads it)",
+        "",
+    )
+    assert ollama.loads == []
+    assert _rows(document, "qwen")["route"] == ("ok", "via swap: the router lists qwen", "")
+    assert _rows(document, "typo")["route"] == (
+        "fail",
+        "the router does not list qwne (it lists: qwen)",
+        "add qwne to the router's models",
+    )
+    assert router.starts == []  # listing models starts none, nor does the real check

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -594,3 +595,14 @@ def test_each_repair_attempt_is_told_even_in_the_same_words() -> None:
     replayed, memory = compose(first, _incident(), memory, SETTINGS)
     again, _ = compose(second, _incident(), memory, SETTINGS)
     assert [d.kind for d in told + replayed + again] == ["repairing", "repairing"]
+
+
+def test_a_backend_s_opening_names_the_routes_it_blocks() -> None:
+    """The one incident of a backend behind a router says which routes wait on it (they are
+    blocked, with no alert of their own)."""
+    settings = replace(SETTINGS, routes_behind={"ds4": ("ds4-via-door", "ds4-via-swap")})
+    drafts, _ = compose(DOWN, _incident(), Memory(), settings)
+    assert [d.text for d in drafts] == [
+        "🔴 <b>ds4</b> is down: connection refused\nblocked by it while it fails: "
+        "ds4-via-door, ds4-via-swap (no alert per route)\nincident #7"
+    ]

@@ -173,8 +173,10 @@ async def test_a_dead_router_is_one_incident_and_its_routes_are_blocked(
                 folder, {"ds4": backend.url}, master_key=KEY, port=router_port
             ):
                 await eventually(lambda: are("healthy", "healthy", "healthy"), within=60)
+                process.terminate()  # while this proxy runs: its stop would be a new outage
+                await process.wait()
         finally:
-            if process is not None:
+            if process is not None and process.returncode is None:
                 process.terminate()
                 await process.wait()
     assert blocked["last_reason"].startswith("blocked by door"), blocked

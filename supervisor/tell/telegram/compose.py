@@ -106,7 +106,8 @@ def _transition(
         return _resolve(row, memory, text)
     memory = _attempt(record, memory)
     if dest in _PROBLEMS and record.opens:
-        text = texts.opened(name, dest, _symptom(record, incident), incident.id)
+        routes = settings.routes_behind.get(name, ())
+        text = texts.opened(name, dest, _symptom(record, incident), incident.id, routes)
         return _problem(row, incident, memory, settings, text)
     if trigger is Trigger.REMEDIATE:  # each is a new attempt: the row is its identity
         return _once(memory, "repairing", f"#{row.id}", texts.repairing(name, note), incident)

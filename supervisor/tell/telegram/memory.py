@@ -16,6 +16,8 @@ class Settings:
     flap_every: timedelta = timedelta(minutes=5)  #: at most one "flapping" update this often
     settle: timedelta = timedelta(minutes=10)  #: a flapping incident's "resolved" waits this
     host_endpoints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: endpoint -> the routes reached through it or served by it (`via`, `backend`)
+    routes_behind: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     busy_after: timedelta = timedelta(minutes=15)  #: a person is told once it was busy this long
 
 

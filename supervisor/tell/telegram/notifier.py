@@ -83,11 +83,16 @@ class Notifier:
             name: tuple(e for e, w in workers.items() if name in w.endpoint.hosts())
             for name in hosts
         }
+        routes_behind = {
+            name: tuple(r for r, w in workers.items() if name in w.endpoint.depends_on())
+            for name in workers
+        }
         settings = Settings(
             remind_every=config.notify.remind_every,
             flap_every=self.timing.flap_every,
             settle=self.timing.settle or config.defaults.reopen_within,
             host_endpoints=host_endpoints,
+            routes_behind={name: routes for name, routes in routes_behind.items() if routes},
             busy_after=config.notify.busy_after,
         )
         self.sender = Sender(

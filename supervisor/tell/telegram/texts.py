@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from html import escape
 
@@ -25,8 +26,17 @@ def number(incident_id: int) -> str:
     return f"#{incident_id}" if incident_id >= 0 else "(numbered when the store takes it)"
 
 
-def opened(name: str, state: str, symptom: str, incident_id: int) -> str:
-    return f"🔴 <b>{h(name)}</b> is {h(state)}: {h(symptom)}\nincident {number(incident_id)}"
+def opened(
+    name: str, state: str, symptom: str, incident_id: int, routes: Sequence[str] = ()
+) -> str:
+    """`routes`: the endpoints reached through it or served by it, blocked while it fails."""
+    behind = (
+        f"\nblocked by it while it fails: {h(', '.join(routes))} (no alert per route)"
+        if routes
+        else ""
+    )
+    said = f"🔴 <b>{h(name)}</b> is {h(state)}: {h(symptom)}{behind}"
+    return f"{said}\nincident {number(incident_id)}"
 
 
 def host_opened(host: str, reason: str, endpoints: list[str], incident_id: int) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from functools import partial
 
 from supervisor.config.supervised import Endpoint, Host, UnitRef
 from supervisor.core.events import ProbeOutcome
@@ -18,6 +19,7 @@ from supervisor.playbook.evidence.launchctl import job_target, print_argv
 from supervisor.playbook.evidence.systemd import parse_unit_status
 from supervisor.probe import CHECKS, ProbeContext, ProbeError
 from supervisor.probe.http import one_line
+from supervisor.probe.ondemand import gentle
 from supervisor.trust.doctor.context import DoctorContext
 from supervisor.trust.doctor.model import Finding, fail, ok, warn
 from supervisor.trust.doctor.registry import Over, check
@@ -39,21 +41,26 @@ def _quick(endpoint: Endpoint) -> Endpoint:
     return endpoint.model_copy(update={"probe": probe})
 
 
-async def _probe(ctx: DoctorContext, endpoint: Endpoint, deep: bool) -> tuple[bool, str, str]:
-    """(passed, what it said, the reasoning field) of the kind's liveness or real check."""
+async def _probe(
+    ctx: DoctorContext, endpoint: Endpoint, deep: bool
+) -> tuple[ProbeOutcome, str, str]:
+    """(outcome, what it said, the reasoning field) of the kind's liveness or real check (on
+    demand: without loading the model)."""
     kind = CHECKS[endpoint.kind]
     run = kind.deep if deep else kind.liveness
+    if deep and endpoint.loader and not endpoint.keep_warm:  # on demand: never loads a model
+        run = partial(gentle, deep=run)
     try:
         async with asyncio.timeout(COMPLETION_TIMEOUT_S), HttpClient() as probe_http:
             found = await run(ProbeContext(_quick(endpoint), probe_http, ctx.clock))
     except ProbeError as exc:
-        return False, exc.reason, ""
+        return exc.outcome, exc.reason, ""
     except TimeoutError:
-        return False, f"no answer within {COMPLETION_TIMEOUT_S:g}s", ""
+        return ProbeOutcome.FAIL, f"no answer within {COMPLETION_TIMEOUT_S:g}s", ""
     except HttpError as exc:
-        return False, failure_reason(exc), ""
+        return ProbeOutcome.FAIL, failure_reason(exc), ""
     said = found.reason or found.detail or found.check
-    return found.outcome is ProbeOutcome.OK, said, found.reasoning_field
+    return found.outcome, said, found.reasoning_field
 
 
 @check("key", over=Over.ENDPOINT, doc="the API key can be read and the server takes it")
@@ -79,19 +86,43 @@ async def key(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
     return [ok(name, "key", f"the server takes the key from {source}")]
 
 
+@check("route", over=Over.ENDPOINT, doc="a route's router lists its model")
+async def route(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
+    if not endpoint.depends_on():
+        return []
+    name = endpoint.name
+    through = ", ".join(
+        f"{how} {other}"
+        for how, other in (("via", endpoint.via), ("backend", endpoint.backend))
+        if other is not None
+    )
+    try:
+        served = await _served(ctx, endpoint)
+    except (HttpError, TimeoutError, ValueError) as exc:
+        fix = f"is the router up at {endpoint.url}?"
+        return [fail(name, "route", f"cannot list the models ({through}): {_failed(exc)}", fix)]
+    if endpoint.model is not None and endpoint.model not in served:
+        listing = ", ".join(served) or "none"
+        said = f"the router does not list {endpoint.model} (it lists: {listing})"
+        return [fail(name, "route", said, f"add {endpoint.model} to the router's models")]
+    return [ok(name, "route", f"{through}: the router lists {endpoint.model}")]
+
+
 @check("liveness", over=Over.ENDPOINT, doc="/health, /v1/models or /api/tags answers")
 async def liveness(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
-    passed, said, _ = await _probe(ctx, endpoint, deep=False)
-    if passed:
+    outcome, said, _ = await _probe(ctx, endpoint, deep=False)
+    if outcome is ProbeOutcome.OK:
         return [ok(endpoint.name, "liveness", f"{endpoint.url} answers")]
     return [fail(endpoint.name, "liveness", said, f"is the server up at {endpoint.url}?")]
 
 
 @check("completion", over=Over.ENDPOINT, doc="a real completion (and which reasoning field)")
 async def completion(ctx: DoctorContext, endpoint: Endpoint) -> list[Finding]:
-    passed, said, field = await _probe(ctx, endpoint, deep=True)
+    outcome, said, field = await _probe(ctx, endpoint, deep=True)
     name = endpoint.name
-    if not passed:
+    if outcome is ProbeOutcome.IDLE:
+        return [ok(name, "completion", f"on demand: {said} (`probe {name}` loads it)")]
+    if outcome is not ProbeOutcome.OK:
         return [fail(name, "completion", said, "fix the server (or the model name) first")]
     if endpoint.kind not in ("openai", "ollama"):
         return [ok(name, "completion", f"the real call passed: {said}")]
