@@ -431,6 +431,14 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
     assert fleet.events("a", "lease renewed: the store answers again") != []
     assert fleet.events("b", "leading") == []
     assert all(proc.returncode is None for proc in fleet.procs.values())
+
+    async def closed() -> bool:
+        """The repair's verification is recorded before the worker's transition that closes
+        the incident: a loaded run read the store between the two."""
+        async with await Store.open(fleet.target, create=False) as store:
+            return (await store.incidents(subject="m"))[0].closed_at is not None
+
+    await eventually(closed, within=30, what="the incident closed")
     async with await Store.open(fleet.target, create=False) as store:
         rows = await OutboxStore(store).messages()
         during = (await store.incidents(subject="m"))[0]  # newest: the fault in the outage

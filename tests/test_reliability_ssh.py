@@ -95,7 +95,9 @@ def _fleet(tmp_path: Path, host: Mapping[str, Any], good_url: str) -> Path:
             },
             # no tok/s baseline: on a loaded machine the sim streams slower (a spec ran 198.7
             # tok/s against 500), which says nothing of the hung host; the probes' gaps do
-            "good": {"kind": "openai", "url": good_url, "model": "m"},
+            # and its own timeout: a loaded run's 500 ms completion of the good sim timed out,
+            # which says nothing of the hung host either
+            "good": {"kind": "openai", "url": good_url, "model": "m", "probe": {"timeout": "5s"}},
         },
         hosts={"forge": {"local": True}, "spark1": dict(host)},
         probe={"timeout": "500ms", "liveness_interval": f"{int(LIVENESS_INTERVAL_S * 1000)}ms"},
