@@ -182,7 +182,10 @@ async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repai
         driver.save_screenshot(str(shots / "board.png"))
 
         await asyncio.to_thread(driver.get, incident)
-        await asyncio.to_thread(wait_for, driver, lambda d: _texts(d, "li[data-type=step]"))
+        # the repair's step reaches the page live once the daemon has diagnosed and run it: 10 s
+        # was not enough beside a CPU burner (the evidence, the step and the page's own work)
+        step = "li[data-type=step]"
+        await asyncio.to_thread(wait_for, driver, lambda d: _texts(d, step), within=30)
         assert _texts(driver, "li[data-type=step] .head")[0].endswith("step 1 shell on forge: ok")
         assert _texts(driver, "li[data-type=step] .command .exit") == ["exit 0"]
         assert _texts(driver, "li[data-type=step] .command pre") == ["restarting llm\nunit started"]
