@@ -30,8 +30,10 @@ from tests.sshd import ADDRESS, SSHD, Sshd, descendants, kill_trees
 
 pytestmark = pytest.mark.slow
 
-EVIDENCE_TIMEOUT = timedelta(milliseconds=500)
-SLACK_S = 0.4  #: scheduling and teardown on a busy machine
+EVIDENCE_TIMEOUT = timedelta(seconds=2)
+#: a probe that waited behind a hung collector waits its whole timeout: every gap between the
+#: other endpoint's probes is shorter (a loaded machine's scheduling is a fraction of it)
+GAP_BOUND_S = EVIDENCE_TIMEOUT.total_seconds()
 LIVENESS_INTERVAL_S = 0.1
 
 #: one collector per rule, so every one of them runs whatever the others find
@@ -101,7 +103,7 @@ def _fleet(tmp_path: Path, host: Mapping[str, Any], good_url: str) -> Path:
         },
         hosts={"forge": {"local": True}, "spark1": dict(host)},
         probe={"timeout": "500ms", "liveness_interval": f"{int(LIVENESS_INTERVAL_S * 1000)}ms"},
-        remediation={"dry_run": True, "evidence_timeout": "500ms"},
+        remediation={"dry_run": True, "evidence_timeout": "2s"},
         playbook=str(playbook),
     )
 
@@ -157,11 +159,12 @@ def _check_timing(timeline: list[TimelineRow], gaps: list[float]) -> None:
                 assert isinstance(command, dict)
                 took = command["duration_s"]
                 assert isinstance(took, float)
-                assert took <= EVIDENCE_TIMEOUT.total_seconds() + SLACK_S, (row.summary, took)
+                # the timeout ended it (a hung command would run its whole 600 s sleep)
+                assert took < 2 * EVIDENCE_TIMEOUT.total_seconds(), (row.summary, took)
     diagnosis = [r for r in timeline if r.kind is EntryKind.DIAGNOSIS]
     assert [r.summary for r in diagnosis] == ["bad (down): no rule matched"]
     assert len(gaps) >= 10, "the other endpoint was hardly probed while the host hung"
-    assert max(gaps) <= LIVENESS_INTERVAL_S + SLACK_S, gaps
+    assert max(gaps) < GAP_BOUND_S, gaps
 
 
 async def test_a_host_that_never_sends_its_banner(tmp_path: Path, sim_factory: SimFactory) -> None:
@@ -169,7 +172,7 @@ async def test_a_host_that_never_sends_its_banner(tmp_path: Path, sim_factory: S
     async with silent_listener() as port:
         host = {"address": ADDRESS, "port": port, "check_host_key": False}
         timeline, gaps = await _diagnose_while_hung(_fleet(tmp_path, host, good.url))
-    hung = f"cannot connect to spark1 ({ADDRESS}:{port}): timed out after 500ms"
+    hung = f"cannot connect to spark1 ({ADDRESS}:{port}): timed out after 2s"
     assert _evidence(timeline) == {
         "journal": f"journalctl failed: {hung}",
         "unit_status": f"systemctl show failed: {hung}",
@@ -205,8 +208,8 @@ async def test_a_host_that_logs_in_and_never_answers_a_command(
         # sshd lets a command outlive its closed session; end ours (and only ours)
         kill_trees([p for p in descendants(1) if _cmdline(p) == ["sleep", token]])
     assert _evidence(timeline) == {
-        "journal": "journalctl failed: timed out after 500ms",
-        "unit_status": "systemctl show failed: timed out after 500ms",
-        "meminfo": "cat failed: timed out after 500ms",
+        "journal": "journalctl failed: timed out after 2s",
+        "unit_status": "systemctl show failed: timed out after 2s",
+        "meminfo": "cat failed: timed out after 2s",
     }
     _check_timing(timeline, gaps)

@@ -54,7 +54,10 @@ def mend_aiosqlite_stop() -> None:
     closing at the daemon's stop: a spec's teardown hung there for minutes) nothing ends it.
     Mended: a connection's second `stop()` queues nothing and returns the first one's future
     while the thread has not answered it (a close still waits for the thread to end, so no
-    answer reaches a closed loop), else None. tests/test_store_engine.py says whether it holds."""
+    answer reaches a closed loop), else None. A connection that failed to connect is stopped
+    by aiosqlite with nobody awaiting the answer: each first stop's future is kept until it is
+    answered, so a failed open can wait for it (`drivers_stopped`) before its loop may close.
+    tests/test_store_engine.py says whether it holds."""
     import aiosqlite  # the driver, only for a SQLite store
 
     if getattr(aiosqlite.Connection.stop, "mended", False):
@@ -68,10 +71,26 @@ def mend_aiosqlite_stop() -> None:
             first = stopped[self]
             return None if first is None or first.done() else first
         stopped[self] = future = first_stop(self)
+        if future is not None:
+            _STOPPING.add(future)
+            future.add_done_callback(_STOPPING.discard)
         return future
 
     stop.mended = True  # type: ignore[attr-defined]
     aiosqlite.Connection.stop = stop  # type: ignore[method-assign]
+
+
+_STOPPING: set[asyncio.Future[Any]] = set()
+"""The aiosqlite stops asked for and not yet answered by their connection's thread."""
+
+
+async def drivers_stopped(within: float = 10.0) -> None:
+    """Wait (at most `within` seconds) until every aiosqlite thread asked to stop on this loop
+    has answered: after it, no driver thread answers a future of this loop once it closes."""
+    loop = asyncio.get_running_loop()
+    mine = [f for f in _STOPPING if f.get_loop() is loop]
+    if mine:
+        await asyncio.wait(mine, timeout=within)
 
 
 def make_engine(path: Path) -> AsyncEngine:
@@ -168,9 +187,11 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
                 await _bring_up(conn, older)
     except StoreError:
         await engine.dispose()
+        await drivers_stopped()
         raise
     except StatementError as err:
         await engine.dispose()
+        await drivers_stopped()  # a connection that failed to connect was stopped unawaited
         why = await asyncio.to_thread(unwritable, path)  # SQLite's words do not say why
         said = f" ({why})" if why else ""
         raise StoreError(f"cannot open store {path}: {reason(err)}{said}") from None
