@@ -30,7 +30,6 @@ import fcntl
 import hashlib
 import json
 import os
-import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -118,7 +117,6 @@ class SpillFile:
         self.problem = ""  #: '' while the file takes writes; else why not, for people
         self.dropped = 0  #: droppable writes dropped to keep the file in its bound
         self.groups = 0  #: write groups fsynced
-        self.sync_s = 0.0  #: time spent writing and fsyncing them
         self._fd: int | None = None
         self._size = 0
         self._lines: deque[_Line] = deque()  #: what the file holds after its header
@@ -268,14 +266,12 @@ class SpillFile:
         self._sync_due = False
         if self._fd is None or self.problem:
             return
-        began = time.perf_counter()
         try:
             os.fsync(self._fd)
         except OSError as err:
             self._refuse(err)
             return
         self.groups += 1
-        self.sync_s += time.perf_counter() - began
 
     def remove(self) -> None:
         """Every write it holds is in the store: the file goes (and the next outage starts
