@@ -16,15 +16,12 @@ behind the store's other writes (`ResilientStore.queue`), so alerts go on and no
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from supervisor.record.store.notify_rows import State
 from supervisor.record.store.records import OutboxRow
-from supervisor.record.timeline.base import JSONValue
-
-State = Mapping[str, JSONValue]
-
 
 MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it returns)</i>"
 """Said under each message composed while the store cannot be written."""

@@ -202,15 +202,11 @@ class OutboxMark:
 
     def values(self) -> dict[str, object]:
         """The columns it sets (`attempts`: one more, `notify_rows.update_row`)."""
-        values: dict[str, object] = {}
-        if self.parts_sent is not None:
-            values["parts_sent"] = self.parts_sent
-        if self.message_id is not None:
-            values["message_id"] = self.message_id
-        if self.sent_at is not None:
-            values["sent_at"] = self.sent_at
-        if self.last_error is not None:
-            values["last_error"] = self.last_error
+        values: dict[str, object] = {
+            name: getattr(self, name)
+            for name in ("parts_sent", "message_id", "sent_at", "last_error")
+            if getattr(self, name) is not None
+        }
         if self.given_up is not None:
             values["given_up"] = int(self.given_up)
         if self.failed:

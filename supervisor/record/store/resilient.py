@@ -544,16 +544,8 @@ class ResilientStore(Store):
         if incident is None:
             if write.open_cause is None:
                 return
-            incident = IncidentRow(
-                id=incident_id,
-                subject_kind=snapshot.kind,
-                subject=snapshot.name,
-                opened_at=entry.at,
-                closed_at=None,
-                symptom=write.open_cause,
-                resolution=None,
-                last_state=snapshot.state,
-                entries=0,
+            incident = _unstored(
+                incident_id, snapshot, opened_at=entry.at, symptom=write.open_cause
             )
         incident = replace(
             incident,
@@ -576,16 +568,8 @@ class ResilientStore(Store):
         except StoreError:
             if snapshot is None:
                 return None
-            return IncidentRow(
-                id=incident_id,
-                subject_kind=snapshot.kind,
-                subject=snapshot.name,
-                opened_at=snapshot.since,
-                closed_at=None,
-                symptom=snapshot.last_reason,
-                resolution=None,
-                last_state=snapshot.state,
-                entries=0,
+            return _unstored(
+                incident_id, snapshot, opened_at=snapshot.since, symptom=snapshot.last_reason
             )
 
     def _hold(self, incident: IncidentRow, entry: TimelineEntry) -> None:
@@ -670,6 +654,23 @@ async def _taken(
         )
         taken |= {(spill, row.seq): row.result for row in found}
     return taken
+
+
+def _unstored(
+    incident_id: int, snapshot: Snapshot, *, opened_at: datetime, symptom: str
+) -> IncidentRow:
+    """An open incident of the snapshot's subject as the store does not have it (yet)."""
+    return IncidentRow(
+        id=incident_id,
+        subject_kind=snapshot.kind,
+        subject=snapshot.name,
+        opened_at=opened_at,
+        closed_at=None,
+        symptom=symptom,
+        resolution=None,
+        last_state=snapshot.state,
+        entries=0,
+    )
 
 
 def _id(value: int | None) -> int:
