@@ -352,16 +352,14 @@ def dead_spills(place: SpillPlace, *, store: str) -> list[DeadSpill]:
         return []
     found = []
     for path in leftovers:
-        _remove_if_dead(path)
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # its process lives
+        fd = _lock_dead(path)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
             os.close(fd)
+    for path in paths:
+        fd = _lock_dead(path)
+        if fd is None:
             continue
         spill = read_spill(path, fd)
         if spill is None:
@@ -371,18 +369,18 @@ def dead_spills(place: SpillPlace, *, store: str) -> list[DeadSpill]:
     return sorted(found, key=lambda spill: spill.started)
 
 
-def _remove_if_dead(path: Path) -> None:
+def _lock_dead(path: Path) -> int | None:
+    """The file opened and locked by us, or None: gone, or its process lives (holds it)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        path.unlink()
     except OSError:
-        pass
-    finally:
         os.close(fd)
+        return None
+    return fd
 
 
 def read_spill(path: Path, fd: int) -> DeadSpill | None:
