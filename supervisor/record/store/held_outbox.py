@@ -30,7 +30,6 @@ MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it retu
 @dataclass
 class MemoryOutbox:
     rows: dict[int, OutboxRow] = field(default_factory=dict)  #: not yet in the store
-    ids: dict[int, int] = field(default_factory=dict)  #: a memory row's id -> the store's
     states: dict[int, tuple[State, bool]] = field(default_factory=dict)
     threads: dict[tuple[int, int], int] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)  #: stored rows sent or given up meanwhile

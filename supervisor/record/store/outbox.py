@@ -75,6 +75,7 @@ class OutboxStore:
         self.store = store
         self.memory = MemoryOutbox()
         self._refusal = ""  #: the last refusal of the store (for an outage it begins)
+        self._row_ids = store.row_ids if isinstance(store, ResilientStore) else {}  #: its map
         if isinstance(store, ResilientStore):
             store.on_outage.append(self._outage)
             store.after_apply.append(self._applied)
@@ -93,7 +94,6 @@ class OutboxStore:
         for row, real in zip(write.rows, ids if isinstance(ids, list) else [], strict=False):
             if not isinstance(real, int):
                 continue
-            memory.ids[row.id] = real
             kept = memory.rows.pop(row.id, None)
             if kept is not None and (kept.sent_at is not None or kept.given_up):
                 memory.done.add(real)
@@ -369,7 +369,7 @@ class OutboxStore:
         """Update an outbox row: in memory (a row the store has not taken; the mark is queued
         behind it, so a spill replayed after a crash has it too), in the store, or, while the
         store cannot take it, remembered and queued."""
-        row_id = self.memory.ids.get(mark.row_id, mark.row_id)
+        row_id = self._row_ids.get(mark.row_id, mark.row_id)
         if row_id < 0:
             self._mark_in_memory(row_id, mark)
             return

@@ -155,6 +155,7 @@ class ResilientStore(Store):
         self._writable = asyncio.Event()  #: set while writes go through
         self._writable.set()
         self._mine = _Origin(spill_id=uuid.uuid4().hex)  #: this process's writes
+        self.row_ids = self._mine.ids.rows  #: outbox rows kept in memory, mapped once taken
         self._next = itertools.count(-1, -1)
         self._seq = itertools.count(1)
         self._retry: asyncio.Task[None] | None = None
