@@ -17,7 +17,7 @@ from datetime import datetime
 from sqlalchemy import insert, select
 
 from supervisor.record.store import notify_rows, queries
-from supervisor.record.store.apply import Result
+from supervisor.record.store.apply import Ids, Result, apply
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.held_outbox import MemoryOutbox
 from supervisor.record.store.notify_rows import State
@@ -122,23 +122,17 @@ class OutboxStore:
         """The cursor; on first use, the timeline's end (history is not announced). While the
         store takes reads but not writes (a full disk), a first use's cursor is read and its
         write queued behind the store's others."""
-        try:
-            async with self.store.tx(write=True) as conn:
-                current = await notify_rows.cursor(conn)
-                if current is not None:
-                    return current
-                last = await queries.timeline_end(conn)
-                await notify_rows.set_cursor(conn, last)
-                return last
-        except StoreRefusedError as err:
-            queueing = self._resilient(err)
         async with self.store.tx(write=False) as conn:
             current = await notify_rows.cursor(conn)
             if current is not None:
                 return current
-            last = await queries.timeline_end(conn)
-        queueing.queue(OutboxCursor(last=last), error=self._refusal)
-        return last
+            write = OutboxCursor(last=await queries.timeline_end(conn))
+        try:
+            async with self.store.tx(write=True) as conn:
+                await apply(conn, write, Ids())  # unless one was set meanwhile
+        except StoreRefusedError as err:
+            self._resilient(err).queue(write, error=self._refusal)
+        return write.last
 
     async def batch(self, after: int, *, limit: int = 200) -> Batch:
         """The timeline rows after `after` (the stored ones, then those the store has not
