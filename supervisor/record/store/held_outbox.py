@@ -57,12 +57,6 @@ class MemoryOutbox:
                     incident_id=incident_id,
                     kind=kind,
                     text=text + MARK,
-                    parts_sent=0,
-                    attempts=0,
-                    last_error="",
-                    sent_at=None,
-                    message_id=None,
-                    given_up=False,
                     epoch=epoch,
                 )
                 self.rows[row.id] = row

@@ -297,15 +297,16 @@ class OutboxStore:
         async with self.store.tx(write=True) as conn:
             for draft in drafts:
                 for chat_id in chat_ids:
-                    await notify_rows.insert_message(
-                        conn,
-                        at=at,
+                    row = OutboxRow(
+                        id=0,  # (the store gives it one)
+                        created_at=at,
                         chat_id=chat_id,
                         incident_id=draft.incident_id,
                         kind=draft.kind,
                         text=draft.text,
                         epoch=self.store.fence_epoch,
                     )
+                    await notify_rows.insert_row(conn, row, draft.incident_id)
             for incident_id, (state, active) in states.items():
                 await notify_rows.put_state(conn, incident_id, state, active)
             if cursor is not None:
