@@ -167,18 +167,7 @@ class SpillFile:
             "format": FORMAT,
         }
         self._header = json.dumps(header).encode() + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _write_all(fd, self._header)
-            os.fsync(fd)
-            _sync_folder(self.place.folder)
-        except OSError:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            raise
-        self._fd, self._size = fd, len(self._header)
+        self._fd, self._size = _locked_file(self.path, self._header), len(self._header)
         log.info("store outage: spilling queued writes to disk", spill=str(self.path))
 
     def _append(self, line: _Line) -> None:
@@ -227,18 +216,8 @@ class SpillFile:
         over it, so that a crash leaves either the old file or the new one."""
         assert self._fd is not None
         fresh = self.path.with_name(self.path.name + ".new")
-        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _write_all(fd, self._header + b"".join(line.data for line in kept))
-            os.fsync(fd)
-            os.replace(fresh, self.path)
-            _sync_folder(self.place.folder)
-        except OSError:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                fresh.unlink()
-            raise
+        data = self._header + b"".join(line.data for line in kept)
+        fd = _locked_file(fresh, data, over=self.path)
         os.close(self._fd)
         self._fd = fd
         self._lines = kept
@@ -302,6 +281,26 @@ class SpillFile:
         self.problem = ""
         self.dropped = 0
         self._over_bound = False
+
+
+def _locked_file(path: Path, data: bytes, *, over: Path | None = None) -> int:
+    """A file made at `path` (a new one; or, renamed `over` a file, one made afresh), locked by
+    us, holding `data`, fsynced with its folder: its descriptor. On an error it is removed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_EXCL if over is None else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _write_all(fd, data)
+        os.fsync(fd)
+        if over is not None:
+            os.replace(path, over)
+        _sync_folder(path.parent)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    return fd
 
 
 def _write_all(fd: int, data: bytes) -> None:
