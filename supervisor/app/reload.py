@@ -41,10 +41,6 @@ class ReloadResult:
     errors: tuple[str, ...] = ()  #: why the new file was refused (nothing applied)
     changes: tuple[str, ...] = ()  #: what was applied, and what waits for a restart
 
-    @property
-    def applied(self) -> bool:
-        return not self.errors
-
 
 async def reload_from_file(target: Reconcilable, path: Path | None = None) -> ReloadResult:
     """Re-read the config file (default: the one in force) and apply it."""

@@ -8,7 +8,6 @@ is handed to them here; the root closes what it opened, the daemon stops what ru
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
@@ -52,7 +51,7 @@ log = structlog.get_logger("supervisor.app")
 
 
 class Supervisor:
-    """Everything the `run` command runs. `start`, then `stop` (or `run_until`)."""
+    """Everything the `run` command runs. `start`, then `stop`."""
 
     def __init__(
         self,
@@ -241,10 +240,3 @@ class Supervisor:
         if self.store is not None:
             await self.store.close()
         log.info("stopped")
-
-    async def run_until(self, stop: asyncio.Event) -> None:
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.stop()

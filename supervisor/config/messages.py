@@ -53,23 +53,22 @@ def _ctx(err: ErrorDetails, name: str) -> str:
 
 Describe = Callable[[ErrorDetails], str]
 
+
+def _expected(what: str, *kinds: str) -> dict[str, Describe]:
+    """The same message for several error types: `expected an integer, got 'many'`."""
+    return dict.fromkeys(kinds, lambda e: f"expected {what}, {_got(e)}")
+
+
 _MESSAGES: Mapping[str, Describe] = {
     "missing": lambda e: "required",
-    "int_type": lambda e: f"expected an integer, {_got(e)}",
-    "int_parsing": lambda e: f"expected an integer, {_got(e)}",
-    "int_from_float": lambda e: f"expected an integer, {_got(e)}",
-    "float_type": lambda e: f"expected a number, {_got(e)}",
-    "float_parsing": lambda e: f"expected a number, {_got(e)}",
-    "finite_number": lambda e: f"expected a finite number, {_got(e)}",
-    "bool_type": lambda e: f"expected true or false, {_got(e)}",
-    "bool_parsing": lambda e: f"expected true or false, {_got(e)}",
-    "string_type": lambda e: f"expected text, {_got(e)}",
+    **_expected("an integer", "int_type", "int_parsing", "int_from_float"),
+    **_expected("a number", "float_type", "float_parsing"),
+    **_expected("a finite number", "finite_number"),
+    **_expected("true or false", "bool_type", "bool_parsing"),
+    **_expected("text", "string_type"),
     "string_too_short": lambda e: "must not be empty",
-    "model_type": lambda e: f"expected a mapping, {_got(e)}",
-    "model_attributes_type": lambda e: f"expected a mapping, {_got(e)}",
-    "dict_type": lambda e: f"expected a mapping, {_got(e)}",
-    "list_type": lambda e: f"expected a list, {_got(e)}",
-    "tuple_type": lambda e: f"expected a list, {_got(e)}",
+    **_expected("a mapping", "model_type", "model_attributes_type", "dict_type"),
+    **_expected("a list", "list_type", "tuple_type"),
     "greater_than": lambda e: f"must be more than {_ctx(e, 'gt')}, {_got(e)}",
     "greater_than_equal": lambda e: f"must be at least {_ctx(e, 'ge')}, {_got(e)}",
     "less_than": lambda e: f"must be less than {_ctx(e, 'lt')}, {_got(e)}",

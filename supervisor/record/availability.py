@@ -103,14 +103,6 @@ class Availability:
         return {name: w.document() for name, w in self.windows.items()}
 
 
-def _empty(kind: SubjectKind, name: str) -> Availability:
-    return Availability(
-        kind=kind,
-        name=name,
-        windows={w: Window(name=w, length_s=d.total_seconds()) for w, d in WINDOWS},
-    )
-
-
 BOUNDARIES = ("end", *(f"start_{w}" for w, _ in WINDOWS))
 """The times each subject's running sums are read at: now, and where each window opens."""
 

@@ -103,17 +103,22 @@ def rule_needs(
     ]
     found: list[Need] = []
     unknown: list[UngrantedStep] = []
+
+    def need(host: Host, shape: Shape, what: str) -> Need:
+        return Need(
+            host=host, shape=shape, who=who, what=what, endpoint=endpoint.name, rule=rule.id
+        )
+
+    def ungranted(what: str, why: str) -> None:
+        unknown.append(UngrantedStep(rule=rule.id, endpoint=endpoint.name, what=what, why=why))
+
     for item in rule.evidence:
         collector = collectors[item.collect]
         for scope, facts in scopes:
             try:
                 params = _resolve(collector.params, item.params, facts, rule)
             except ParamsError as exc:
-                unknown.append(
-                    UngrantedStep(
-                        rule=rule.id, endpoint=endpoint.name, what=item.collect, why=str(exc)
-                    )
-                )
+                ungranted(item.collect, str(exc))
                 continue
             if scope.host is None:
                 continue
@@ -124,21 +129,9 @@ def rule_needs(
                         f"reads a path only evidence names in {scope.label}: "
                         "set units[].known_good (its folder is where it may read)"
                     )
-                    unknown.append(
-                        UngrantedStep(
-                            rule=rule.id, endpoint=endpoint.name, what=item.collect, why=why
-                        )
-                    )
+                    ungranted(item.collect, why)
                     continue
-                need = Need(
-                    host=scope.host,
-                    shape=widened,
-                    who=who,
-                    what=item.collect,
-                    endpoint=endpoint.name,
-                    rule=rule.id,
-                )
-                found.append(need)
+                found.append(need(scope.host, widened, item.collect))
     if rule.mode is Mode.MANUAL:
         return found, unknown
     units = tuple((config.hosts[u.host], u) for u in endpoint.units if u.host in config.hosts)
@@ -148,33 +141,16 @@ def rule_needs(
             try:
                 params = _resolve(action.params, step.params, facts, rule)
             except ParamsError as exc:
-                unknown.append(
-                    UngrantedStep(
-                        rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc)
-                    )
-                )
+                ungranted(step.action, str(exc))
                 continue
             plan = ActionScope(endpoint=endpoint, host=scope.host, unit=scope.unit, units=units)
             try:
                 privileged = action.privileged(plan, params)
             except StopSteps as exc:  # no unit, no container: it says why
-                unknown.append(
-                    UngrantedStep(
-                        rule=rule.id, endpoint=endpoint.name, what=step.action, why=str(exc)
-                    )
-                )
+                ungranted(step.action, str(exc))
                 continue
             found.extend(
-                Need(
-                    host=host,
-                    shape=shape,
-                    who=who,
-                    what=step.action,
-                    endpoint=endpoint.name,
-                    rule=rule.id,
-                )
-                for host, shape in privileged
-                if fits(host, shape)
+                need(host, shape, step.action) for host, shape in privileged if fits(host, shape)
             )
     return found, unknown
 

@@ -94,9 +94,3 @@ class Action(Generic[P]):
     targets: frozenset[Target] = frozenset(Target)  #: targets this action accepts
     #: the commands it would run as root for one call (for sudoers and `doctor`); none by default
     privileged: Callable[[ActionScope, P], tuple[Privileged, ...]] = lambda scope, params: ()
-
-
-def facts_view(facts: Mapping[str, FactValue], prefix: str) -> Mapping[str, FactValue]:
-    """The facts of one evidence item: `facts_view(f, "listeners")["pids"]`."""
-    start = prefix + "."
-    return {k[len(start) :]: v for k, v in facts.items() if k.startswith(start)}

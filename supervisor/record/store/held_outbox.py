@@ -16,15 +16,12 @@ behind the store's other writes (`ResilientStore.queue`), so alerts go on and no
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from supervisor.record.store.notify_rows import State
 from supervisor.record.store.records import OutboxRow
-from supervisor.record.timeline.base import JSONValue
-
-State = Mapping[str, JSONValue]
-
 
 MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it returns)</i>"
 """Said under each message composed while the store cannot be written."""
@@ -33,7 +30,6 @@ MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it retu
 @dataclass
 class MemoryOutbox:
     rows: dict[int, OutboxRow] = field(default_factory=dict)  #: not yet in the store
-    ids: dict[int, int] = field(default_factory=dict)  #: a memory row's id -> the store's
     states: dict[int, tuple[State, bool]] = field(default_factory=dict)
     threads: dict[tuple[int, int], int] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)  #: stored rows sent or given up meanwhile
@@ -61,12 +57,6 @@ class MemoryOutbox:
                     incident_id=incident_id,
                     kind=kind,
                     text=text + MARK,
-                    parts_sent=0,
-                    attempts=0,
-                    last_error="",
-                    sent_at=None,
-                    message_id=None,
-                    given_up=False,
                     epoch=epoch,
                 )
                 self.rows[row.id] = row

@@ -6,7 +6,7 @@ marks, threads), each run inside a transaction its caller opened: `OutboxStore`
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from dataclasses import asdict
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -64,48 +64,12 @@ async def put_state(conn: AsyncConnection, incident_id: int, state: State, activ
     )
 
 
-async def insert_message(
-    conn: AsyncConnection,
-    *,
-    at: datetime,
-    chat_id: int,
-    incident_id: int | None,
-    kind: str,
-    text: str,
-    epoch: int | None,
-) -> None:
-    """A message composed now, to send."""
-    await conn.execute(
-        insert(outbox).values(
-            created_at=at,
-            chat_id=chat_id,
-            incident_id=incident_id,
-            kind=kind,
-            text=text,
-            epoch=epoch,
-        )
-    )
-
-
 async def insert_row(conn: AsyncConnection, row: OutboxRow, incident_id: int | None) -> int:
-    """A message kept in memory, as it stands (sent, failed, given up), under its incident's
-    real id; the id the store gave it."""
-    created = await conn.execute(
-        insert(outbox).values(
-            created_at=row.created_at,
-            chat_id=row.chat_id,
-            incident_id=incident_id,
-            kind=row.kind,
-            text=row.text,
-            parts_sent=row.parts_sent,
-            attempts=row.attempts,
-            last_error=row.last_error,
-            sent_at=row.sent_at,
-            message_id=row.message_id,
-            given_up=int(row.given_up),
-            epoch=row.epoch,
-        )
-    )
+    """A message to send: composed now, or kept in memory as it stands (sent, failed, given up),
+    under its incident's real id; the id the store gave it (its own is not written)."""
+    values = asdict(row) | {"incident_id": incident_id, "given_up": int(row.given_up)}
+    del values["id"]
+    created = await conn.execute(insert(outbox).values(**values))
     return new_id(created.inserted_primary_key)
 
 

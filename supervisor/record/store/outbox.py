@@ -17,7 +17,7 @@ from datetime import datetime
 from sqlalchemy import insert, select
 
 from supervisor.record.store import notify_rows, queries
-from supervisor.record.store.apply import Result
+from supervisor.record.store.apply import Ids, Result, apply
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.held_outbox import MemoryOutbox
 from supervisor.record.store.notify_rows import State
@@ -75,6 +75,7 @@ class OutboxStore:
         self.store = store
         self.memory = MemoryOutbox()
         self._refusal = ""  #: the last refusal of the store (for an outage it begins)
+        self._row_ids = store.row_ids if isinstance(store, ResilientStore) else {}  #: its map
         if isinstance(store, ResilientStore):
             store.on_outage.append(self._outage)
             store.after_apply.append(self._applied)
@@ -93,7 +94,6 @@ class OutboxStore:
         for row, real in zip(write.rows, ids if isinstance(ids, list) else [], strict=False):
             if not isinstance(real, int):
                 continue
-            memory.ids[row.id] = real
             kept = memory.rows.pop(row.id, None)
             if kept is not None and (kept.sent_at is not None or kept.given_up):
                 memory.done.add(real)
@@ -122,23 +122,17 @@ class OutboxStore:
         """The cursor; on first use, the timeline's end (history is not announced). While the
         store takes reads but not writes (a full disk), a first use's cursor is read and its
         write queued behind the store's others."""
-        try:
-            async with self.store.tx(write=True) as conn:
-                current = await notify_rows.cursor(conn)
-                if current is not None:
-                    return current
-                last = await queries.timeline_end(conn)
-                await notify_rows.set_cursor(conn, last)
-                return last
-        except StoreRefusedError as err:
-            queueing = self._resilient(err)
         async with self.store.tx(write=False) as conn:
             current = await notify_rows.cursor(conn)
             if current is not None:
                 return current
-            last = await queries.timeline_end(conn)
-        queueing.queue(OutboxCursor(last=last), error=self._refusal)
-        return last
+            write = OutboxCursor(last=await queries.timeline_end(conn))
+        try:
+            async with self.store.tx(write=True) as conn:
+                await apply(conn, write, Ids())  # unless one was set meanwhile
+        except StoreRefusedError as err:
+            self._resilient(err).queue(write, error=self._refusal)
+        return write.last
 
     async def batch(self, after: int, *, limit: int = 200) -> Batch:
         """The timeline rows after `after` (the stored ones, then those the store has not
@@ -303,15 +297,16 @@ class OutboxStore:
         async with self.store.tx(write=True) as conn:
             for draft in drafts:
                 for chat_id in chat_ids:
-                    await notify_rows.insert_message(
-                        conn,
-                        at=at,
+                    row = OutboxRow(
+                        id=0,  # (the store gives it one)
+                        created_at=at,
                         chat_id=chat_id,
                         incident_id=draft.incident_id,
                         kind=draft.kind,
                         text=draft.text,
                         epoch=self.store.fence_epoch,
                     )
+                    await notify_rows.insert_row(conn, row, draft.incident_id)
             for incident_id, (state, active) in states.items():
                 await notify_rows.put_state(conn, incident_id, state, active)
             if cursor is not None:
@@ -369,7 +364,7 @@ class OutboxStore:
         """Update an outbox row: in memory (a row the store has not taken; the mark is queued
         behind it, so a spill replayed after a crash has it too), in the store, or, while the
         store cannot take it, remembered and queued."""
-        row_id = self.memory.ids.get(mark.row_id, mark.row_id)
+        row_id = self._row_ids.get(mark.row_id, mark.row_id)
         if row_id < 0:
             self._mark_in_memory(row_id, mark)
             return

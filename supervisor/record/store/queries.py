@@ -20,21 +20,7 @@ from supervisor.record.timeline.base import kind_of
 
 
 def to_snapshot(m: RowMapping) -> Snapshot:
-    return Snapshot(
-        kind=SubjectKind(m["kind"]),
-        name=m["name"],
-        state=m["state"],
-        since=m["since"],
-        incident_id=m["incident_id"],
-        fail_streak=m["fail_streak"],
-        degraded_streak=m["degraded_streak"],
-        grace_until=m["grace_until"],
-        last_ok_at=m["last_ok_at"],
-        last_ttft_s=m["last_ttft_s"],
-        last_tok_s=m["last_tok_s"],
-        last_reason=m["last_reason"],
-        updated_at=m["updated_at"],
-    )
+    return Snapshot(**{**m, "kind": SubjectKind(m["kind"])})
 
 
 def to_incident(m: RowMapping) -> IncidentRow:
@@ -53,34 +39,7 @@ def to_incident(m: RowMapping) -> IncidentRow:
 
 
 def to_timeline_row(m: RowMapping) -> TimelineRow:
-    return TimelineRow(
-        id=m["id"],
-        incident_id=m["incident_id"],
-        at=m["at"],
-        subject=m["subject"],
-        kind=kind_of(m["kind"]),
-        summary=m["summary"],
-        type=m["type"],
-        version=m["version"],
-        data=m["data"],
-    )
-
-
-def to_sample(m: RowMapping) -> SampleRow:
-    return SampleRow(
-        id=m["id"],
-        endpoint=m["endpoint"],
-        at=m["at"],
-        tier=m["tier"],
-        check=m["check"],
-        outcome=m["outcome"],
-        reason=m["reason"],
-        latency_s=m["latency_s"],
-        http_status=m["http_status"],
-        ttft_s=m["ttft_s"],
-        tok_s=m["tok_s"],
-        tokens=m["tokens"],
-    )
+    return TimelineRow(**{**m, "kind": kind_of(m["kind"])})
 
 
 async def _mappings(conn: AsyncConnection, query: Executable) -> Sequence[RowMapping]:
@@ -184,7 +143,7 @@ async def samples_of(conn: AsyncConnection, endpoint: str, limit: int) -> list[S
         .order_by(samples.c.at.desc(), samples.c.id.desc())
         .limit(limit)
     )
-    return [to_sample(m) for m in await _mappings(conn, query)]
+    return [SampleRow(**m) for m in await _mappings(conn, query)]
 
 
 async def timeline_end(conn: AsyncConnection) -> int:

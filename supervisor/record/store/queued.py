@@ -19,14 +19,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, ClassVar, TypeAlias
+from typing import Annotated, Any, ClassVar, TypeAlias, get_args
 
-from pydantic import PlainSerializer, PlainValidator, TypeAdapter, ValidationError
+from pydantic import PlainSerializer, PlainValidator, ValidationError
 
 from supervisor.core.events import ProbeResult
 from supervisor.record.store.records import OutboxRow, Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.timeline.base import JSONValue
-from supervisor.record.timeline.codec import decode, encode
+from supervisor.record.timeline.codec import adapter, decode, encode
 
 
 class SpillLineError(ValueError):
@@ -202,15 +202,11 @@ class OutboxMark:
 
     def values(self) -> dict[str, object]:
         """The columns it sets (`attempts`: one more, `notify_rows.update_row`)."""
-        values: dict[str, object] = {}
-        if self.parts_sent is not None:
-            values["parts_sent"] = self.parts_sent
-        if self.message_id is not None:
-            values["message_id"] = self.message_id
-        if self.sent_at is not None:
-            values["sent_at"] = self.sent_at
-        if self.last_error is not None:
-            values["last_error"] = self.last_error
+        values: dict[str, object] = {
+            name: getattr(self, name)
+            for name in ("parts_sent", "message_id", "sent_at", "last_error")
+            if getattr(self, name) is not None
+        }
         if self.given_up is not None:
             values["given_up"] = int(self.given_up)
         if self.failed:
@@ -248,38 +244,13 @@ Write: TypeAlias = (
     | OutboxThread
 )
 
-KINDS: Mapping[str, type[Write]] = {
-    kind.NAME: kind
-    for kind in (
-        SaveSnapshot,
-        TransitionWrite,
-        AppendWrite,
-        Supervising,
-        Supervised,
-        AddSample,
-        PruneSamples,
-        StartAttempt,
-        FinishAttempt,
-        OutboxCursor,
-        OutboxRows,
-        OutboxMark,
-        OutboxThread,
-    )
-}
+KINDS: Mapping[str, type[Write]] = {kind.NAME: kind for kind in get_args(Write)}
 """Each write's name on disk -> its record."""
-
-_ADAPTERS: dict[type[Write], TypeAdapter[Any]] = {}
-
-
-def _adapter(kind: type[Write]) -> TypeAdapter[Any]:
-    if kind not in _ADAPTERS:
-        _ADAPTERS[kind] = TypeAdapter(kind)
-    return _ADAPTERS[kind]
 
 
 def encode_line(seq: int, write: Write) -> bytes:
     """The write as one line of a spill file (newline included)."""
-    data = _adapter(type(write)).dump_python(write, mode="json")
+    data = adapter(type(write)).dump_python(write, mode="json")
     line = {"seq": seq, "write": write.NAME, "data": data}
     return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
@@ -292,7 +263,7 @@ def decode_line(line: bytes) -> tuple[int, Write]:
         seq = found["seq"]
         if not isinstance(seq, int):
             raise SpillLineError(f"a spill line's seq is a number, got {seq!r}")
-        write: Write = _adapter(kind).validate_python(found["data"])
+        write: Write = adapter(kind).validate_python(found["data"])
     except (ValueError, KeyError, TypeError, ValidationError) as err:
         if isinstance(err, SpillLineError):
             raise

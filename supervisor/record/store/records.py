@@ -178,10 +178,10 @@ class OutboxRow:
     incident_id: int | None
     kind: str
     text: str
-    parts_sent: int  #: parts of a long text already delivered
-    attempts: int  #: failed tries so far
-    last_error: str
-    sent_at: datetime | None
-    message_id: int | None  #: Telegram's id of the first part
-    given_up: bool  #: Telegram refused it for good (e.g. chat not found)
+    parts_sent: int = 0  #: parts of a long text already delivered
+    attempts: int = 0  #: failed tries so far
+    last_error: str = ""
+    sent_at: datetime | None = None
+    message_id: int | None = None  #: Telegram's id of the first part
+    given_up: bool = False  #: Telegram refused it for good (e.g. chat not found)
     epoch: int | None = None  #: the leader's epoch it was composed under (None: unfenced)

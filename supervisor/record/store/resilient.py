@@ -29,9 +29,9 @@ import itertools
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -44,16 +44,11 @@ from supervisor.record.store import queries
 from supervisor.record.store.apply import Ids, Result, appends_entry, apply
 from supervisor.record.store.engine import open_engine
 from supervisor.record.store.errors import StoreError, StoreRefusedError, unwritable_cause
-from supervisor.record.store.history import Subject
 from supervisor.record.store.queued import (
-    AddSample,
     AppendWrite,
-    FinishAttempt,
     PruneSamples,
     SaveSnapshot,
     StartAttempt,
-    Supervised,
-    Supervising,
     TransitionWrite,
     Write,
 )
@@ -160,6 +155,7 @@ class ResilientStore(Store):
         self._writable = asyncio.Event()  #: set while writes go through
         self._writable.set()
         self._mine = _Origin(spill_id=uuid.uuid4().hex)  #: this process's writes
+        self.row_ids = self._mine.ids.rows  #: outbox rows kept in memory, mapped once taken
         self._next = itertools.count(-1, -1)
         self._seq = itertools.count(1)
         self._retry: asyncio.Task[None] | None = None
@@ -275,26 +271,40 @@ class ResilientStore(Store):
 
     # the queue
 
-    async def _write(self, write: Write, run: Callable[[], Awaitable[Any]]) -> None:
-        await self._submit(write, run, returns_id=False)
+    async def _write(self, write: Write) -> int | None:
+        """Every write of the `Store` through the queue (`_submit`); a timeline entry queued is
+        held too."""
+        found, queued = await self._submit(write)
+        if queued and found is not None and isinstance(write, TransitionWrite):
+            await self._hold_transition(found, write)
+        elif queued and isinstance(write, AppendWrite):
+            incident = await self._held_incident(write.incident_id, None)
+            if incident is not None:
+                self._hold(incident, write.entry)
+        return found
 
     async def _submit(
-        self, write: Write, run: Callable[[], Awaitable[int | None]], *, returns_id: bool
+        self, write: Write, run: Callable[[], Awaitable[int | None]] | None = None
     ) -> tuple[int | None, bool]:
-        """Run the write at once (`run`), or queue it (`write`) when writes queue or the store
-        refuses it: its result (a placeholder when queued), and whether it was queued."""
+        """Run the write at once (by `run` when given), or queue it when writes queue or the
+        store refuses it: its result (a placeholder when queued), and whether it was queued."""
         if not self._queue:
             try:
+                if run is None:
+                    return await self._write_now(write, self._mine.ids), False
                 return await run(), False
             except StoreError as err:
                 if not refused(err):
                     raise
                 if not self.outage:  # the writes refused together (a tick's saves) begin one
                     self._begin_outage(err)
-        placeholder = next(self._next) if returns_id else None
-        if placeholder is not None and isinstance(
-            write, TransitionWrite | AppendWrite | StartAttempt
+        placeholder = None
+        if isinstance(write, AppendWrite | StartAttempt) or (
+            # a transition that may open an incident or names one returns its id
+            isinstance(write, TransitionWrite)
+            and (write.open_cause is not None or write.snapshot.incident_id is not None)
         ):
+            placeholder = next(self._next)
             write = replace(write, placeholder=placeholder)
         self._enqueue(write)
         return placeholder, True
@@ -529,29 +539,14 @@ class ResilientStore(Store):
 
     # the timeline entries held while queued
 
-    async def _hold_transition(
-        self,
-        incident_id: int,
-        snapshot: Snapshot,
-        entry: TimelineEntry,
-        *,
-        open_cause: str | None,
-        closes: str | None,
-    ) -> None:
+    async def _hold_transition(self, incident_id: int, write: TransitionWrite) -> None:
+        snapshot, entry, closes = write.snapshot, write.entry, write.close_resolution
         incident = await self._held_incident(incident_id, snapshot)
         if incident is None:
-            if open_cause is None:
+            if write.open_cause is None:
                 return
-            incident = IncidentRow(
-                id=incident_id,
-                subject_kind=snapshot.kind,
-                subject=snapshot.name,
-                opened_at=entry.at,
-                closed_at=None,
-                symptom=open_cause,
-                resolution=None,
-                last_state=snapshot.state,
-                entries=0,
+            incident = _unstored(
+                incident_id, snapshot, opened_at=entry.at, symptom=write.open_cause
             )
         incident = replace(
             incident,
@@ -574,16 +569,8 @@ class ResilientStore(Store):
         except StoreError:
             if snapshot is None:
                 return None
-            return IncidentRow(
-                id=incident_id,
-                subject_kind=snapshot.kind,
-                subject=snapshot.name,
-                opened_at=snapshot.since,
-                closed_at=None,
-                symptom=snapshot.last_reason,
-                resolution=None,
-                last_state=snapshot.state,
-                entries=0,
+            return _unstored(
+                incident_id, snapshot, opened_at=snapshot.since, symptom=snapshot.last_reason
             )
 
     def _hold(self, incident: IncidentRow, entry: TimelineEntry) -> None:
@@ -628,110 +615,26 @@ class ResilientStore(Store):
 
     async def save_snapshot(self, snapshot: Snapshot, *, sample: ProbeResult | None = None) -> None:
         parent = super().save_snapshot
-        await self._write(
+        await self._submit(
             SaveSnapshot(snapshot=snapshot, sample=sample),
             lambda: parent(self._snap(snapshot), sample=sample),
         )
 
-    async def transition(
-        self,
-        *,
-        snapshot: Snapshot,
-        entry: TimelineEntry,
-        open_cause: str | None = None,
-        close_resolution: str | None = None,
-        reopen_within: timedelta | None = None,
-    ) -> int | None:
-        parent = super().transition
-
-        def run() -> Awaitable[int | None]:
-            return parent(
-                snapshot=self._snap(snapshot),
-                entry=entry,
-                open_cause=open_cause,
-                close_resolution=close_resolution,
-                reopen_within=reopen_within,
-            )
-
-        write = TransitionWrite(
-            snapshot=snapshot,
-            entry=entry,
-            open_cause=open_cause,
-            close_resolution=close_resolution,
-            reopen_within=reopen_within,
-        )
-        may_have_one = open_cause is not None or snapshot.incident_id is not None
-        incident_id, queued = await self._submit(write, run, returns_id=may_have_one)
-        if queued and incident_id is not None:
-            await self._hold_transition(
-                incident_id, snapshot, entry, open_cause=open_cause, closes=close_resolution
-            )
-        return incident_id
-
     async def append(self, incident_id: int, entry: TimelineEntry) -> int:
-        parent = super().append
-
-        async def run() -> int | None:
-            target = self.real_id(incident_id)
-            if target is None or target < 0:  # its incident was never opened
-                raise StoreError(f"no incident {incident_id}")
-            return await parent(target, entry)
-
-        write = AppendWrite(incident_id=incident_id, entry=entry)
-        row_id, queued = await self._submit(write, run, returns_id=True)
-        if queued:
-            incident = await self._held_incident(incident_id, None)
-            if incident is not None:
-                self._hold(incident, entry)
-        return _id(row_id)
-
-    async def supervising(self, started: datetime, subjects: Sequence[Subject]) -> None:
-        parent = super().supervising
-        write = Supervising(started=started, subjects=tuple(subjects))
-        await self._write(write, lambda: parent(started, subjects))
-
-    async def supervised(self, started: datetime, at: datetime) -> None:
-        parent = super().supervised
-        await self._write(Supervised(started=started, at=at), lambda: parent(started, at))
-
-    async def add_sample(self, result: ProbeResult) -> None:
-        parent = super().add_sample
-        await self._write(AddSample(result=result), lambda: parent(result))
+        if not self._queue and self._mine.ids.stored(incident_id) is None:
+            raise StoreError(f"no incident {incident_id}")  # its incident was never opened
+        return await super().append(incident_id, entry)
 
     async def prune_samples(self, older_than: datetime) -> int:
         parent = super().prune_samples
         write = PruneSamples(older_than=older_than)
-        found, _ = await self._submit(write, lambda: parent(older_than), returns_id=False)
+        found, _ = await self._submit(write, lambda: parent(older_than))
         return _id(found)
 
-    async def start_attempt(
-        self, *, endpoint: str, rule_id: str, incident_id: int | None, at: datetime
-    ) -> int:
-        parent = super().start_attempt
-
-        def run() -> Awaitable[int]:
-            incident = self.real_id(incident_id)
-            incident = incident if incident is None or incident >= 0 else None
-            return parent(endpoint=endpoint, rule_id=rule_id, incident_id=incident, at=at)
-
-        write = StartAttempt(
-            endpoint=endpoint,
-            rule_id=rule_id,
-            incident_id=incident_id,
-            at=at,
-            epoch=self.fence_epoch,
-        )
-        return _id((await self._submit(write, run, returns_id=True))[0])
-
     async def finish_attempt(self, attempt_id: int, *, at: datetime, outcome: str) -> None:
-        parent = super().finish_attempt
-
-        async def run() -> None:
-            real = self.real_id(attempt_id)
-            if real is not None and real >= 0:
-                await parent(real, at=at, outcome=outcome)
-
-        await self._write(FinishAttempt(attempt_id=attempt_id, at=at, outcome=outcome), run)
+        if self._queue or self._mine.ids.stored(attempt_id) is not None:
+            await super().finish_attempt(attempt_id, at=at, outcome=outcome)
+        # else its start never reached the store: nothing to finish
 
 
 async def _taken(
@@ -752,6 +655,23 @@ async def _taken(
         )
         taken |= {(spill, row.seq): row.result for row in found}
     return taken
+
+
+def _unstored(
+    incident_id: int, snapshot: Snapshot, *, opened_at: datetime, symptom: str
+) -> IncidentRow:
+    """An open incident of the snapshot's subject as the store does not have it (yet)."""
+    return IncidentRow(
+        id=incident_id,
+        subject_kind=snapshot.kind,
+        subject=snapshot.name,
+        opened_at=opened_at,
+        closed_at=None,
+        symptom=symptom,
+        resolution=None,
+        last_state=snapshot.state,
+        entries=0,
+    )
 
 
 def _id(value: int | None) -> int:

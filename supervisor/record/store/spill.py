@@ -30,7 +30,6 @@ import fcntl
 import hashlib
 import json
 import os
-import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -118,7 +117,6 @@ class SpillFile:
         self.problem = ""  #: '' while the file takes writes; else why not, for people
         self.dropped = 0  #: droppable writes dropped to keep the file in its bound
         self.groups = 0  #: write groups fsynced
-        self.sync_s = 0.0  #: time spent writing and fsyncing them
         self._fd: int | None = None
         self._size = 0
         self._lines: deque[_Line] = deque()  #: what the file holds after its header
@@ -169,18 +167,7 @@ class SpillFile:
             "format": FORMAT,
         }
         self._header = json.dumps(header).encode() + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _write_all(fd, self._header)
-            os.fsync(fd)
-            _sync_folder(self.place.folder)
-        except OSError:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            raise
-        self._fd, self._size = fd, len(self._header)
+        self._fd, self._size = _locked_file(self.path, self._header), len(self._header)
         log.info("store outage: spilling queued writes to disk", spill=str(self.path))
 
     def _append(self, line: _Line) -> None:
@@ -229,18 +216,8 @@ class SpillFile:
         over it, so that a crash leaves either the old file or the new one."""
         assert self._fd is not None
         fresh = self.path.with_name(self.path.name + ".new")
-        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _write_all(fd, self._header + b"".join(line.data for line in kept))
-            os.fsync(fd)
-            os.replace(fresh, self.path)
-            _sync_folder(self.place.folder)
-        except OSError:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                fresh.unlink()
-            raise
+        data = self._header + b"".join(line.data for line in kept)
+        fd = _locked_file(fresh, data, over=self.path)
         os.close(self._fd)
         self._fd = fd
         self._lines = kept
@@ -268,14 +245,12 @@ class SpillFile:
         self._sync_due = False
         if self._fd is None or self.problem:
             return
-        began = time.perf_counter()
         try:
             os.fsync(self._fd)
         except OSError as err:
             self._refuse(err)
             return
         self.groups += 1
-        self.sync_s += time.perf_counter() - began
 
     def remove(self) -> None:
         """Every write it holds is in the store: the file goes (and the next outage starts
@@ -306,6 +281,26 @@ class SpillFile:
         self.problem = ""
         self.dropped = 0
         self._over_bound = False
+
+
+def _locked_file(path: Path, data: bytes, *, over: Path | None = None) -> int:
+    """A file made at `path` (a new one; or, renamed `over` a file, one made afresh), locked by
+    us, holding `data`, fsynced with its folder: its descriptor. On an error it is removed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_EXCL if over is None else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _write_all(fd, data)
+        os.fsync(fd)
+        if over is not None:
+            os.replace(path, over)
+        _sync_folder(path.parent)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    return fd
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -356,16 +351,14 @@ def dead_spills(place: SpillPlace, *, store: str) -> list[DeadSpill]:
         return []
     found = []
     for path in leftovers:
-        _remove_if_dead(path)
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # its process lives
+        fd = _lock_dead(path)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
             os.close(fd)
+    for path in paths:
+        fd = _lock_dead(path)
+        if fd is None:
             continue
         spill = read_spill(path, fd)
         if spill is None:
@@ -375,18 +368,18 @@ def dead_spills(place: SpillPlace, *, store: str) -> list[DeadSpill]:
     return sorted(found, key=lambda spill: spill.started)
 
 
-def _remove_if_dead(path: Path) -> None:
+def _lock_dead(path: Path) -> int | None:
+    """The file opened and locked by us, or None: gone, or its process lives (holds it)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        path.unlink()
     except OSError:
-        pass
-    finally:
         os.close(fd)
+        return None
+    return fd
 
 
 def read_spill(path: Path, fd: int) -> DeadSpill | None:

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from supervisor.core.events import ProbeResult
 from supervisor.record.store import history, lease, queries, writes
+from supervisor.record.store.apply import Ids, appends_entry, apply, result_id
 from supervisor.record.store.engine import make_any_engine, open_engine, reason, transaction
 from supervisor.record.store.errors import (
     SERVER_DOWN,
@@ -28,6 +29,16 @@ from supervisor.record.store.errors import (
 )
 from supervisor.record.store.grouped import GroupedSaves, Save
 from supervisor.record.store.lease import StaleEpochError
+from supervisor.record.store.queued import (
+    AddSample,
+    AppendWrite,
+    FinishAttempt,
+    StartAttempt,
+    Supervised,
+    Supervising,
+    TransitionWrite,
+    Write,
+)
 from supervisor.record.store.records import (
     AttemptRow,
     IncidentRow,
@@ -181,40 +192,30 @@ class Store:
         endpoint is one incident). Returns the id of the incident the entry was appended to, or
         None if there was none (no incident open and no `open_cause`).
         """
-        async with self._tx(write=True) as conn:
-            incident_id = await writes.transition(
-                conn,
-                snapshot=snapshot,
-                entry=entry,
-                open_cause=open_cause,
-                close_resolution=close_resolution,
-                reopen_within=reopen_within,
-            )
-        if incident_id is not None:
-            self._appended()
-        return incident_id
+        write = TransitionWrite(
+            snapshot=snapshot,
+            entry=entry,
+            open_cause=open_cause,
+            close_resolution=close_resolution,
+            reopen_within=reopen_within,
+        )
+        return await self._write(write)
 
     async def supervising(self, started: datetime, subjects: Sequence[history.Subject]) -> None:
         """A run of the daemon starts at `started`: each subject's (kind, name, state) is logged
         then, after `unsupervised` where the previous run was last seen."""
-        async with self._tx(write=True) as conn:
-            await history.run_started(conn, started, subjects)
+        await self._write(Supervising(started=started, subjects=tuple(subjects)))
 
     async def supervised(self, started: datetime, at: datetime) -> None:
         """The run that started at `started` is alive at `at`."""
-        async with self._tx(write=True) as conn:
-            await history.seen(conn, started, at)
+        await self._write(Supervised(started=started, at=at))
 
     async def append(self, incident_id: int, entry: TimelineEntry) -> int:
         """Append to an incident's timeline (closed ones too); returns the new row's id."""
-        async with self._tx(write=True) as conn:
-            row = await writes.append(conn, incident_id, entry)
-        self._appended()
-        return row
+        return _made(await self._write(AppendWrite(incident_id=incident_id, entry=entry)))
 
     async def add_sample(self, result: ProbeResult) -> None:
-        async with self._tx(write=True) as conn:
-            await writes.insert_sample(conn, result)
+        await self._write(AddSample(result=result))
 
     async def prune_samples(self, older_than: datetime) -> int:
         """Delete samples taken before `older_than`; returns how many went."""
@@ -225,19 +226,30 @@ class Store:
         self, *, endpoint: str, rule_id: str, incident_id: int | None, at: datetime
     ) -> int:
         """Record that a remediation starts; returns the attempt's id."""
-        async with self._tx(write=True) as conn:
-            return await writes.start_attempt(
-                conn,
-                endpoint=endpoint,
-                rule_id=rule_id,
-                incident_id=incident_id,
-                at=at,
-                epoch=self.fence_epoch,
-            )
+        write = StartAttempt(
+            endpoint=endpoint,
+            rule_id=rule_id,
+            incident_id=incident_id,
+            at=at,
+            epoch=self.fence_epoch,
+        )
+        return _made(await self._write(write))
 
     async def finish_attempt(self, attempt_id: int, *, at: datetime, outcome: str) -> None:
+        await self._write(FinishAttempt(attempt_id=attempt_id, at=at, outcome=outcome))
+
+    async def _write(self, write: Write) -> int | None:
+        """Every write call's (a `ResilientStore` queues them while the store refuses them)."""
+        return await self._write_now(write, Ids())
+
+    async def _write_now(self, write: Write, ids: Ids) -> int | None:
+        """One write in a transaction of its own: the statements a queued one runs
+        (`supervisor.record.store.apply`, each placeholder mapped by `ids`); the id it made."""
         async with self._tx(write=True) as conn:
-            await writes.finish_attempt(conn, attempt_id, at=at, outcome=outcome)
+            result = await apply(conn, write, ids)
+        if appends_entry(write, result):
+            self._appended()
+        return result_id(result)
 
     async def attempts(
         self, endpoint: str | None = None, *, since: datetime | None = None
@@ -297,6 +309,12 @@ class Store:
         _check_limit(limit)
         async with self._tx(write=False) as conn:
             return await queries.samples_of(conn, endpoint, limit)
+
+
+def _made(found: int | None) -> int:
+    """The id of a write that always makes one (a `ResilientStore` queueing it: a placeholder)."""
+    assert found is not None
+    return found
 
 
 def _check_limit(limit: int) -> None:

@@ -54,7 +54,7 @@ _ADAPTERS: dict[object, TypeAdapter[Any]] = {}
 """One pydantic adapter per type, built when first needed (building one reads its fields)."""
 
 
-def _adapter(tp: type[T]) -> TypeAdapter[T]:
+def adapter(tp: type[T]) -> TypeAdapter[T]:
     if tp not in _ADAPTERS:
         _ADAPTERS[tp] = TypeAdapter(tp)
     return _ADAPTERS[tp]
@@ -66,14 +66,14 @@ def encode(record: object) -> dict[str, JSONValue]:
     the store's JSON column takes JSON values only and says which one is not."""
     if isinstance(record, Unknown):
         return dict(record.payload)
-    out = _adapter(type(record)).dump_python(record, warnings=False)
+    out = adapter(type(record)).dump_python(record, warnings=False)
     assert isinstance(out, dict)
     return out
 
 
 def decode_value(tp: type[T], value: object) -> T:
     """`value` (JSON) as the type `tp` says; `pydantic.ValidationError` when it does not fit."""
-    return _adapter(tp).validate_json(to_json(value), strict=True)
+    return adapter(tp).validate_json(to_json(value), strict=True)
 
 
 def decode(
