@@ -143,9 +143,9 @@ class EndpointRecord:
             open_cause = cause
         if change.dest is State.HEALTHY and result is not None:
             close = resolution_text(result)
-        streak = (
-            list(self.streak_results) if open_cause is not None and result is not None else None
-        )
+        # an opening carries its streak (none for a load the server said failed): the chat's
+        # opening message is told from it
+        streak = list(self.streak_results) if open_cause is not None else None
         entry = transition_entry(
             change,
             note,
