@@ -63,6 +63,8 @@ class Endpoint:
     kind: str = "openai"  #: `openai`, `ollama` (on demand) or `health` (`url` is the check)
     via: str | None = None  #: the router it is reached through
     backend: str | None = None  #: the endpoint serving it behind that router
+    #: its own probe settings over the drill's (none: the drill's)
+    probe: Mapping[str, object] | None = None
 
     def needs(self) -> tuple[str, ...]:
         """The other endpoints a config with this one must hold: its router and its backend."""
@@ -107,6 +109,9 @@ ENDPOINTS: Mapping[str, Endpoint] = {
         (),
         via="swap",
         backend="qwen",
+        # faster than the drill's probes: its failure is confirmed within the outage of its
+        # router (about a second: the daemon restarts it that fast), so it is seen blocked
+        probe={"liveness_interval": "250ms", "completion_interval": "500ms"},
     ),
 }
 
@@ -154,8 +159,12 @@ def _endpoint(chosen: Endpoint) -> dict[str, object]:
         entry |= {"model": chosen.model, "expect_reasoning": chosen.expect_reasoning}
     if chosen.units:
         entry["units"] = _units(chosen)
-    optional = {"via": chosen.via, "backend": chosen.backend}
-    return entry | {key: value for key, value in optional.items() if value is not None}
+    optional = {"via": chosen.via, "backend": chosen.backend, "probe": chosen.probe}
+    return entry | {
+        key: dict(value) if isinstance(value, Mapping) else value
+        for key, value in optional.items()
+        if value is not None
+    }
 
 
 def write_config(
