@@ -12,9 +12,14 @@ import aiohttp
 import pytest
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
+from fleet_lab.vllm_sim.swap import LlamaSwap, RunningUpstream, SwapModel
+from supervisor.app.root import Supervisor
 from supervisor.config.errors import ConfigError
-from supervisor.config.loader import parse_config
+from supervisor.config.loader import load_config, parse_config
+from supervisor.judge.machine import State
 from supervisor.record.store.store import Store
+from supervisor.record.timeline.state import Transition
+from supervisor.worker import EndpointWorker
 from tests import litellm
 from tests.conftest import FAST_TOK_S
 from tests.helpers import eventually, spawn_daemon, write_fleet
@@ -183,3 +188,76 @@ async def test_a_dead_router_is_one_incident_and_its_routes_are_blocked(
     async with await Store.open(tmp_path / "state" / "supervisor.db", create=False) as store:
         incidents = await store.incidents(limit=20)
     assert [(i.subject, i.is_open) for i in incidents] == [("door", False)]
+
+
+def _incident(worker: EndpointWorker) -> int | None:
+    return worker.record.incident_id
+
+
+async def test_a_route_still_failing_once_its_backend_is_back_is_its_own_incident(
+    tmp_path: Path,
+) -> None:
+    """UNBLOCKED: the route is blocked by its dead backend (the backend's incident only); while
+    the backend is down, the router begins asking for a key the route does not send. The backend
+    comes back and heals; the route still fails, its router and backend answering: after
+    `failures_to_down` such failures it is down with an incident of its own, the reason its own
+    (the key), never the backend's. Removing the `unblocked` wiring in the worker
+    (`ProbeDiscipline._blocked_or_not`) leaves the route unreachable and this spec fails."""
+    port = free_port()
+    backend = VllmSim(SimBehaviour(tok_s=FAST_TOK_S), model="ds4")
+    await backend.start(port=port)
+    models = {"ds4": SwapModel(upstream=RunningUpstream(backend.url))}
+    try:
+        async with LlamaSwap(models, health_check_timeout=1) as router:
+            on_forge = {"host": "forge"}
+            endpoints = {
+                "door": {"kind": "health", "url": f"{router.url}/health", **on_forge},
+                "ds4": {"kind": "openai", "url": backend.url, "model": "ds4", **on_forge},
+                "route": {
+                    "kind": "openai",
+                    "url": router.url,
+                    "model": "ds4",
+                    "via": "door",
+                    "backend": "ds4",
+                    **on_forge,
+                },
+            }
+            daemon = Supervisor(load_config(write_fleet(tmp_path, endpoints)))
+            await daemon.start()
+            workers = daemon.workers
+            route = workers["route"]
+
+            def are(*wanted: State) -> bool:
+                return tuple(workers[n].state for n in ("door", "ds4", "route")) == wanted
+
+            try:
+                await eventually(lambda: are(State.HEALTHY, State.HEALTHY, State.HEALTHY))
+                await backend.stop()
+                await eventually(
+                    lambda: are(State.HEALTHY, State.DOWN, State.UNREACHABLE),
+                    what="the route blocked by its backend",
+                )
+                assert _incident(route) is None
+                router.api_keys = ("sk-new-router-key",)  # the route sends none
+                await backend.start(port=port)
+                await eventually(
+                    lambda: workers["ds4"].state is State.HEALTHY, what="the backend back"
+                )
+                await eventually(
+                    lambda: _incident(route) is not None, what="the route's own incident"
+                )
+                store = daemon.store
+                assert store is not None
+                incidents = await store.incidents(limit=20)
+                rows = await store.timeline(_incident(route) or 0)
+            finally:
+                await daemon.stop()
+    finally:
+        await backend.stop()
+    assert [(i.subject, i.is_open) for i in incidents] == [("route", True), ("ds4", False)]
+    first = rows[0].record
+    assert isinstance(first, Transition)
+    assert (first.source, first.dest, first.trigger) == ("unreachable", "down", "unblocked")
+    refused = "the server asks for a key (HTTP 401): set endpoints.route.api_key_file"
+    assert first.note == f"its router and backend answer: {refused}"
+    assert incidents[0].cause == refused

@@ -101,6 +101,8 @@ async def test_a_request_for_a_model_not_running_starts_it_and_waits(
     assert await running(http, pair) == [("qwen", "ready", 60)]
     assert pair.starts == [Start(model="qwen", at=T0, cause=BY_PROBE)]
     assert pair.swaps == []
+    qwen_url = pair.models["qwen"].upstream.sims[0].url  # type: ignore[attr-defined]
+    assert pair.log == [f"[INFO] <qwen> Health check passed on {qwen_url}/health"]  # no failure
     async with http.get(pair.url + "/running") as response:
         (entry,) = (await response.json())["running"]
     qwen_sim = pair.models["qwen"].upstream.sims[0]  # type: ignore[attr-defined]
@@ -173,6 +175,10 @@ async def test_a_start_that_never_gets_healthy_is_a_502(
             )
         assert swap.running == []
         assert [s.error for s in swap.starts] == ["health check timed out after 0.3s"]
+        # llama-swap's own line (`waitForCmd`): what the journal stream hears
+        assert swap.log == [
+            "[INFO] <slow> process exited but not StateStopping, current state: starting"
+        ]
 
 
 # -- ttl -------------------------------------------------------------------------------------------

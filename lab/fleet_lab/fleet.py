@@ -5,10 +5,15 @@
   on :8000; `vllm-qwen.service`, a single-node model on :8001 whose unit runs a launch script on
   the host (`/var/lib/lab/scripts/vllm-qwen.sh`, a known-good copy under
   `/var/lib/lab/known-good/`: no container); the hung-engine fault gives it systemd's default
-  stop timeout (90 s) with a drop-in.
+  stop timeout (90 s) with a drop-in; its engine's death ends its server with exit 0 (vLLM
+  0.32), as the head's does. `ollama.service`: Ollama loading `qwen3:8b` on demand on :11434
+  (`fleet_lab.vllm_sim.loaders`), its free memory read from the host's `/proc/meminfo` (which
+  the lab writes: the vLLM neighbour's share).
 - spark2 (127.0.0.12): `vllm-ds4-worker.service` runs `docker exec vllm_ds4 bash
   /workspace/vllm-worker.sh` (a headless worker that joins the head's 29501);
-  `ollama.service` (the sim as Ollama on :11434) and `parakeet.service` (health only, :8765).
+  `ollama.service` (the sim as Ollama on :11434) and `parakeet.service` (health only, :8765);
+  `llama-swap.service`, a llama-swap-shaped router on :8080 in front of spark1's single node
+  (model `qwen`).
 
 - m3ultra (127.0.0.13): the Mac, a stand-in with no macOS (see `fleet_lab.mac.host`): Kimi's
   launchd job `com.fleet.mlx-kimi` runs the sim as mlx_lm on :8013.
@@ -46,6 +51,13 @@ QWEN_KNOWN_GOOD = f"{INSIDE}/known-good/vllm-qwen.sh"
 #: The single node's control file (`fleet_lab.vllm_sim.control`): a drill saturates or hangs it
 #: without restarting the unit. In the host's own folder.
 QWEN_CONTROL = "qwen-control.json"
+#: Spark 1's Ollama, loading its model on demand (`fleet_lab.vllm_sim.loaders ollama`).
+OLLAMA_UNIT = "ollama.service"
+OLLAMA_MODEL = "qwen3:8b"
+OLLAMA_PORT = 11434
+#: The llama-swap-shaped router on spark2, in front of the single node (`loaders llama-swap`).
+SWAP_UNIT = "llama-swap.service"
+SWAP_PORT = 8080
 #: The host's GPU (see `launch.claim_gpu`): a file in the host's own folder.
 GPU = f"{INSIDE}/gpu"
 #: What the launch scripts give the vLLM-shaped server: vLLM 0.32's exit 0 after engine death,
@@ -87,6 +99,17 @@ MEMINFO_STARVED = (
     "Cached:         114294784 kB\n"
 )
 
+#: A GB10 whose vLLM neighbour holds its unified memory (0.80 of it, and growing): 3.0 GiB
+#: available, little page cache (nothing `drop_caches` could give back): a 6 GiB model does not
+#: fit.
+MEMINFO_NEIGHBOUR_FULL = (
+    "MemTotal:       125483008 kB\n"
+    "MemFree:          2936012 kB\n"
+    "MemAvailable:     3145728 kB\n"
+    "Buffers:           104857 kB\n"
+    "Cached:           1258291 kB\n"
+)
+
 
 def _python() -> str:
     return sys.executable
@@ -103,12 +126,21 @@ def _launch_script(role: str, address: str, extra: str = "") -> str:
     )
 
 
-def _unit(description: str, exec_start: str, *, stop_timeout: str | None = "5") -> str:
-    """A model unit; `stop_timeout` None leaves systemd's own TimeoutStopSec (90 s)."""
+#: This checkout's lab package and runtime, first on a unit's path: the venv's editable install
+#: may be another checkout's (a worktree's lab runs its own simulators).
+CHECKOUT_PATH = f"{Path(__file__).resolve().parents[1]}:{Path(__file__).resolve().parents[2]}"
+
+
+def _unit(
+    description: str, exec_start: str, *, stop_timeout: str | None = "5", own_path: bool = False
+) -> str:
+    """A model unit; `stop_timeout` None leaves systemd's own TimeoutStopSec (90 s);
+    `own_path` runs this checkout's code (`CHECKOUT_PATH`)."""
     stop = f"TimeoutStopSec={stop_timeout}\n" if stop_timeout is not None else ""
+    env = f"Environment=PYTHONPATH={CHECKOUT_PATH}\n" if own_path else ""
     return (
         f"[Unit]\nDescription={description}\nStartLimitIntervalSec=0\n\n"
-        f"[Service]\nExecStart={exec_start}\nRestart=on-failure\nRestartSec=3\n"
+        f"[Service]\n{env}ExecStart={exec_start}\nRestart=on-failure\nRestartSec=3\n"
         f"KillMode=control-group\n{stop}"
     )
 
@@ -131,6 +163,7 @@ def units() -> dict[str, dict[str, str]]:
             # the hung-engine fault raises its stop timeout to systemd's default (90 s) with a
             # drop-in (`fleet_lab.drills.faults.QWEN_STOP_DROPIN`)
             QWEN_UNIT: _unit("vLLM single node", f"/bin/bash {QWEN_SCRIPT}"),
+            OLLAMA_UNIT: _unit("Ollama (models on demand)", _ollama(), own_path=True),
         },
         "spark2": {
             "vllm-ds4-worker.service": _unit(
@@ -138,9 +171,25 @@ def units() -> dict[str, dict[str, str]]:
             ),
             "ollama.service": _unit("Ollama", _sim(spark2, 11434, "gemma", " --flavour ollama")),
             "parakeet.service": _unit("Parakeet ASR (health only)", _sim(spark2, 8765, "asr")),
+            SWAP_UNIT: _unit("llama-swap (router)", _swap(), own_path=True),
         },
         mac_host.HOST: mac_host.units(),
     }
+
+
+def _ollama() -> str:
+    return (
+        f"{_python()} -m fleet_lab.vllm_sim.loaders ollama --host {ADDRESSES['spark1']} "
+        f"--port {OLLAMA_PORT} --model {OLLAMA_MODEL} --size 6 --load-s 1 --meminfo /proc/meminfo"
+    )
+
+
+def _swap() -> str:
+    qwen = f"http://{ADDRESSES['spark1']}:8001"
+    return (
+        f"{_python()} -m fleet_lab.vllm_sim.loaders llama-swap --host {ADDRESSES['spark2']} "
+        f"--port {SWAP_PORT} --upstream {QWEN_MODEL}={qwen}"
+    )
 
 
 def host_scripts(host: str) -> Mapping[str, str]:
@@ -152,7 +201,8 @@ def host_scripts(host: str) -> Mapping[str, str]:
 
 
 def _qwen() -> str:
-    return _sim(ADDRESSES["spark1"], 8001, QWEN_MODEL, f" --control-file {INSIDE}/{QWEN_CONTROL}")
+    flags = f" --control-file {INSIDE}/{QWEN_CONTROL} --exit-on-engine-death --exit-delay 1.5s"
+    return _sim(ADDRESSES["spark1"], 8001, QWEN_MODEL, flags)
 
 
 def containers(host: str) -> Mapping[str, str]:

@@ -86,7 +86,7 @@ class UnitSignal:
     endpoint: str
     host: str
     unit: str
-    kind: str  #: `failed`, `exited`, `crash_loop`, `started`, `stopped`
+    kind: str  #: `failed`, `exited`, `crash_loop`, `started`, `stopped`, `load_failed`
     down: bool  #: the unit is not serving any more
     line: str  #: `vllm.service failed: status=127, 2 restarts (exit-code)`
     message: str  #: systemd's message that made it
@@ -97,6 +97,7 @@ class UnitSignal:
     n_restarts: int | None = None
     source: str = "journal"  #: `journal`, or `poll`
     cursor: str = ""
+    model: str = ""  #: `load_failed`: the model the server's line names ('' when none)
 
 
 @dataclass(frozen=True, kw_only=True)

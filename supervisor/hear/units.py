@@ -123,6 +123,7 @@ def signal_of(endpoint: str, event: UnitEvent) -> UnitSignal:
         n_restarts=event.n_restarts,
         source=event.source,
         cursor=event.cursor,
+        model=event.model,
     )
 
 

@@ -27,6 +27,13 @@ def unit_heard(signal: UnitSignal) -> Heard:
     return Heard(key=key, words=f"systemd: {signal.line}")
 
 
+def load_heard(signal: UnitSignal) -> Heard:
+    """A load the server said failed, by what failed (the same failure again is one key)."""
+    model = f" {signal.model}" if signal.model else ""
+    key = f"load {signal.unit}@{signal.host}{model}: {signal.result}"
+    return Heard(key=key, words=f"{signal.unit}: {signal.message}")
+
+
 def progress_heard(progress: Progress) -> Heard:
     """What `/metrics` says the server is doing (busy, hung, idle, unknown)."""
     return Heard(key=f"metrics: {progress.verdict.value}", words=f"/metrics: {progress.reason}")

@@ -33,7 +33,7 @@ from supervisor.judge.policy import (
     wants_progress,
 )
 from supervisor.judge.progress.judge import Progress
-from supervisor.worker._heard import Heard, progress_heard, unit_heard
+from supervisor.worker._heard import Heard, load_heard, progress_heard, unit_heard
 from supervisor.worker._queue import WorkerQueue
 from supervisor.worker._record import EndpointRecord
 
@@ -55,6 +55,8 @@ class HostCheck(Protocol):
 #: states in which a scheduled real check waits a whole completion interval after the last one
 _SPACED = frozenset({State.DOWN, State.ESCALATED, State.UNREACHABLE, State.BUSY})
 _SLACK_S = 0.5
+#: states a load that failed makes down at once (not in a startup grace: recorded only)
+_LOAD_DOWN_FROM = frozenset({State.UNKNOWN, State.HEALTHY, State.IDLE, State.DEGRADED, State.BUSY})
 #: states in which a real check of an endpoint that loads on demand never loads its model
 _GENTLE = frozenset({State.UNKNOWN, State.STARTING, State.HEALTHY, State.IDLE})
 
@@ -255,6 +257,9 @@ class ProbeDiscipline:
                 signal, f"not judged: {self._record.state}", judged=False
             )
             return
+        if signal.kind == "load_failed":
+            await self._on_load_failed(signal)
+            return
         if not signal.down:
             await self._record.record_unit(signal, "evidence only", judged=False)
             return
@@ -283,3 +288,29 @@ class ProbeDiscipline:
             await self._record.record_probe(result, verdict.note)
         await self._record.record_unit(signal, words)
         self._heard(unit_heard(signal))
+
+    async def _on_load_failed(self, signal: UnitSignal) -> None:
+        """The server said a load a request asked for failed: the failure itself, heard (no probe
+        would see it: the server answers, the model is just not loaded). Down at once from a
+        calm state; in its startup grace recorded only; while down or escalated, new evidence."""
+        if signal.model and signal.model != self.endpoint.model:
+            await self._record.record_unit(
+                signal, f"another model's load ({signal.model})", judged=False
+            )
+            return
+        state = self._record.state
+        if state in _LOAD_DOWN_FROM:
+            self._record.last_unit_signal = signal
+            self._record.last_reason = f"a load failed: {signal.message}"
+            await self._record.fire(
+                Trigger.DOWN,
+                f"{signal.line}: {signal.message}",
+                data={"unit": signal.unit, "host": signal.host},
+                cause=f"a load failed ({signal.result}): {signal.message}",
+            )
+            await self._record.record_unit(signal, "a load failed: down")
+            return
+        await self._record.record_unit(signal, f"a load failed; {state}", judged=False)
+        if state in (State.DOWN, State.ESCALATED):
+            self._record.last_unit_signal = signal
+            self._heard(load_heard(signal))

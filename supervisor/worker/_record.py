@@ -112,10 +112,14 @@ class EndpointRecord:
     def grace_hhmm(self) -> str:
         return self.grace_until.strftime("%H:%M:%SZ") if self.grace_until else "-"
 
-    async def fire(self, trigger: Trigger, note: str, *, data: dict[str, str]) -> None:
+    async def fire(
+        self, trigger: Trigger, note: str, *, data: dict[str, str], cause: str | None = None
+    ) -> None:
+        """Fire `trigger` with no probe result behind it; `cause` opens an incident when the
+        change is to a state that has one (a load the server said failed)."""
         change = await self._machine.fire(self.name, trigger)
         if change is not None:
-            await self.record_change(change, note, None, extra=data)
+            await self.record_change(change, note, None, extra=data, cause=cause)
 
     async def record_change(
         self,
@@ -125,6 +129,7 @@ class EndpointRecord:
         *,
         extra: dict[str, str] | None = None,
         progress: Progress | None = None,
+        cause: str | None = None,
     ) -> None:
         await self.flush_runs()
         now = self._clock.now()
@@ -134,8 +139,12 @@ class EndpointRecord:
             open_cause = result.reason
             if progress is not None and progress.verdict.value in ("busy", "hung"):
                 open_cause = progress.reason
+        if change.dest in (State.DOWN, State.DEGRADED, State.BUSY) and cause is not None:
+            open_cause = cause
         if change.dest is State.HEALTHY and result is not None:
             close = resolution_text(result)
+        # an opening carries its streak (none for a load the server said failed): the chat's
+        # opening message is told from it
         streak = list(self.streak_results) if open_cause is not None else None
         entry = transition_entry(
             change,

@@ -294,7 +294,7 @@ def test_an_unknown_drill_is_one_plain_line() -> None:
         "escalated-then-hung, escalated-other-status, engine-death-clean-exit, orphan-enginecore, "
         "ghost-execstart-no-known-good, fork-shm-ringbuffer, mamba-block-size, "
         "silent-degradation, saturated, hung-engine, mlx-zombie, launchd-job-dead, "
-        "launchd-job-crashloop)"
+        "launchd-job-crashloop, ondemand-load-fails, router-backend-dead, router-dead)"
     )
 
 

@@ -3,11 +3,14 @@ lab's user, with the sudoers file generated for the config: `install_sudoers`), 
 probes, remediation for real, and the one endpoint the drill is about: the DeepSeek pair `ds4`
 (the worker on spark2, then the head on spark1, in `vllm_ds4` containers) or the single-node
 `qwen` on spark1 (a launch script on the host, no container), or Kimi (`kimi`) on the Mac
-stand-in m3ultra (a launchd job; see `fleet_lab.mac.host`)."""
+stand-in m3ultra (a launchd job; see `fleet_lab.mac.host`), or Spark 1's Ollama (`ollama`,
+models loaded on demand: `idle` is its calm state); with the endpoints it needs: a route
+(`qwen-via-swap`: `qwen` through the llama-swap router `swap` on spark2) comes with its router
+and its backend."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +60,15 @@ class Endpoint:
     model: str
     units: tuple[Unit, ...]
     expect_reasoning: bool = True
+    kind: str = "openai"  #: `openai`, `ollama` (on demand) or `health` (`url` is the check)
+    via: str | None = None  #: the router it is reached through
+    backend: str | None = None  #: the endpoint serving it behind that router
+    #: its own probe settings over the drill's (none: the drill's)
+    probe: Mapping[str, object] | None = None
+
+    def needs(self) -> tuple[str, ...]:
+        """The other endpoints a config with this one must hold: its router and its backend."""
+        return tuple(name for name in (self.via, self.backend) if name is not None)
 
 
 ENDPOINTS: Mapping[str, Endpoint] = {
@@ -79,20 +91,48 @@ ENDPOINTS: Mapping[str, Endpoint] = {
         (Unit(mac_host.HOST, mac_host.LABEL, None, None, mac_host.DOMAIN, mac_host.PLIST),),
         expect_reasoning=False,
     ),
+    "ollama": Endpoint(
+        f"http://{ADDRESSES['spark1']}:{fleet.OLLAMA_PORT}",
+        fleet.OLLAMA_MODEL,
+        (Unit("spark1", fleet.OLLAMA_UNIT, None),),
+        kind="ollama",
+    ),
+    "swap": Endpoint(
+        f"http://{ADDRESSES['spark2']}:{fleet.SWAP_PORT}/health",
+        "",
+        (Unit("spark2", fleet.SWAP_UNIT, None),),
+        kind="health",
+    ),
+    "qwen-via-swap": Endpoint(
+        f"http://{ADDRESSES['spark2']}:{fleet.SWAP_PORT}",
+        fleet.QWEN_MODEL,
+        (),
+        via="swap",
+        backend="qwen",
+        # faster than the drill's probes: its failure is confirmed within the outage of its
+        # router (about a second: the daemon restarts it that fast), so it is seen blocked
+        probe={"liveness_interval": "250ms", "completion_interval": "500ms"},
+    ),
 }
 
 
 def completes(name: str) -> bool:
-    """Endpoint `name` answers a real chat completion now."""
+    """Endpoint `name` answers a real chat completion now (a health endpoint: its check; an
+    Ollama on demand: its model list, which loads nothing)."""
     endpoint = ENDPOINTS[name]
     body = {"model": endpoint.model, "messages": [{"role": "user", "content": "hi"}]}
     try:
-        reply = httpx.post(
-            f"{endpoint.url}/v1/chat/completions",
-            json={**body, "max_tokens": 8},
-            verify=default_tls(),
-            timeout=5,
-        )
+        if endpoint.kind == "health":
+            reply = httpx.get(endpoint.url, verify=default_tls(), timeout=5)
+        elif endpoint.kind == "ollama":
+            reply = httpx.get(f"{endpoint.url}/api/tags", verify=default_tls(), timeout=5)
+        else:
+            reply = httpx.post(
+                f"{endpoint.url}/v1/chat/completions",
+                json={**body, "max_tokens": 8},
+                verify=default_tls(),
+                timeout=5,
+            )
     except httpx.HTTPError:
         return False
     return reply.status_code == 200
@@ -113,6 +153,20 @@ def _units(endpoint: Endpoint) -> list[dict[str, str]]:
     return units
 
 
+def _endpoint(chosen: Endpoint) -> dict[str, object]:
+    entry: dict[str, object] = {"kind": chosen.kind, "url": chosen.url}
+    if chosen.kind != "health":
+        entry |= {"model": chosen.model, "expect_reasoning": chosen.expect_reasoning}
+    if chosen.units:
+        entry["units"] = _units(chosen)
+    optional = {"via": chosen.via, "backend": chosen.backend, "probe": chosen.probe}
+    return entry | {
+        key: dict(value) if isinstance(value, Mapping) else value
+        for key, value in optional.items()
+        if value is not None
+    }
+
+
 def write_config(
     lab: Lab,
     folder: Path,
@@ -122,9 +176,11 @@ def write_config(
     notify: Mapping[str, object] | None = None,
     endpoint: str = "ds4",
     probe: Mapping[str, object] | None = None,
+    also: Sequence[str] = (),
 ) -> Path:
-    """The config for a drill about `endpoint` in `folder` (store in `folder/state`); `notify`
-    is the config's `notify` section (none: no Telegram)."""
+    """The config for a drill about `endpoint` in `folder` (store in `folder/state`), with the
+    endpoints `also` (a route the drill blocks) and the ones each needs (its router and
+    backend); `notify` is the config's `notify` section (none: no Telegram)."""
     hosts: dict[str, object] = {"forge": {"local": True}}
     for name in [*ADDRESSES, *mac_host.ADDRESSES]:
         host = lab.fleet_host(name)
@@ -138,7 +194,9 @@ def write_config(
         if name in mac_host.ADDRESSES:
             entry["service_manager"] = "launchd"
         hosts[name] = entry
-    chosen = ENDPOINTS[endpoint]
+    names = [endpoint]
+    for name in also:
+        names += [n for n in (*ENDPOINTS[name].needs(), name) if n not in names]
     document: dict[str, object] = {
         "store": {"path": "state/supervisor.db"},
         "playbook": {"path": str(playbook)},
@@ -149,15 +207,7 @@ def write_config(
             "startup_grace": startup_grace,
         },
         "hosts": hosts,
-        "endpoints": {
-            endpoint: {
-                "kind": "openai",
-                "url": chosen.url,
-                "model": chosen.model,
-                "expect_reasoning": chosen.expect_reasoning,
-                "units": _units(chosen),
-            }
-        },
+        "endpoints": {name: _endpoint(ENDPOINTS[name]) for name in names},
     }
     if notify is not None:
         document["notify"] = dict(notify)

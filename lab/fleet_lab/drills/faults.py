@@ -2,8 +2,10 @@
 undone. The DeepSeek pair's faults end with the head (re)started into them (a relaunch is when
 the fleet met each of them), but the hang (`ssh-lost`), which freezes spark1 instead; the single
 node's (`qwen`) come from its unit (a drop-in, a kill) or from its server's control file (load,
-a hung engine, failing completions), the Mac's from its launchd job. A fault with a `then`
-changes once the endpoint is escalated: what it hears next is new evidence."""
+a hung engine, failing completions), the Mac's from its launchd job; Spark 1's Ollama fails a
+person's load for memory, and the llama-swap router (`swap`) or its backend (`qwen`) dies under
+a route (`qwen-via-swap`) that the drill then holds to being blocked, not an incident. A fault
+with a `then` changes once the endpoint is escalated: what it hears next is new evidence."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+import httpx
 
 from fleet_lab import fleet
 from fleet_lab.drills import drifts
@@ -281,6 +285,46 @@ def then_hung(lab: Lab) -> None:
     _hang_engine(lab)
 
 
+def inject_ollama_out_of_memory(lab: Lab) -> None:
+    """Spark 1's vLLM neighbour has taken the unified memory (the host's meminfo: 3.0 GiB
+    available, in place), Ollama's `qwen3:8b` is not loaded (its keep-alive ran out: unloaded
+    here as Ollama's API does it, `keep_alive` 0), and a person's request for it arrives: the
+    load fails at once (500, Ollama's `model request too large for system` in its journal)."""
+    url = f"http://{ADDRESSES['spark1']}:{fleet.OLLAMA_PORT}"
+    unload = {"model": fleet.OLLAMA_MODEL, "keep_alive": 0}
+    _ollama(f"{url}/api/generate", unload, 200)
+    (lab.host("spark1").folder / "meminfo").write_text(fleet.MEMINFO_NEIGHBOUR_FULL)
+    asked = {
+        "model": fleet.OLLAMA_MODEL,
+        "messages": [{"role": "user", "content": "Summarise the meeting notes, please."}],
+        "stream": False,
+    }
+    _ollama(f"{url}/api/chat", asked, 500)
+
+
+def _ollama(url: str, body: Mapping[str, object], status: int) -> None:
+    answer = httpx.post(url, json=dict(body), timeout=10)
+    if answer.status_code != status:
+        said = f"{answer.status_code} {answer.text.strip()}"
+        raise LabError(f"Ollama answered {said} to {url}, not {status}")
+
+
+def inject_backend_death(lab: Lab) -> None:
+    """The router's backend, the single node, loses its engine (SIGUSR1: vLLM's EngineCore
+    killed): /health 503, then its server exits 0, so `Restart=on-failure` leaves it dead. The
+    router on spark2 runs on, its `qwen` route answering 502."""
+    run(lab.host("spark1"), "systemctl", "kill", "--kill-whom=main", "--signal=SIGUSR1",
+        fleet.QWEN_UNIT)  # fmt: skip
+
+
+def inject_router_death(lab: Lab) -> None:
+    """llama-swap's process ends cleanly (a SIGTERM from outside its unit, as a `kill` by hand
+    or a package script's): exit 0, so `Restart=on-failure` leaves the router dead and every
+    route through it refused; its backend serves on."""
+    run(lab.host("spark2"), "systemctl", "kill", "--kill-whom=main", "--signal=SIGTERM",
+        fleet.SWAP_UNIT)  # fmt: skip
+
+
 def reset(lab: Lab) -> None:
     """Undo every fault: sshd, drop-ins, the stale listener and the orphan, the head's launch
     script, meminfo and drop_caches, mxfp4.py; and empty the journal (the shipped rules read a
@@ -309,6 +353,9 @@ def reset(lab: Lab) -> None:
                 run(host, "systemctl", "restart", "--no-block", HEAD_UNIT)
             if host.systemctl("is-active", "--quiet", HEAD_UNIT).returncode != 0:
                 run(host, "systemctl", "start", "--no-block", HEAD_UNIT)
+        for unit in {"spark1": [fleet.OLLAMA_UNIT], "spark2": [fleet.SWAP_UNIT]}.get(name, []):
+            if host.systemctl("is-active", "--quiet", unit).returncode != 0:
+                run(host, "systemctl", "start", "--no-block", unit)
         if (host.folder / "meminfo").read_text() != fleet.MEMINFO_HEALTHY:
             (host.folder / "meminfo").write_text(fleet.MEMINFO_HEALTHY)
         (host.folder / "drop_caches").write_text("")
@@ -351,6 +398,9 @@ class Fault:
     #: what the fault needs in place before the daemon starts (and the endpoint serves again
     #: when it returns): the lab as a user had it before the failure
     prepare: Callable[[Lab], None] | None = None
+    #: routes the fault blocks (in the config with their router and backend): each must be
+    #: shown blocked by the fault's endpoint, with no incident of its own, and healthy again
+    routes: tuple[str, ...] = ()
 
     def clean(self, lab: Lab) -> None:
         reset(lab)
@@ -452,6 +502,28 @@ FAULTS: Mapping[str, Fault] = {
             Expect.ESCALATE,
             endpoint="kimi",
             prepare=mac_host.reload_kept_alive,
+        ),
+        # issue 36: a load that fails when a person asks; a dead backend or router under a route
+        Fault(
+            "ondemand-load-fails",
+            "ollama-out-of-memory",
+            inject_ollama_out_of_memory,
+            Expect.ESCALATE,
+            endpoint="ollama",
+        ),
+        Fault(
+            "router-backend-dead",
+            "engine-death-clean-exit",
+            inject_backend_death,
+            endpoint="qwen",
+            routes=("qwen-via-swap",),
+        ),
+        Fault(
+            "router-dead",
+            "engine-death-clean-exit",
+            inject_router_death,
+            endpoint="swap",
+            routes=("qwen-via-swap",),
         ),
     )
 }

@@ -3,7 +3,7 @@ detected, diagnosed, acted, verified (or escalated), with the times between them
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -58,6 +58,11 @@ class DrillReport:
     #: none): a fault may pass through a state another rule rightly waits out first
     diagnoses: tuple[str, ...] = ()
     acted_on: str = ""
+    incidents: tuple[str, ...] = ()  #: every incident's subject, oldest first
+    #: a route the fault blocks -> the reason it was first shown unreachable for
+    blocked: Mapping[str, str] = field(default_factory=dict)
+    routes_opened: tuple[str, ...] = ()  #: routes that opened an incident of their own
+    attempts_elsewhere: int = 0  #: repair attempts at any endpoint but the drilled one
 
     @property
     def healed(self) -> bool:
@@ -68,6 +73,10 @@ class DrillReport:
         """The daemon did what the fault's `expect` asks (the tests check the details)."""
         if self.problem or self.detect_s is None or not self.notified.count:
             return False
+        if self.blocked and (
+            self.routes_opened or self.attempts_elsewhere or set(self.incidents) != {self.endpoint}
+        ):
+            return False  # a route's failure was the cause's: no incident, no repair of its own
         if self.expect is Expect.HEAL:
             return self.healed
         if self.expect is Expect.LEAVE_ALONE:
@@ -100,6 +109,8 @@ class DrillReport:
             lines.append(
                 f"  verified:  attempt {self.outcome or '-'}; healed {heal} after detection"
             )
+        for route, reason in self.blocked.items():
+            lines.append(f"  route:     {route} {reason}; healthy again with it")
         lines.append(f"  notified:  {self.notified.count} Telegram message(s) about it")
         if self.notified.count:
             lines.append(f"  first:     {self.notified.first.replace(chr(10), ' / ')}")

@@ -8,7 +8,9 @@ fault needs beforehand (`Fault.prepare`: the crash loop's job reloaded with Keep
 fresh store each run) whose Telegram notifier talks to a Bot API stub the drill serves (the
 daemon logs in as the lab's unprivileged user, and every host first gets the sudoers file
 `fleet-supervisor sudoers --host H` generates for that config: `install_sudoers`), waits for
-the drilled endpoint (`ds4`, or `qwen` for a host-script unit) to be healthy, injects the fault,
+the drilled endpoint (`ds4`, or `qwen` for a host-script unit) to be healthy (an endpoint that
+loads on demand: healthy or `idle`, its calm state while nothing is loaded; a route, its router
+and its backend too), injects the fault,
 waits for the incident to open and for what the fault expects (healed; left alone yet healthy
 again; escalated, then a quiet spell in which nothing more happens), and always undoes its fault
 afterwards so the next drill (or test) finds a healthy lab.
@@ -18,6 +20,11 @@ host's unit-event stream is streaming. `run_drill(..., probe=PRODUCTION)` runs a
 production intervals, where only the event path finds a death in seconds. A `busy` drill
 (`saturated`) holds its fault for `hold_s` and checks that nothing was done: no attempt, the
 unit's MainPID unchanged, the endpoint shown busy, a person told once.
+
+A fault with `routes` (a router or a backend dies under a route) also watches each route from
+the injection on: it must be shown blocked by the fault's endpoint (`unreachable`, `blocked by
+...`), never open an incident of its own, and be healthy again once the cause healed; the report
+holds every incident's subject and the attempts made anywhere but at the cause.
 """
 
 from __future__ import annotations
@@ -163,6 +170,59 @@ async def _busy(daemon: Supervisor, name: str, within: float, until: float) -> s
     return ""
 
 
+#: The states a drilled endpoint is calm in before its fault: healthy, or idle when it loads on
+#: demand and nothing is loaded (no probe loads it).
+CALM = (State.HEALTHY, State.IDLE)
+
+
+async def _calm(daemon: Supervisor, names: list[str]) -> str:
+    """Every endpoint in `names` is calm (healthy; idle if it loads on demand)."""
+    workers = [daemon.workers[name] for name in names]
+    return await _until(
+        lambda: all(w.state in CALM for w in workers), 30, f"{', '.join(names)} to be healthy"
+    )
+
+
+class _Routes:
+    """Watches the fault's routes from the injection on: the reason each was first shown
+    blocked for (`unreachable`), and whether it ever opened an incident of its own."""
+
+    def __init__(self, daemon: Supervisor, routes: tuple[str, ...]) -> None:
+        self.workers = {name: daemon.workers[name] for name in routes}
+        self.blocked: dict[str, str] = {}
+        self.opened: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.workers:
+            self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            for name, worker in self.workers.items():
+                if worker.state is State.UNREACHABLE and worker.record.last_reason:
+                    self.blocked.setdefault(name, worker.record.last_reason)
+                if worker.record.incident_id is not None:
+                    self.opened.add(name)
+            await asyncio.sleep(0.05)  # a poll of the workers' states: nothing signals them
+
+    async def healthy(self, within: float) -> str:
+        """Each route shown blocked before now, then healthy again within `within`."""
+        never = [name for name in self.workers if name not in self.blocked]
+        if never:
+            return f"{', '.join(never)} never shown blocked"
+        workers = self.workers.values()
+        return await _until(
+            lambda: all(w.state is State.HEALTHY for w in workers),
+            within,
+            f"{', '.join(self.workers)} to be healthy again",
+        )
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
 async def _streaming(daemon: Supervisor) -> str:
     """Every host's unit-event stream is following its journal (a death is heard from now)."""
     assert daemon.daemon is not None
@@ -194,6 +254,7 @@ async def run_drill(
             notify={**bot.notify, **fault.notify},
             endpoint=fault.endpoint,
             probe={**fault.probe, **(probe or {})},
+            also=fault.routes,
         )
         config = load_config(path)
         await asyncio.to_thread(install_sudoers, lab, config)
@@ -214,14 +275,16 @@ async def _run(
     incident: int | None = None
     host_incident: int | None = None
     interrupted = True
+    routes = _Routes(daemon, fault.routes)
     try:
-        problem = await _until(lambda: worker.state is State.HEALTHY, 30, f"{name} to be healthy")
+        problem = await _calm(daemon, list(daemon.workers))
         problem = problem or await _streaming(daemon)
         if problem:
             raise LabError(f"drill {fault.name}: {problem} before the fault")
         pids = [await asyncio.to_thread(faults.qwen_main_pid, lab)] if name == "qwen" else []
         injected = daemon.clock.now()
         started = time.monotonic()
+        routes.start()
         await asyncio.to_thread(fault.inject, lab)
         if fault.then is not None:
             problem = await _escalated(daemon, name, within)
@@ -239,6 +302,8 @@ async def _run(
             problem = await _busy(daemon, name, within + 60, started + fault.hold_s)
         else:
             problem = await _healed(daemon, name, within)
+        if not problem and fault.routes:
+            problem = await routes.healthy(within)
         held = time.monotonic() - started
         if pids:
             pids.append(await asyncio.to_thread(faults.qwen_main_pid, lab))
@@ -252,6 +317,8 @@ async def _run(
         shown = incident if incident is not None else host_incident
         timeline = await daemon.store.timeline(shown) if shown is not None else []
         attempts = await daemon.store.attempts(name)
+        elsewhere = [a for a in await daemon.store.attempts() if a.endpoint != name]
+        subjects = tuple(i.subject for i in reversed(found))
         samples = await daemon.store.samples(name, limit=500)
         deep = sum(1 for s in samples if s.tier == "deep" and s.at >= injected)
         final_state = worker.state.value
@@ -259,6 +326,7 @@ async def _run(
         notified = await bot.delivered(shown, last, DELIVER_WITHIN_S, _queued(daemon))
         interrupted = False
     finally:
+        routes.stop()
         await daemon.stop()
         await asyncio.to_thread(fault.clean, lab)
         if not interrupted:  # cancelled (Ctrl-C): undo the fault, do not wait for the lab
@@ -293,4 +361,8 @@ async def _run(
         held_s=held,
         diagnoses=diagnoses,
         acted_on=acted_on,
+        incidents=subjects,
+        blocked=dict(routes.blocked),
+        routes_opened=tuple(sorted(routes.opened)),
+        attempts_elsewhere=len(elsewhere),
     )

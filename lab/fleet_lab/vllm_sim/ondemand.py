@@ -175,9 +175,13 @@ class OllamaOnDemand:
         tok_s: float = 2000.0,
         clock: SimClock | None = None,
         log_stream: TextIO | None = None,
+        available: Callable[[], int] | None = None,
     ) -> None:
         """`keep_alive` is `OLLAMA_KEEP_ALIVE`; `memory` what the models may take together;
-        `max_loaded` is `OLLAMA_MAX_LOADED_MODELS`; `tok_s` paces the generated pieces."""
+        `max_loaded` is `OLLAMA_MAX_LOADED_MODELS`; `tok_s` paces the generated pieces;
+        `available`, when given, is read before each load as Ollama reads the system's free
+        memory (a lab unit: the host's `/proc/meminfo`): the models may then take that much
+        beside what is loaded already."""
         self.models = {m.tagged: m for m in models}
         self.keep_alive_s = server_keep_alive(keep_alive)
         self.load_s = load_s
@@ -186,6 +190,7 @@ class OllamaOnDemand:
         self.tok_s = tok_s
         self.clock: SimClock = clock or RealClock()
         self.log_stream = log_stream
+        self.available = available
         self.loads: list[Load] = []
         self.expiries: list[ExpiryChange] = []
         self.unloads: list[Unload] = []
@@ -316,6 +321,8 @@ class OllamaOnDemand:
         def used() -> int:
             return sum(r.model.size for r in self._runners.values())
 
+        if self.available is not None:
+            self.memory = self.available() + used()
         while self._runners and (
             len(self._runners) >= self.max_loaded or used() + model.size > self.memory
         ):

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TextIO
 
 import aiohttp
 from aiohttp import web
@@ -216,10 +216,12 @@ class LlamaSwap:
         health_interval_s: float = 0.05,
         first_check_s: float = 0.25,
         clock: SimClock | None = None,
+        log_stream: TextIO | None = None,
     ) -> None:
         """`health_check_timeout` is llama-swap's `healthCheckTimeout` (it allows no less than
         15 s; the sim takes any); it checks every 5 s after a first wait of 250 ms: here every
-        `health_interval_s` after `first_check_s`."""
+        `health_interval_s` after `first_check_s`. `log` keeps the lines llama-swap's proxy
+        logger writes at its default level (info) about starts, also written to `log_stream`."""
         self.models = dict(models)
         self.groups = dict(groups or {})
         grouped = {member for group in self.groups.values() for member in group.members}
@@ -236,6 +238,8 @@ class LlamaSwap:
         self.swaps: list[Swap] = []
         self.stops: list[Stop] = []
         self.ttl_resets: list[TtlReset] = []
+        self.log: list[str] = []
+        self.log_stream = log_stream
         self._processes = {
             model_id: _Process(
                 id=model_id,
@@ -342,6 +346,9 @@ class LlamaSwap:
         except (StartError, OSError, aiohttp.ClientError) as exc:
             error = str(exc)
             await process.config.upstream.stop()
+            # `waitForCmd` once the stopped (or exited) upstream is reaped mid-start
+            self._say("INFO", f"<{process.id}> process exited but not StateStopping, "
+                      "current state: starting")  # fmt: skip
             process.state = "stopped"
             starting.set_exception(StartError(error))
             starting.exception()  # retrieved here; the waiters re-raise it
@@ -369,6 +376,9 @@ class LlamaSwap:
                 timeout = aiohttp.ClientTimeout(total=5, connect=0.5)
                 async with self._session.get(process.url + endpoint, timeout=timeout) as answer:
                     if answer.status == 200:
+                        self._say(
+                            "INFO", f"<{process.id}> Health check passed on {process.url}{endpoint}"
+                        )
                         return
             except (aiohttp.ClientError, TimeoutError):
                 pass  # "connection refused ... (normal during startup)"
@@ -395,6 +405,13 @@ class LlamaSwap:
         process.state = "stopped"
         self._record_stop(process, reason, cause)
         return True
+
+    def _say(self, level: str, message: str) -> None:
+        """A line as llama-swap's `LogMonitor` formats it (no time prefix by default)."""
+        line = f"[{level}] {message}"
+        self.log.append(line)
+        if self.log_stream is not None:
+            print(line, file=self.log_stream, flush=True)
 
     def _record_stop(self, process: _Process, reason: str, cause: Cause | None) -> None:
         self.stops.append(Stop(model=process.id, at=self.clock.now(), reason=reason, cause=cause))

@@ -15,11 +15,14 @@ class EventKind(StrEnum):
     CRASH_LOOP = "crash_loop"  #: failing again and again, or systemd gave up (start limit)
     STARTED = "started"  #: a start job finished (`Started UNIT - DESCRIPTION.`)
     STOPPED = "stopped"  #: a stop job finished (`Stopped ...` after `systemctl stop`)
+    #: the unit's server said a model it was asked for did not load (its own log line,
+    #: `supervisor.hear.streams.recognise.LOAD_FAILURES`); the unit still runs
+    LOAD_FAILED = "load_failed"
 
     @property
     def down(self) -> bool:
         """The unit is not serving any more (a probe should confirm at once)."""
-        return self is not EventKind.STARTED
+        return self not in (EventKind.STARTED, EventKind.LOAD_FAILED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,10 +47,11 @@ class UnitEvent:
     n_restarts: int | None = None  #: systemd's restart counter (`NRestarts`)
     confirmed: bool = False  #: `systemctl show` answered and the state fields are its own
     source: str = "journal"  #: `journal`, or `poll` when the host fell back to polling
+    model: str = ""  #: a failed load: the model its line names ('' when the line names none)
 
     def summary(self) -> str:
         """`vllm.service failed: status=127, 2 restarts (exit-code)`: one line for a timeline."""
-        parts = []
+        parts = [f"model {self.model}"] if self.model else []
         if self.exit_status is not None:
             killed = self.exit_code in ("killed", "dumped")
             parts.append(f"signal {self.exit_status}" if killed else f"status={self.exit_status}")

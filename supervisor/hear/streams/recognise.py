@@ -17,6 +17,10 @@ result ...`, then `Stopped ...` with JOB_TYPE=stop (-> stopped). The start limit
 request repeated too quickly.`, then `Failed with result ...` and `Failed to start ...`
 (-> crash_loop). A failure whose restart counter shows the unit already failed `crash_after - 1`
 times in a row is a crash_loop too.
+
+A unit's own line is an event only when it is in `LOAD_FAILURES`: a server that loads models on
+demand saying a load a request asked for failed (-> load_failed; the unit keeps running, so
+systemd says nothing). A load that only takes long logs none of these lines and is no event.
 """
 
 from __future__ import annotations
@@ -58,6 +62,43 @@ class Recognised:
     exit_code: str = ""
     exit_status: int | None = None
     n_restarts: int | None = None
+    model: str = ""  #: load_failed: the model the line names
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A server's own log line saying a model a request asked for did not load; `result` names
+    it in the event (and in `event.result` for the rules)."""
+
+    result: str
+    pattern: re.Pattern[str]  #: its `model` group, when it has one, names the model
+
+
+#: The load failures heard, by the servers' own words (their sources: docs/playbook.md).
+LOAD_FAILURES: tuple[LoadFailure, ...] = (
+    # Ollama (`llm/server.go`) before it answers 500 `model requires more system memory (X)
+    # than is available (Y)`: `level=WARN source=server.go:... msg="model request too large for
+    # system" requested=... available=...`
+    LoadFailure("out-of-memory", re.compile(r'msg="model request too large for system"')),
+    # llama-swap (`proxy/process.go`, `waitForCmd`): the upstream exited while it was starting,
+    # by itself or stopped after `health check timed out after Ns`:
+    # `[INFO] <MODEL> process exited but not StateStopping, current state: starting`
+    LoadFailure(
+        "upstream-start-failed",
+        re.compile(
+            r"<(?P<model>[^>]+)> process exited but not StateStopping, current state: starting"
+        ),
+    ),
+)
+
+
+def load_failure(message: str) -> tuple[LoadFailure, str] | None:
+    """The load failure `message` reports, with the model it names ('' when none)."""
+    for known in LOAD_FAILURES:
+        if match := known.pattern.search(message):
+            named = match.groupdict().get("model")
+            return known, named or ""
+    return None
 
 
 def escalate(kind: EventKind, n_restarts: int | None, result: str, crash_after: int) -> EventKind:
@@ -207,7 +248,9 @@ class Recogniser:
         if track is None:
             return None  # another unit (a line journalctl matched by another field)
         track.lines.append(entry.message)
-        found = _rule(entry) if entry.from_systemd else None
+        if not entry.from_systemd:
+            return self._load_failed(entry, track)
+        found = _rule(entry)
         if found is None:
             return None
         rule, match = found
@@ -237,6 +280,20 @@ class Recogniser:
         track.lines.clear()  # the next down event carries the lines logged after this one
         track.exit_code, track.exit_status = "", None
         return event
+
+    def _load_failed(self, entry: JournalEntry, track: UnitTrack) -> Recognised | None:
+        found = load_failure(entry.message)
+        if found is None:
+            return None
+        known, model = found
+        return Recognised(
+            unit=entry.unit,
+            kind=EventKind.LOAD_FAILED,
+            message=entry.message,
+            lines=tuple(track.lines),
+            result=known.result,
+            model=model,
+        )
 
 
 def _result(kind: EventKind, track: UnitTrack, entry: JournalEntry, said: str) -> str:

@@ -173,6 +173,7 @@ class HostStream:
             exit_code=found.exit_code,
             exit_status=found.exit_status,
             n_restarts=found.n_restarts,
+            model=found.model,
         )
         if not (self._settings.confirm and found.kind.down):
             return event
