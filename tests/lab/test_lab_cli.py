@@ -52,7 +52,8 @@ def test_lab_commands_fail_with_one_plain_line(
             "escalated-other-status, "
             "engine-death-clean-exit, orphan-enginecore, ghost-execstart-no-known-good, "
             "fork-shm-ringbuffer, mamba-block-size, silent-degradation, saturated, hung-engine, "
-            "mlx-zombie, launchd-job-dead, launchd-job-crashloop)\n",
+            "mlx-zombie, launchd-job-dead, launchd-job-crashloop, ondemand-load-fails, "
+            "router-backend-dead, router-dead)\n",
         ),
     ],
 )
