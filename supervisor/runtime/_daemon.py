@@ -196,16 +196,19 @@ class Daemon:
                 return f"host {name}: {reason}"
         return ""
 
-    async def _dependencies_answer(self, endpoint: Endpoint) -> str:
+    async def _dependencies_answer(self, endpoint: Endpoint, *, probe: bool = True) -> str:
         """'' when the endpoints this one is reached through (`via`, then `backend`) answer;
-        else which does not, and why: its own worker's problem state, else a probe now (the
-        router's liveness, the backend's real check, which loads no model on demand)."""
+        else which does not, and why: its own worker's problem state, else (with `probe`) a
+        probe now (the router's liveness, the backend's real check, which loads no model on
+        demand)."""
         for name in endpoint.depends_on():
             worker = self.workers.get(name)
             if worker is None:
                 continue
             if worker.state in _CAUSES:
                 return f"{name} ({worker.state})"
+            if not probe:
+                continue
             tier = Tier.LIVENESS if name == endpoint.via else Tier.DEEP
             target = worker.endpoint.without_loading() if tier is Tier.DEEP else worker.endpoint
             result = await self._prober(target, tier)

@@ -52,11 +52,19 @@ class HostCheck(Protocol):
         """'' when every host serving the endpoint answers now, else why one does not."""
 
 
+class DependencyCheck(Protocol):
+    async def __call__(self, endpoint: Endpoint, *, probe: bool = True) -> str:
+        """'' when the endpoints this one is reached through answer, else which does not and
+        why (`probe`: one whose own state says nothing is probed now)."""
+
+
 #: states in which a scheduled real check waits a whole completion interval after the last one
 _SPACED = frozenset({State.DOWN, State.ESCALATED, State.UNREACHABLE, State.BUSY})
 _SLACK_S = 0.5
 #: states a load that failed makes down at once (not in a startup grace: recorded only)
 _LOAD_DOWN_FROM = frozenset({State.UNKNOWN, State.HEALTHY, State.IDLE, State.DEGRADED, State.BUSY})
+#: states in which one failure while a router or backend is known to fail is blocked at once
+_BLOCKED_AT_ONCE = frozenset({State.UNKNOWN, State.HEALTHY, State.IDLE, State.DEGRADED, State.BUSY})
 #: states in which a real check of an endpoint that loads on demand never loads its model
 _GENTLE = frozenset({State.UNKNOWN, State.STARTING, State.HEALTHY, State.IDLE})
 
@@ -76,7 +84,7 @@ class ProbeDiscipline:
         clock: Clock,
         host_check: HostCheck | None,
         progress: ProgressReader | None,
-        dependency_check: HostCheck | None = None,
+        dependency_check: DependencyCheck | None = None,
         heard: Callable[[Heard], None],
     ) -> None:
         self._record = record
@@ -212,8 +220,10 @@ class ProbeDiscipline:
 
     async def _blocked_or_not(self, verdict: Judgement, result: ProbeResult) -> Judgement:
         """Behind a router (`via`, `backend`): a confirmed failure while the router or the
-        backend fails is theirs (`blocked`: no incident, no repair here); blocked, a failure
-        counted `failures_to_down` times while both answer again is this endpoint's own."""
+        backend fails is theirs (`blocked`: no incident, no repair here), and so is a first
+        failure while one of them is known to fail (its own worker says so: nothing to
+        confirm, and its repair may end the failure before a confirmation would); blocked, a
+        failure counted `failures_to_down` times while both answer again is this endpoint's."""
         if self._dependency_check is None or result.ok:
             return verdict
         state = self._record.state
@@ -223,7 +233,14 @@ class ProbeDiscipline:
             and verdict.streaks.fail >= self._limits.failures_to_down
         )
         if verdict.trigger is not Trigger.DOWN and not own:
-            return verdict
+            if state not in _BLOCKED_AT_ONCE:
+                return verdict
+            known = await self._dependency_check(self.endpoint, probe=False)
+            if not known:
+                return verdict
+            self._record.blocked_by = known
+            self._record.last_reason = f"blocked by {known}"
+            return replace(verdict, trigger=Trigger.BLOCKED, note=f"blocked by {known}")
         blocked = await self._dependency_check(self.endpoint)
         if blocked:
             self._record.blocked_by = blocked

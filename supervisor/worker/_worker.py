@@ -43,7 +43,13 @@ from supervisor.record.store.records import Snapshot, TimelineEntry
 from supervisor.record.store.store import Store
 from supervisor.worker._commands import Append, Command, Fire, MoveSilenceEnd, ProbeOnce
 from supervisor.worker._heard import Heard
-from supervisor.worker._probing import HostCheck, ProbeDiscipline, Prober, ProgressReader
+from supervisor.worker._probing import (
+    DependencyCheck,
+    HostCheck,
+    ProbeDiscipline,
+    Prober,
+    ProgressReader,
+)
 from supervisor.worker._queue import WorkerQueue
 from supervisor.worker._record import EndpointRecord
 from supervisor.worker._state import Restored
@@ -66,7 +72,7 @@ class EndpointWorker:
         restored: Restored,
         unreachable_hosts: set[str],
         host_check: HostCheck | None = None,
-        dependency_check: HostCheck | None = None,
+        dependency_check: DependencyCheck | None = None,
         reopen_within: timedelta | None = None,
         progress: ProgressReader | None = None,
     ) -> None:
