@@ -26,6 +26,14 @@ database's clock long before the server returns), the leader, which tries every 
 lease and so renews within a third of a lease of the store's return, keeps its epoch and its
 lead, and writes what it kept in memory; a follower that reaches the store first waits. A leader
 that died during the outage is replaced a lease after the store returned, as after any crash.
+
+From one node "the store is down for everyone" and "I am cut off from it" look the same; the
+peers (`store.peers`, `supervisor.core.peers`) tell them apart (Patroni's DCS failsafe). While
+the store refuses a leader's renewals (or none was answered for half a lease), it asks every
+peer each sixth of the lease: a peer that
+leads with a newer epoch makes it step down at once (`told`: who said so), silent; a peer that
+does not answer counts as not leading, so a lone surviving box keeps telling. Each case is
+logged once when it begins. Without peers it behaves as above.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from datetime import timedelta
 
 import structlog
 
+from supervisor.core.httpclient import HttpClient
+from supervisor.core.peers import ASK_S, Asked, PeerAnswer, Peers, ask_all
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import Lease, claim, current_lease, release
 from supervisor.record.store.store import Store
@@ -66,6 +76,7 @@ class Elector:
         lease: timedelta,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        peers: Peers | None = None,
     ) -> None:
         self.store = store
         self.me = me
@@ -80,14 +91,25 @@ class Elector:
         self.lost_why = ""
         self._valid_until = 0.0
         self.errors = 0  #: claims the store did not answer
+        #: why the store did not answer our last claim as a follower ('' when it did)
+        self.store_problem = ""
         #: why the store refuses our renewals while we lead ('' when it answers)
         self.store_down = ""
         self._last_try = 0.0  #: when the last renewal that the store refused started
+        #: when the renewal in flight started (None: none is), if it started inside the lease:
+        #: a driver cut at its timeout may take a moment to return
+        self._trying: float | None = None
         self._unanswered = False  #: the store failed us as a follower, and has not answered since
         #: when the store answered us again (a follower) after failing us: a lease that ran out
         #: meanwhile counts from then (None: no outage, or a whole lease has passed since)
         self._back: float | None = None
         self._woken = asyncio.Event()
+        self.peers = peers
+        #: the peer that said it leads with a newer epoch, when that made us step down
+        self.told: PeerAnswer | None = None
+        self._peer_case = ""  #: what the peers said last time, as logged
+        self._down = asyncio.Event()  #: the store began refusing our renewals: ask at once
+        self.on_answered: Callable[[], None] | None = None  #: after each claim the store answered
 
     @property
     def is_leading(self) -> bool:
@@ -101,6 +123,8 @@ class Elector:
     def _holds_at(self, now: float) -> bool:
         if now < self._valid_until:
             return True
+        if self._trying is not None and now - self._trying < self.lease_s:
+            return True  # a renewal started inside the lease has not returned yet
         return bool(self.store_down) and now - self._last_try < self.lease_s
 
     @property
@@ -122,8 +146,13 @@ class Elector:
             self._lose("lease not renewed in time")
             return
         limit = self.lease_s  # a renewal never outlives the lease it protects
-        if leading:
-            limit = self.lease_s / 3 if self.store_down else self._valid_until - started
+        if leading:  # given up inside the lease (so that `holds` never lapses meanwhile)
+            limit = (
+                self.lease_s / 3
+                if self.store_down
+                else max(0.01, self._valid_until - started - self.lease_s / 10)
+            )
+        self._trying = started if leading else None
         try:
             async with asyncio.timeout(limit):
                 seen = None if leading else await self._peek()
@@ -143,14 +172,24 @@ class Elector:
             if leading:  # the store failing is not losing the lead
                 if not self.store_down:
                     log.warning("lease not renewed: the store refuses; leading on", error=why)
+                    self._down.set()
                 self.store_down, self._last_try = why, started
             else:
-                log.warning("lease: the store did not answer", error=why)
+                if not self._unanswered:  # once per spell: a cut-off follower tries on
+                    log.warning("lease: the store did not answer", error=why)
                 self._unanswered, self._back = True, None
+                self.store_problem = why
             return
+        finally:
+            self._trying = None
+        if self.store_problem and not leading:
+            log.warning("lease: the store answers again")
+        self.store_problem = ""
         if not seen.mine and (self.seen is None or self.seen.epoch != seen.epoch):
             log.info("following", leader=seen.holder, host=seen.host, epoch=seen.epoch)
         self.seen = seen
+        if self.on_answered is not None:
+            self.on_answered()
         if not seen.mine:
             if leading:
                 self._lose(f"{seen.holder} on {seen.host} leads with epoch {seen.epoch}")
@@ -195,13 +234,80 @@ class Elector:
         return self._back is not None
 
     async def run(self) -> None:
-        while not self.lost.is_set():
-            await self.step()
-            self.claimed.set()
-            with suppress(TimeoutError):
-                async with asyncio.timeout(self.next_wait()):
-                    await self._woken.wait()
-            self._woken.clear()
+        asking = None
+        if self.peers is not None and self.peers.urls:
+            asking = asyncio.create_task(self._asking(self.peers), name="leader:peers")
+        try:
+            while not self.lost.is_set():
+                await self.step()
+                self.claimed.set()
+                with suppress(TimeoutError):
+                    async with asyncio.timeout(self.next_wait()):
+                        await self._woken.wait()
+                self._woken.clear()
+        finally:
+            if asking is not None:
+                asking.cancel()
+                await asyncio.gather(asking, return_exceptions=True)
+
+    async def _asking(self, peers: Peers) -> None:
+        """While the store refuses our renewals: ask every peer at once, then each third of the
+        lease, until one leads with a newer epoch (we step down) or the store answers again."""
+        async with HttpClient() as client:
+            while not self.lost.is_set():
+                with suppress(TimeoutError):
+                    async with asyncio.timeout(self.lease_s / 6):
+                        await self._down.wait()
+                if not self._in_doubt():
+                    self._down.clear()
+                    self._peer_case = ""
+                    continue
+                within = min(ASK_S, self.lease_s / 3)
+                self.heard(await ask_all(client, peers.urls, peers.token, within))
+
+    def _in_doubt(self) -> bool:
+        """Leading, and the store refuses our renewals, or none succeeded for half a lease (a
+        renewal in flight on a store that does not answer: a driver may take a while to give
+        up, while a peer may take the lease over)."""
+        if not self.is_leading:
+            return False
+        overdue = self._monotonic() > self._valid_until - self.lease_s / 2
+        return bool(self.store_down) or overdue
+
+    def heard(self, asked: list[Asked]) -> None:
+        """What the peers said while the store refuses us: step down if one leads with a newer
+        epoch; else lead on, saying (once per case) whether they answered."""
+        if not self._in_doubt() or self.epoch is None:
+            return
+        mine = self.epoch
+        newer = [
+            a.answer
+            for a in asked
+            if a.answer is not None and a.answer.leading and (a.answer.epoch or 0) > mine
+        ]
+        if newer:
+            told = max(newer, key=lambda answer: answer.epoch or 0)
+            self.told = told
+            log.warning(
+                "cut off from the store: a peer leads; stepping down",
+                peer=told.instance,
+                epoch=told.epoch,
+                mine=mine,
+                store=self.store_down or "no renewal answered",
+            )
+            self._lose(f"{told.instance} leads with epoch {told.epoch}, as it told this instance")
+            return
+        answered = sorted(a.answer.instance for a in asked if a.answer is not None)
+        case = "none answered" if not answered else "none leads"
+        if answered and len(answered) < len(asked):
+            case = "none that answered leads"
+        if case != self._peer_case:
+            self._peer_case = case
+            log.warning(
+                f"store refuses; peers asked: {case}; leading on",
+                answered=answered,
+                unanswered={a.url: a.failure for a in asked if a.answer is None},
+            )
 
     def wake(self, _payload: str = "") -> None:
         """Claim now, not at the next third of the lease (a `LEASE` notification)."""

@@ -23,8 +23,10 @@ from supervisor.app.leader.elector import Elector, Me
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config.models import FleetConfig
+from supervisor.core.peers import PeerAnswer, PeerDoor, Peers, read_peer_token
 from supervisor.core.tenure import Tenure
 from supervisor.hear.units import warm_transports
+from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import StaleEpochError
 from supervisor.record.store.listen import LEASE, Listener
 from supervisor.record.store.outbox import OutboxDraft
@@ -62,6 +64,76 @@ class LeaderGate:
         #: the store's notifications (a no-op on SQLite, or with listen=False: the claim loop's
         #: own pace only)
         self.listener = Listener(self.target if listen else None)
+        #: the peers asked while the store refuses our renewals, and the token they share
+        self.peers, self.door = self._peers(config)
+        #: the peer that told us it leads when the store did not answer us, and why the store
+        #: did not (until the store answers this instance again)
+        self.cut_off: tuple[PeerAnswer, str, Elector] | None = None
+
+    def _peers(self, config: FleetConfig) -> tuple[Peers | None, PeerDoor | None]:
+        path = config.store.peer_token_file
+        if path is None:
+            return None, None
+        try:
+            token = read_peer_token(path)
+        except (OSError, ValueError) as err:
+            why = err.strerror if isinstance(err, OSError) else str(err)
+            raise StoreError(f"cannot read store.peer_token_file {path}: {why or err}") from None
+        peers = Peers(urls=config.store.peers, token=token)
+        return peers, PeerDoor(token=token, answer=self.answer)
+
+    def answer(self) -> PeerAnswer:
+        """This instance, as the peers' question has it: whether it leads (by its own clock),
+        with which epoch, and whether it reaches the store."""
+        elector = self.elector
+        if elector is None:
+            return PeerAnswer(instance=self.me.holder, leading=False, epoch=None, store="")
+        leading = elector.holds()
+        seen = elector.seen
+        epoch = elector.epoch if leading else (seen.epoch if seen is not None else None)
+        store = elector.store_down if leading else elector.store_problem
+        if not leading and not store and self.cut_off is not None and self._still_cut_off():
+            store = self.cut_off[1]
+        return PeerAnswer(instance=self.me.holder, leading=leading, epoch=epoch, store=store)
+
+    def _still_cut_off(self) -> bool:
+        """Whether the store has not answered this instance since a peer told it to step down
+        (forgotten once it has)."""
+        elector = self.elector
+        if self.cut_off is None:
+            return False
+        answered = elector is not None and elector.seen is not None and not elector.store_problem
+        if answered and elector is not self.cut_off[2]:  # a term after the one cut off
+            self._back()
+            return False
+        return True
+
+    def _back(self) -> None:
+        """The store answers this instance again after it was cut off: said once."""
+        elector = self.elector
+        if self.cut_off is None or elector is None or elector is self.cut_off[2]:
+            return
+        seen = elector.seen
+        self.cut_off = None
+        log.warning(
+            "cut off no more: the store answers again; following",
+            leader=seen.holder if seen is not None else None,
+            epoch=seen.epoch if seen is not None else None,
+        )
+
+    def cut_off_line(self) -> str:
+        """What a cut-off instance answers every HTTP request with ('' when it is not)."""
+        if not self._still_cut_off():
+            return ""
+        assert self.cut_off is not None
+        told, problem, _ = self.cut_off
+        elector = self.elector
+        now = elector.store_problem if elector is not None and elector.store_problem else problem
+        return (
+            f"this instance does not lead: the store does not answer it ({now}); "
+            f"{told.instance} leads (epoch {told.epoch}), as it told this instance; "
+            "send control requests there"
+        )
 
     def request_reload(self) -> None:
         """SIGHUP: the leading supervisor reloads; a follower has nothing loaded yet."""
@@ -82,15 +154,23 @@ class LeaderGate:
             await store.close()
 
     async def _term(self, store: Store, stop: asyncio.Event) -> None:
-        self.elector = elector = Elector(store, self.me, self.config.store.lease)
+        self.elector = elector = Elector(store, self.me, self.config.store.lease, peers=self.peers)
+        elector.on_answered = self._back
         unsubscribe = self.listener.subscribe(LEASE, elector.wake)
         claims = asyncio.create_task(elector.run(), name="leader:claims")
         if self.warm is not None:
             self.warm.start()  # following: the event streams' connections kept open
         following = FollowerHttp(  # read-only HTTP
-            self.config, store, me=self.me.holder, listener=self.listener
+            self.config,
+            store,
+            me=self.me.holder,
+            listener=self.listener,
+            peer=self.door,
+            cut_off=self.cut_off_line,
         )
         try:
+            if self.cut_off is not None:  # says at once why it does not lead
+                await following.start()
             if await _first(elector.claimed, stop) and not elector.leading.is_set():
                 await following.start()  # it follows: served until it leads
             if not await _first(elector.leading, stop):
@@ -108,6 +188,7 @@ class LeaderGate:
                 on_lost=elector.wake,
             )
             supervisor.on_deposed = lambda _err: deposed.set()
+            supervisor.peer_door = self.door
             if self.warm is not None:  # the streams run on the connections kept open
                 supervisor.transports = await self.warm.hand_over()
             self.supervisor = supervisor
@@ -126,6 +207,17 @@ class LeaderGate:
                 # writes under our epoch, the lease still renewed), then the lease released; a
                 # follower takes it at once, so nothing of ours may write after that
                 clean = stop.is_set() and not elector.lost.is_set()
+                told = elector.told
+                if told is not None and told.epoch is not None:
+                    # cut off from the store: what it would still write or ask is refused at
+                    # once (its writes kept are a deposed leader's), nothing waits on the store
+                    problem = elector.store_down or "the store did not answer in time"
+                    self.cut_off = (told, problem, elector)
+                    if supervisor.store is not None:
+                        supervisor.store.depose(epoch=told.epoch, holder=told.instance)
+                    # it says so at once, however long the teardown takes
+                    await supervisor.ops.stop_serving()
+                    await following.start()
                 if clean:
                     await supervisor.step_down()
                 else:
