@@ -91,7 +91,7 @@ class StoreConfig(Frozen):
         default=(),
         description="the other instances' HTTP addresses (`http://HOST:PORT`, their "
         "`http.listen`): while the store refuses the leader's renewals it asks each one whether "
-        "it leads, and steps down if one does (PostgreSQL only)",
+        "it leads and reaches the store, and steps down if one does (PostgreSQL only)",
     )
     peer_token_file: FilePath | None = Field(
         default=None,

@@ -2,7 +2,8 @@
 store is down for everyone" from "I am cut off from it"; its peers can. Each instance answers
 `GET /peer` (its `http.listen`, leader or follower, token in `Authorization: Bearer`): whether
 it leads, with which epoch, and whether it reaches the store. A leader whose renewals the store
-refuses asks every peer each third of the lease (`supervisor.app.leader.elector`).
+refuses asks every peer each sixth of the lease (`supervisor.app.leader.elector`), and steps
+down when one leads with a newer epoch or reaches the store.
 
 The token is a shared secret read from `store.peer_token_file`: it is never logged, never in an
 answer, and compared in constant time.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ class PeerDoor:
     instance's answer as it stands (`supervisor.app.leader.gate`)."""
 
     token: str
-    answer: Callable[[], PeerAnswer]
+    answer: Callable[[], Awaitable[PeerAnswer]]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ def mount_peer(app: web.Application, door: PeerDoor | None) -> None:
     async def answer(request: web.Request) -> web.Response:
         if not authorized(request.headers.get("Authorization"), door.token):
             return text(401, UNAUTHORIZED)
-        return web.json_response(door.answer().document())
+        return web.json_response((await door.answer()).document())
 
     app.router.add_route("*", PATH, get_only(answer))
 
