@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 from sqlalchemy import text
+from structlog.testing import capture_logs
 
 from fleet_lab.vllm_sim.server import VllmSim
 from supervisor.app.leader.elector import Elector, Me
@@ -135,12 +136,24 @@ async def test_the_listener_waits_out_a_database_restart(
     pg_server: PgServer, target: PgTarget, heard: tuple[Listener, list[tuple[str, str]]]
 ) -> None:
     listener, got = heard
-    await asyncio.to_thread(pg_server.stop)
-    try:
-        await eventually(lambda: not listener.connected.is_set(), within=10, what="it noticed")
-    finally:
-        await asyncio.to_thread(pg_server.start)
-    await eventually(lambda: listener.connects == 2, within=10, what="a second connection")
+    with capture_logs() as logged:
+        await asyncio.to_thread(pg_server.stop)
+        try:
+            await eventually(lambda: not listener.connected.is_set(), within=10, what="noticed")
+            await eventually(  # it tries again (the backoff is short here) while the server is down
+                lambda: sum(e["event"] == "listen: cannot connect" for e in logged) >= 2,
+                within=10,
+                what="two tries more",
+            )
+        finally:
+            await asyncio.to_thread(pg_server.start)
+        await eventually(lambda: listener.connects == 2, within=10, what="a second connection")
+    # one warning when cut off, one when back; the tries between are debug lines
+    warned = [e["event"] for e in logged if e["log_level"] == "warning"]
+    cut = {"listen: cannot connect; trying again", "listen: connection lost; trying again"}
+    assert len(warned) == 2
+    assert warned[0] in cut  # the server's goodbye, then a refusal (or a ping unanswered)
+    assert warned[1] == "listen: listening again"
     async with await Store.open(target) as store:
         _, entry = await _incident(store)
     await eventually(lambda: (TIMELINE, str(entry)) in got, within=5, what="the new entry")

@@ -21,6 +21,7 @@ from supervisor.control import ControlApi
 from supervisor.control.wiring import start_control
 from supervisor.core.clock import Clock, SystemClock
 from supervisor.core.httpclient import HttpClient
+from supervisor.core.peers import PeerDoor
 from supervisor.core.tenure import Tenure
 from supervisor.core.tls import CertifiContext
 from supervisor.execute.base import Executor
@@ -84,6 +85,8 @@ class Supervisor:
         #: [leadership] whether we still lead, by the lease's deadline on our monotonic clock:
         #: checked by every part that reaches the outside (unfenced: always)
         self.tenure = Tenure()
+        #: [leadership] the peers' question as this instance answers it (`store.peers`)
+        self.peer_door: PeerDoor | None = None
         #: [leadership] why the last leader's unfinished repairs were cut (a takeover: deposed)
         self.interrupted_why = "the daemon stopped"
         #: [leadership] the hosts' event-stream connections a follower kept open (the gate's)
@@ -165,9 +168,9 @@ class Supervisor:
             remediator.approver = self.notifier.approve  # confirm-mode rules ask in chat
             await self.notifier.start()
         daemon.start_probing()
-        await self.ops.start(
-            daemon, control=control, tenure=self.tenure
-        )  # HTTP (+ control), READY=1, watchdog
+        await self.ops.start(  # HTTP (+ control), READY=1, watchdog
+            daemon, control=control, tenure=self.tenure, peer=self.peer_door
+        )
         log.info("started", endpoints=len(daemon.workers), hosts=len(daemon.hosts))
 
     def _fenced(self, store: Store) -> Executor:

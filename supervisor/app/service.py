@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from supervisor.app.sdnotify import SdNotifier, ping_forever, watchdog_interval
+from supervisor.core.peers import PeerDoor
 from supervisor.core.tenure import Tenure
 from supervisor.tell.web.listen import ListenError
 
@@ -29,7 +30,12 @@ class OpsRuntime:
         self._watchdog: asyncio.Task[None] | None = None
 
     async def start(
-        self, daemon: Daemon, *, control: ControlApi | None = None, tenure: Tenure | None = None
+        self,
+        daemon: Daemon,
+        *,
+        control: ControlApi | None = None,
+        tenure: Tenure | None = None,
+        peer: PeerDoor | None = None,
     ) -> None:
         """After the first probe round is scheduled: serve HTTP (the control API's routes
         with it), say READY=1, start pinging."""
@@ -44,6 +50,7 @@ class OpsRuntime:
                     started_at=daemon.clock.now(),
                     control=control,
                     tenure=tenure,
+                    peer=peer,
                 )
                 await server.start()
                 self.server = server
@@ -57,6 +64,12 @@ class OpsRuntime:
             self._watchdog = asyncio.create_task(
                 ping_forever(self.notifier, interval), name="watchdog"
             )
+
+    async def stop_serving(self) -> None:
+        """The HTTP server off (its address free for a follower's)."""
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
 
     async def stop(self) -> None:
         self.notifier.stopping()

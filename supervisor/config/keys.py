@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Mapping
+from pathlib import Path
 
 from supervisor.config.errors import ConfigError, ConfigIssue
 from supervisor.config.models import FleetConfig
+from supervisor.config.sections import StoreConfig
 from supervisor.config.supervised import Endpoint
 
 
@@ -35,6 +37,25 @@ def key_file_problem(endpoint: Endpoint) -> str | None:
     path = endpoint.api_key_file
     if path is None:
         return None
+    return secret_file_problem(path)
+
+
+def peer_problems(store: StoreConfig, base_dir: Path) -> list[tuple[str, str]]:
+    """(field, what is wrong) for the peers' question (`store.peers`): it needs PostgreSQL and
+    the shared token's file, which nobody but its owner and group may read."""
+    if not store.peers and store.peer_token_file is None:
+        return []
+    if store.url is None:
+        return [("peers", "the peers' question needs a shared PostgreSQL store (store.url)")]
+    if store.peer_token_file is None:
+        return [("peer_token_file", "store.peers needs the shared token's file")]
+    path = store.peer_token_file.expanduser()
+    problem = secret_file_problem(path if path.is_absolute() else base_dir / path)
+    return [("peer_token_file", problem)] if problem else []
+
+
+def secret_file_problem(path: Path) -> str | None:
+    """What is wrong with a file holding a secret, as anyone may see it (None: nothing)."""
     try:
         status = path.stat()
     except OSError as err:

@@ -18,7 +18,7 @@ from supervisor.config.checks import check_fleet
 from supervisor.config.collect import IssueCollector, quietly
 from supervisor.config.errors import ConfigError, ConfigIssue
 from supervisor.config.fields import expand_home
-from supervisor.config.keys import key_field, key_problems
+from supervisor.config.keys import key_field, key_problems, peer_problems
 from supervisor.config.messages import render_value, unknown_key_message
 from supervisor.config.models import FleetConfig
 from supervisor.config.sections import (
@@ -103,6 +103,9 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
             issues.at_key((key,), unknown_key_message(FleetConfig))
 
     store, _ = issues.validate(StoreConfig, data.get("store", {}), ("store",))
+    if store is not None:
+        for field, problem in peer_problems(store, base_dir):
+            issues.at(("store", field), problem)
     defaults, _ = issues.validate(Defaults, data.get("defaults", {}), ("defaults",))
     playbook, _ = issues.validate(PlaybookConfig, data.get("playbook", {}), ("playbook",))
     remediation, _ = issues.validate(
@@ -146,6 +149,8 @@ def _build(text: str, *, file: str, source: Path, base_dir: Path) -> FleetConfig
                 "path": _absolute(store.path, base_dir),
                 "password_file": store.password_file and _absolute(store.password_file, base_dir),
                 "spill_dir": store.spill_dir and _absolute(store.spill_dir, base_dir),
+                "peer_token_file": store.peer_token_file
+                and _absolute(store.peer_token_file, base_dir),
             }
         ),
         defaults=defaults,

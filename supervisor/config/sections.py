@@ -87,6 +87,36 @@ class StoreConfig(Frozen):
         "a timeline entry, an attempt or a message (`512KiB`, `4MiB`, `1GiB`)",
     )
 
+    peers: tuple[Text, ...] = Field(
+        default=(),
+        description="the other instances' HTTP addresses (`http://HOST:PORT`, their "
+        "`http.listen`): while the store refuses the leader's renewals it asks each one whether "
+        "it leads and reaches the store, and steps down if one does (PostgreSQL only)",
+    )
+    peer_token_file: FilePath | None = Field(
+        default=None,
+        description="file holding the token the instances share for that question only (one "
+        "line, the same file on each; not readable by others: `chmod o-rwx`); needed with "
+        "`peers`",
+    )
+
+    @field_validator("peers")
+    @classmethod
+    def _peer_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            parts = urlsplit(url)
+            if (
+                parts.scheme not in ("http", "https")
+                or not parts.hostname
+                or parts.path
+                not in (
+                    "",
+                    "/",
+                )
+            ):
+                raise field_error("url", f"expected http://HOST:PORT, got {url}")
+        return tuple(url.rstrip("/") for url in value)
+
     @field_validator("url")
     @classmethod
     def _pg_url(cls, value: str | None) -> str | None:

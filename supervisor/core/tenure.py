@@ -39,6 +39,10 @@ class Tenure:
     def holds(self) -> bool:
         return self._holds()
 
+    def why(self) -> str:
+        """Why we no longer lead (meaningful once `holds` is false)."""
+        return self._why()
+
     def stops(self, part: str) -> bool:
         """True when we no longer lead: `part` must not reach the outside. The first time for
         each part, one `deposed` warning names it."""
@@ -46,7 +50,7 @@ class Tenure:
             return False
         if part not in self._told:
             self._told.add(part)
-            log.warning("deposed", stops=part, why=self._why())
+            log.warning("deposed", stops=part, why=self.why())
             if self._on_lost is not None:
                 self._on_lost()
         return True

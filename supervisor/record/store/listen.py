@@ -15,12 +15,14 @@ the callbacks subscribed to its channel. It is a hint, never the source of truth
 still claims every third of the lease and the page still ticks, so a lost notification or a
 dropped connection only costs the old delay. A dropped connection is opened again with a backoff
 (and every subscriber is called once it is back: it may have missed something); a connection
-that went silent is found by a ping. On a SQLite store it is a no-op: nothing is ever called.
+that went silent is found by a ping. One warning says it lost the server, one that it listens
+again; the tries between are quiet (debug). On a SQLite store it is a no-op: nothing is ever called.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
@@ -73,6 +75,8 @@ class Listener:
         self.connected = asyncio.Event()  #: LISTENing now
         self.connects = 0  #: how many times it connected (the specs watch reconnects)
         self.backend_pid: int | None = None  #: the server process of the connection, while up
+        #: since when it has not been listening (monotonic), once that was said (a warning)
+        self._cut_off: float | None = None
 
     def subscribe(self, channel: str, callback: Callback) -> Callable[[], None]:
         """Call `callback(payload)` on each notification of `channel`; returns the unsubscribe."""
@@ -121,7 +125,12 @@ class Listener:
                     **connect_args(target), password=target.password, timeout=CONNECT_TIMEOUT_S
                 )
             except Exception as err:  # refused, timed out, a bad password: tried again later
-                log.warning("listen: cannot connect", error=str(err) or type(err).__name__)
+                why = str(err) or type(err).__name__
+                if self._cut_off is None:  # said once; the tries that follow, quietly
+                    self._cut_off = time.monotonic()
+                    log.warning("listen: cannot connect; trying again", error=why)
+                else:
+                    log.debug("listen: cannot connect", error=why)
                 failures += 1
                 await asyncio.sleep(self._backoff.delay(failures))
                 continue
@@ -129,7 +138,9 @@ class Listener:
             try:
                 await self._listen(conn)
             except Exception as err:  # a ping unanswered, the connection dropped mid-LISTEN
-                log.warning("listen: connection lost", error=str(err) or type(err).__name__)
+                self._cut_off = time.monotonic()
+                why = str(err) or type(err).__name__
+                log.warning("listen: connection lost; trying again", error=why)
             finally:
                 self.connected.clear()
                 self.backend_pid = None
@@ -146,7 +157,12 @@ class Listener:
         self.connects += 1
         self.backend_pid = conn.get_server_pid()
         self.connected.set()
-        log.info("listen: listening", channels=list(CHANNELS), connects=self.connects)
+        if self._cut_off is not None:  # the one warning when back, as when cut off
+            after = round(time.monotonic() - self._cut_off, 1)
+            self._cut_off = None
+            log.warning("listen: listening again", after_s=after, connects=self.connects)
+        else:
+            log.info("listen: listening", channels=list(CHANNELS), connects=self.connects)
         for channel in CHANNELS:
             self._deliver(channel, "")
         while not gone.is_set() and not conn.is_closed():

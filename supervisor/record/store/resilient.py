@@ -205,6 +205,13 @@ class ResilientStore(Store):
         """The store's id for `value` (itself unless it is a flushed placeholder)."""
         return self._mine.ids.real(value)
 
+    def depose(self, *, epoch: int, holder: str) -> None:
+        """As `Store.depose`; a retry waiting on the store that does not answer is cut (what
+        it would write is a deposed leader's: dropped at the close)."""
+        super().depose(epoch=epoch, holder=holder)
+        if self._retry is not None and not self._retry.done():
+            self._retry.cancel()
+
     async def close(self) -> None:
         if self._retry is not None:
             self._closing = True

@@ -65,6 +65,9 @@ class Store:
         #: called once with the error when the fence refused us (we are deposed)
         self.on_deposed: list[Callable[[StaleEpochError], None]] = []
         self.closed = False
+        #: (epoch, holder) of the leader a peer named while the store did not answer us: every
+        #: write and fence question is refused at once (`depose`)
+        self.deposed_by: tuple[int, str] | None = None
         #: called after each committed timeline entry (the notifier's composer wakes on it)
         self.on_timeline: list[Callable[[], None]] = []
         #: snapshot saves that fall due together share a transaction (group commit)
@@ -106,9 +109,23 @@ class Store:
     ) -> None:
         await self.close()
 
+    def depose(self, *, epoch: int, holder: str) -> None:
+        """[leadership] Another instance leads with `epoch` (a peer said so while this store
+        does not answer us: cut off from it): from now on every write and every fence question
+        is refused at once, with no round trip to a store that would not answer."""
+        self.deposed_by = (epoch, holder)
+
+    def _stale(self, what: str) -> StaleEpochError | None:
+        if self.deposed_by is None or self.fence_epoch is None:
+            return None
+        epoch, holder = self.deposed_by
+        return StaleEpochError(mine=self.fence_epoch, current=epoch, holder=holder, what=what)
+
     @asynccontextmanager
     async def _tx(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
         """One transaction; driver errors become a StoreError naming the file."""
+        if write and (stale := self._stale("a store write")) is not None:
+            raise stale
         try:
             async with self._transaction(write=write) as conn:
                 if write and self.fence_epoch is not None:
@@ -129,6 +146,8 @@ class Store:
         in the leadership journal) unless we still hold the lease's epoch. Unfenced: no-op."""
         if self.fence_epoch is None:
             return
+        if (stale := self._stale(what)) is not None:
+            raise stale
         async with self._tx(write=False) as conn:
             await lease.check_epoch(conn, epoch=self.fence_epoch, what=what)
 

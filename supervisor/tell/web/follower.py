@@ -20,14 +20,17 @@ answer, every route says so with a 503.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 
 from aiohttp import web
 
 from supervisor.control.model import Code
 from supervisor.control.routes import PREFIX
+from supervisor.core.peers import PeerDoor
 from supervisor.record.store.who_leads import LeaderView, leadership_document
 from supervisor.tell.web.page.app import mount_page
+from supervisor.tell.web.peer import is_peer_question, mount_peer
 from supervisor.tell.web.site import MAX_BODY, Handler, HttpSite, errors, get_only, not_found, text
 from supervisor.tell.web.stored import StoredFleet, health_text
 from supervisor.tell.web.view import gather, status_document
@@ -36,19 +39,34 @@ from supervisor.tell.web.view import gather, status_document
 class FollowerServer(HttpSite):
     """Serves a follower's HTTP side. `start`, then `stop`."""
 
-    def __init__(self, fleet: StoredFleet, *, listen: str, started_at: datetime) -> None:
+    def __init__(
+        self,
+        fleet: StoredFleet,
+        *,
+        listen: str,
+        started_at: datetime,
+        peer: PeerDoor | None = None,
+        cut_off: Callable[[], str] = lambda: "",
+    ) -> None:
         super().__init__(listen)
         self.fleet = fleet
         self._started_at = started_at
+        self._peer = peer
+        self._cut_off = cut_off
         self.app = self._build()
 
     def _build(self) -> web.Application:
         fleet = self.fleet
+        cut_off = self._cut_off
 
         @web.middleware
         async def fresh(request: web.Request, handler: Handler) -> web.StreamResponse:
-            if request.path.startswith("/static/"):
+            if request.path.startswith("/static/") or is_peer_question(request):
                 return await handler(request)
+            if line := cut_off():  # said at once, from what it knows: no store round trip
+                if request.path.startswith(PREFIX):
+                    return refusal_answer(line)
+                return text(503, f"unavailable: {line}")
             problem = await fleet.refresh()
             return text(503, f"unhealthy: {problem}") if problem else await handler(request)
 
@@ -61,6 +79,7 @@ class FollowerServer(HttpSite):
         for path, handler in plain.items():
             app.router.add_route("*", path, get_only(handler))
         app.router.add_route("*", PREFIX + "{name}", self.control)
+        mount_peer(app, self._peer)
         mount_page(
             app,
             fleet,
@@ -79,13 +98,7 @@ class FollowerServer(HttpSite):
 
     async def control(self, request: web.Request) -> web.Response:
         """Every control request: refused, naming the leader (the CLI prints the text)."""
-        document = {
-            "ok": False,
-            "code": Code.REFUSED.value,
-            "text": f"{self.fleet.follows()}; send control requests there",
-            "subjects": [],
-        }
-        return web.json_response(document, status=503)
+        return refusal_answer(f"{self.fleet.follows()}; send control requests there")
 
     async def _metrics(self, request: web.Request) -> web.Response:
         # prometheus_client (~5 MB) only once a scraper asks
@@ -110,3 +123,9 @@ class FollowerServer(HttpSite):
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return text(200, health_text(self._leader()))
+
+
+def refusal_answer(line: str) -> web.Response:
+    """A control request refused (503 JSON), `line` naming the leader."""
+    document = {"ok": False, "code": Code.REFUSED.value, "text": line, "subjects": []}
+    return web.json_response(document, status=503)

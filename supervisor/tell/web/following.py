@@ -15,6 +15,7 @@ import structlog
 
 from supervisor.config.models import FleetConfig
 from supervisor.core.clock import utcnow
+from supervisor.core.peers import PeerDoor
 from supervisor.record.store.listen import TIMELINE, Listener
 from supervisor.record.store.store import Store
 from supervisor.tell.web.listen import ListenError
@@ -27,9 +28,19 @@ log = structlog.get_logger("supervisor.ops")
 
 class FollowerHttp:
     def __init__(
-        self, config: FleetConfig, store: Store, *, me: str, listener: Listener | None = None
+        self,
+        config: FleetConfig,
+        store: Store,
+        *,
+        me: str,
+        listener: Listener | None = None,
+        peer: PeerDoor | None = None,
+        cut_off: Callable[[], str] = lambda: "",
     ) -> None:
         self.config = config
+        self.peer = peer
+        #: why this instance does not lead while the store does not answer it ('' otherwise)
+        self.cut_off = cut_off
         self.store = store
         self.me = me
         self.listener = listener
@@ -48,7 +59,13 @@ class FollowerHttp:
 
         fleet = StoredFleet(self.config, self.store, me=self.me)
         try:
-            server = FollowerServer(fleet, listen=http.listen, started_at=utcnow())
+            server = FollowerServer(
+                fleet,
+                listen=http.listen,
+                started_at=utcnow(),
+                peer=self.peer,
+                cut_off=self.cut_off,
+            )
             await server.start()
         except (ListenError, OSError) as exc:
             log.error("http not served while following", listen=http.listen, error=str(exc))

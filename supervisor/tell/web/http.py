@@ -20,6 +20,7 @@ from aiohttp import web
 
 from supervisor.control import door
 from supervisor.control import routes as control_routes
+from supervisor.core.peers import PeerDoor
 from supervisor.core.tenure import Tenure
 from supervisor.record.store.doctor import last_doctor_run
 from supervisor.record.store.errors import StoreError
@@ -27,6 +28,7 @@ from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.who_leads import leader_view, leadership_document
 from supervisor.tell.web.page.app import mount_page
 from supervisor.tell.web.page.peers import is_loopback
+from supervisor.tell.web.peer import is_peer_question, mount_peer
 from supervisor.tell.web.site import (
     MAX_BODY,
     Handler,
@@ -60,8 +62,10 @@ class OpsServer(HttpSite):
         started_at: datetime,
         control: ControlApi | None = None,
         tenure: Tenure | None = None,
+        peer: PeerDoor | None = None,
     ) -> None:
         super().__init__(listen)
+        self._peer = peer
         self._daemon = daemon
         self._api = control
         self._started_at = started_at
@@ -75,8 +79,8 @@ class OpsServer(HttpSite):
         async def leading(request: web.Request, handler: Handler) -> web.StreamResponse:
             """A leader woken from a freeze answers nothing from its memory: it no longer
             leads by its own clock (no store round trip), and follows again in a moment."""
-            if tenure.stops("the http answers"):
-                return text(503, DEPOSED)
+            if not is_peer_question(request) and tenure.stops("the http answers"):
+                return text(503, deposed(tenure.why()))
             return await handler(request)
 
         app = web.Application(client_max_size=MAX_BODY, middlewares=[errors, leading])
@@ -88,6 +92,7 @@ class OpsServer(HttpSite):
         for path, handler in plain.items():
             app.router.add_route("*", path, get_only(handler))
         app.router.add_route("*", control_routes.PREFIX + "{name}", self.control)
+        mount_peer(app, self._peer)
         mount_page(app, self._daemon, control=self._api, started_at=self._started_at, tenure=tenure)
         app.router.add_route("*", "/{tail:.*}", not_found)
         return app
@@ -135,7 +140,7 @@ class OpsServer(HttpSite):
         # epoch is still ours (or the daemon runs unfenced). A deposed leader answers 503
         ours = store.fence_epoch is None or leadership["epoch"] == store.fence_epoch
         if not (self.tenure.holds() and ours):
-            return text(503, DEPOSED)
+            return text(503, deposed(self.tenure.why() if ours else "another holds the lease"))
         leadership["leading"] = True
         document["leadership"] = leadership
         document["role"] = "leader"
@@ -152,7 +157,9 @@ class OpsServer(HttpSite):
         return text(503, f"unhealthy: {reason}") if reason else text(200, "ok")
 
 
-DEPOSED = "unavailable: this instance no longer leads (its lease ran out); it follows again"
+def deposed(why: str) -> str:
+    """A deposed leader's answer to every request until it follows again."""
+    return f"unavailable: this instance no longer leads ({why}); it follows again"
 
 
 def store_document(store: object) -> dict[str, object]:
