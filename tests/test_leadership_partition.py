@@ -29,6 +29,7 @@ from fleet_lab.botapi import BotApiStub
 from supervisor.core.tls import default_tls
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import LeaseJournalEntry, lease_journal
+from supervisor.record.store.pgengine import CONNECT_TIMEOUT_S
 from supervisor.record.store.records import AttemptRow
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
@@ -392,3 +393,21 @@ async def test_postgresql_stopped_for_both_the_leader_whose_peer_does_not_lead_k
     assert detail.startswith("led on: every peer cut off (b: cannot read store ")
     assert _errors(pair, "a") == []
     assert _errors(pair, "b") == []
+
+
+async def test_a_cut_off_instance_stops_within_the_store_s_timeouts(pair: Pair) -> None:
+    """Stopped while the partition lasts, the stepped-down instance does not wait for the store
+    to answer: its stop is bounded by the store's timeouts."""
+    await _a_leads_and_heals_then_b_follows(pair)
+    pair.gate.close()
+    await eventually(lambda: pair.events("a", CUT) != [], within=LEASE_S, what="a stepping down")
+    await eventually(lambda: _cut_off_says(pair, REACHES), within=10, what="a answering as cut off")
+    a = pair.procs["a"]
+    began = time.monotonic()
+    a.terminate()
+    code = await asyncio.wait_for(a.wait(), timeout=PARTITION_S)
+    took = time.monotonic() - began
+    assert code == 0
+    assert took < CONNECT_TIMEOUT_S + 2, took
+    assert pair.events("a", "stopped") != []
+    assert _errors(pair, "a") == []

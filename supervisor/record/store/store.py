@@ -7,6 +7,7 @@ consistent. Several processes may read the file while one writes (WAL). How a ca
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from datetime import datetime, timedelta
@@ -68,6 +69,8 @@ class Store:
         #: (epoch, holder) of the leader a peer named while the store did not answer us: every
         #: write and fence question is refused at once (`depose`)
         self.deposed_by: tuple[int, str] | None = None
+        #: one per transaction under way: `depose` cuts them short (they wait on that store)
+        self._under_way: set[asyncio.Timeout] = set()
         #: called after each committed timeline entry (the notifier's composer wakes on it)
         self.on_timeline: list[Callable[[], None]] = []
         #: snapshot saves that fall due together share a transaction (group commit)
@@ -80,7 +83,9 @@ class Store:
     async def close(self) -> None:
         await self.saves.idle()
         self.closed = True
-        await self._engine.dispose()
+        # deposed while cut off: closing a connection waits for the server's answer, which a
+        # silent partition never gives (asyncpg's close has no limit); the sockets are dropped
+        await self._engine.dispose(close=self.deposed_by is None)
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
@@ -112,8 +117,26 @@ class Store:
     def depose(self, *, epoch: int, holder: str) -> None:
         """[leadership] Another instance leads with `epoch` (a peer said so while this store
         does not answer us: cut off from it): from now on every write and every fence question
-        is refused at once, with no round trip to a store that would not answer."""
+        is refused at once, with no round trip to a store that would not answer; so is every
+        read, and every transaction under way is cut short (a teardown waits on none of them:
+        without this, each would wait for the driver's statement limit, or the partition's end)."""
         self.deposed_by = (epoch, holder)
+        now = asyncio.get_running_loop().time()
+        for under_way in self._under_way:
+            under_way.reschedule(now)
+
+    def _cut_off(self, *, write: bool) -> StoreError | None:
+        """Deposed while cut off (`depose`): the refusal of a write (the fence's) or a read."""
+        if self.deposed_by is None:
+            return None
+        if write and (stale := self._stale("a store write")) is not None:
+            return stale
+        epoch, holder = self.deposed_by
+        return StoreRefusedError(
+            f"cannot {'write to' if write else 'read'} store {self.path}: it does not answer "
+            f"this instance; {holder} leads (epoch {epoch})",
+            cause=SERVER_DOWN,
+        )
 
     def _stale(self, what: str) -> StaleEpochError | None:
         if self.deposed_by is None or self.fence_epoch is None:
@@ -124,10 +147,10 @@ class Store:
     @asynccontextmanager
     async def _tx(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
         """One transaction; driver errors become a StoreError naming the file."""
-        if write and (stale := self._stale("a store write")) is not None:
-            raise stale
+        if (refused := self._cut_off(write=write)) is not None:
+            raise refused
         try:
-            async with self._transaction(write=write) as conn:
+            async with self._cut_short(), self._transaction(write=write) as conn:
                 if write and self.fence_epoch is not None:
                     await lease.check_epoch(conn, epoch=self.fence_epoch, what="a store write")
                 yield conn
@@ -135,11 +158,23 @@ class Store:
             await self._refused(err)
             raise
         except (StatementError, OSError, TimeoutError) as err:  # OSError: a server gone
+            if (refused := self._cut_off(write=write)) is not None:
+                raise refused from None
             verb = "write to" if write else "read"
             raise StoreRefusedError(
                 f"cannot {verb} store {self.path}: {reason(err)}",
                 cause=SERVER_DOWN if server_unreachable(err) else "",
             ) from None
+
+    @asynccontextmanager
+    async def _cut_short(self) -> AsyncIterator[None]:
+        """Cut short by `depose` (a TimeoutError where it waits)."""
+        async with asyncio.timeout(None) as under_way:
+            self._under_way.add(under_way)
+            try:
+                yield
+            finally:
+                self._under_way.discard(under_way)
 
     async def check_fence(self, what: str) -> None:
         """Before an outside effect (a command, a message): raise `StaleEpochError` (recorded
