@@ -472,20 +472,24 @@ def _server_errors(server_log: Path, offset: int) -> list[str]:
     """PostgreSQL's lines at error level or worse after `offset`, but those of the stop and start
     the spec made: a fast shutdown ends each open session (`terminating connection due to
     administrator command`), and a connection tried while the server stops or starts is refused
-    (`the database system is shutting down`, `... is starting up`)."""
+    (`the database system is shutting down`, `... is starting up`). A refused backend writes its
+    line itself, and under load after the server's `ready to accept connections`: a `starting
+    up` refusal can only come from a start, so any after the spec's start is that start's."""
     with server_log.open("rb") as lines:
         lines.seek(offset)
         said = lines.read().decode(errors="replace").splitlines()
-    found, within = [], ""
+    found, within, started = [], "", False
     for line in said:
         for begins, ends in _STOP_AND_START:
             if begins in line:
                 within = begins
+                started = started or begins.startswith("starting")
             elif ends in line:
                 within = ""
         bad = re.search(r"\] (ERROR|FATAL|PANIC): ", line)
         expected = _EXPECTED if within.startswith("received") else (_EXPECTED_STARTING,)
-        if bad and not (within and any(words in line for words in expected)):
+        spec_made = within and any(words in line for words in expected)
+        if bad and not spec_made and not (started and _EXPECTED_STARTING in line):
             found.append(line)
     return found
 
