@@ -36,7 +36,13 @@ from fleet_lab.botapi import BotApiStub
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.outbox import OutboxStore
-from supervisor.record.store.queued import OutboxMark, OutboxRows, SpillLineError, decode_line
+from supervisor.record.store.queued import (
+    OutboxMark,
+    OutboxRows,
+    SpillLineError,
+    Write,
+    decode_line,
+)
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
 from supervisor.record.timeline.state import Transition
@@ -184,12 +190,17 @@ async def _terminate(run: Run) -> int:
         raise
 
 
-def _delivery_spilled(path: Path, text: str) -> bool:
-    """Whether the spill file holds the row kept in memory with `text` and its mark as sent."""
+def _spill_writes(path: Path) -> list[Write]:
     writes = []
     for line in path.read_bytes().split(b"\n")[1:]:  # after the header
         with suppress(SpillLineError):  # (a line being written)
             writes.append(decode_line(line)[1])
+    return writes
+
+
+def _delivery_spilled(path: Path, text: str) -> bool:
+    """Whether the spill file holds the row kept in memory with `text` and its mark as sent."""
+    writes = _spill_writes(path)
     rows = {r.id for w in writes if isinstance(w, OutboxRows) for r in w.rows if r.text == text}
     return any(
         isinstance(w, OutboxMark) and w.row_id in rows and w.sent_at is not None for w in writes
@@ -252,6 +263,7 @@ async def test_a_daemon_killed_during_an_outage_loses_no_entry(
     assert logged[0] == ("healthy", "down")
     assert logged.count(("healthy", "down")) == 2
     assert [path.exists() for path in spilled] == [True]  # left by the dead process
+    at_kill = _spill_writes(spilled[0])  # (the replay deletes the file)
 
     outage.end()
     second = await _start(config, tmp_path / "second.log")
@@ -285,7 +297,9 @@ async def test_a_daemon_killed_during_an_outage_loses_no_entry(
     assert {row.incident_id for row in entries} == {incidents[0].id}
     # the message sent from memory is recorded as sent, and was sent once
     assert [m.sent_at is not None for m in messages if m.text == told] == [True]
-    assert bot.texts(CHAT).count(told) == 1
+    sends = [s.received_at < killed for s in bot.sent if s.chat_id == CHAT and s.text == told]
+    outbox = [w for w in at_kill if isinstance(w, OutboxRows | OutboxMark)]
+    assert sends == [True], f"sent before the kill, after: {sends}; the spill's outbox: {outbox}"
     errors = [e for e in second.logged() if e.get("level") in ("error", "critical")]
     assert errors == []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from supervisor.execute.dryrun import DryRunExecutor
 from supervisor.execute.fleet import FleetExecutor, UnknownHostError
 from supervisor.execute.local import MAX_OUTPUT, LocalExecutor
 from supervisor.execute.ssh import MAX_SESSIONS, SshExecutor, lost_reason
+from supervisor.hear.streams.local import LocalTransport
 from tests.helpers import eventually
 from tests.ports import free_port
 from tests.sshd import Sshd, skip_unless_sshd_runs
@@ -375,6 +376,37 @@ async def test_local_executor_keeps_partial_output_on_timeout(tmp_path: Path) ->
     assert (result.stdout, result.stderr) == ("started\n", "oops\n")
     piped = await LocalExecutor().run(host, ["cat"], timeout=SECOND, stdin="x\ny")
     assert (piped.stdout, piped.exit_status) == ("x\ny", 0)
+
+
+def _exists(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def _by_executor(argv: list[str]) -> Awaitable[object]:
+    return LocalExecutor().run(Host(name="forge", local=True), argv, timeout=timedelta(minutes=1))
+
+
+def _by_transport(argv: list[str]) -> Awaitable[object]:
+    return LocalTransport(Host(name="forge", local=True)).run(argv, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "run", [_by_executor, _by_transport], ids=["LocalExecutor", "the event stream's transport"]
+)
+async def test_a_local_command_whose_caller_is_cancelled_is_killed_and_reaped(
+    tmp_path: Path, run: Callable[[list[str]], Awaitable[object]]
+) -> None:
+    """The daemon stopping cancels what runs: the command ends with the call, not after it
+    (a process left running, its pipes open, warned at the next garbage collection)."""
+    pidfile = tmp_path / "pid"
+    script = f"echo $$ > {pidfile}.new; mv {pidfile}.new {pidfile}; exec sleep 60"
+    task = asyncio.ensure_future(run(["sh", "-c", script]))
+    await eventually(pidfile.exists, within=10, what="the command to start")
+    pid = int(pidfile.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not _exists(pid)  # killed, and waited for (no zombie either)
 
 
 async def test_fleet_executor_routes_by_local(sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,10 +54,20 @@ async def _feed(stream: asyncio.StreamWriter | None, data: str | None) -> None:
     stream.close()
 
 
+async def reap(proc: asyncio.subprocess.Process) -> None:
+    """Kill `proc`'s process group (started in a session of its own) unless it has ended, and
+    wait for it: a command past its deadline, or whose caller is cancelled (the daemon
+    stopping), never outlives the call, and neither do its pipes."""
+    if proc.returncode is None:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
 class LocalExecutor:
     """Runs argument lists with `asyncio.create_subprocess_exec`. `sudo=True` adds `sudo -n`
-    unless the daemon already runs as root. A command past its deadline has its whole process
-    group killed; the output it had printed is kept."""
+    unless the daemon already runs as root. A command past its deadline, or whose caller is
+    cancelled, has its whole process group killed; the output it had printed is kept."""
 
     def __init__(self) -> None:
         self._is_root = os.geteuid() == 0
@@ -107,11 +117,12 @@ class LocalExecutor:
                 await asyncio.gather(
                     _pump(proc.stdout, out), _pump(proc.stderr, err), _feed(proc.stdin, stdin)
                 )
-                status = await proc.wait()
+                status: int | None = await proc.wait()
         except TimeoutError:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            status = None
+        finally:
+            await reap(proc)
+        if status is None:
             return result(None, f"timed out after {format_duration(timeout)}", Failure.TIMED_OUT)
         return result(status)
 

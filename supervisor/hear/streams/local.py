@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 
 from supervisor.config.supervised import Host
-from supervisor.execute.local import OutputTail
+from supervisor.execute.local import OutputTail, reap
 from supervisor.hear.streams.protocol import (
     LINE_LIMIT,
     STOP_WITHIN_S,
@@ -85,10 +85,9 @@ class LocalTransport:
             async with asyncio.timeout(timeout):
                 out, err = await proc.communicate()
         except TimeoutError:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
             return Ran(status=None, stdout="", stderr="", error=f"timed out after {timeout:g}s")
+        finally:
+            await reap(proc)
         return Ran(
             status=proc.returncode,
             stdout=out.decode(errors="replace"),
