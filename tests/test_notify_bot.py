@@ -26,7 +26,7 @@ from supervisor.playbook.model import All, Mode, Rule, Severity
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.records import TimelineEntry
 from supervisor.record.timeline.control import Acked
-from supervisor.tell.telegram.notifier import Notifier
+from supervisor.tell.telegram.notifier import POLLER_STOP_S, Notifier
 from supervisor.tell.telegram.timing import Pacing, Timing
 from supervisor.worker import EndpointWorker
 from tests.helpers import eventually, write_fleet
@@ -153,6 +153,25 @@ async def test_down_then_up_gives_opened_and_resolved_in_one_thread(
         assert "fixed by: nothing we did: it recovered by itself" in alerts[-1].text
     finally:
         await daemon.stop()
+
+
+async def test_a_stop_does_not_wait_out_the_poller_s_sleep_after_a_failed_poll(
+    tmp_path: Path, stub: BotApiStub, vllm: VllmSim, caplog: pytest.LogCaptureFixture
+) -> None:
+    """python-telegram-bot's poller sleeps after a failed getUpdates (here flood control's
+    30 s; up to 30 s after other failures, a deposed leader's refusals included) before it looks
+    at its stop: the daemon's stop cuts that sleep short (`POLLER_STOP_S`)."""
+    caplog.set_level(logging.DEBUG, logger="telegram.ext")
+    daemon = await _daemon(_fleet(tmp_path, stub, vllm.url))
+    try:
+        await eventually(_notifier(daemon).ready.is_set, what="bot up")
+        stub.retry_after, stub.flood_updates = 30, 1
+        await eventually(lambda: "Failed run number" in caplog.text, what="the poller asleep")
+    finally:
+        began = asyncio.get_running_loop().time()
+        await daemon.stop()
+    took = asyncio.get_running_loop().time() - began
+    assert took < POLLER_STOP_S + 5 < stub.retry_after, took
 
 
 async def test_a_state_change_is_composed_at_once_not_at_the_next_round(

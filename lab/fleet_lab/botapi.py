@@ -53,6 +53,7 @@ class BotApiStub:
     flood_replies: int = 0  #: the next N replies are answered 429 (then counted down)
     retry_after: int = 1  #: seconds the 429 asks for (Telegram gives whole seconds)
     flooded: list[float] = field(default_factory=list)  #: when each 429 was given (epoch s)
+    flood_updates: int = 0  #: the next N getUpdates are answered 429 (then counted down)
     _server: asyncio.Server | None = None
     _port: int = 0
     _updates: list[dict[str, Any]] = field(default_factory=list)
@@ -239,6 +240,10 @@ class BotApiStub:
         return self._message(chat_id, message_id, str(p["text"]))
 
     async def _api_getUpdates(self, p: dict[str, Any]) -> Any:  # noqa: N802
+        if self.flood_updates > 0:
+            self.flood_updates -= 1
+            self.flooded.append(time.time())
+            return (429, f"Too Many Requests: retry after {self.retry_after}")
         offset = int(p.get("offset") or 0)
         self._updates = [u for u in self._updates if u["update_id"] >= offset]
         if not self._updates:

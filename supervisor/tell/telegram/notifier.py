@@ -39,6 +39,9 @@ from supervisor.worker import EndpointWorker
 
 log = structlog.get_logger("supervisor.notify")
 
+POLLER_STOP_S = 2.0
+"""How long a stop waits for the bot's poller (it ends at once unless it sleeps after a failure)."""
+
 
 class Notifier:
     def __init__(
@@ -211,8 +214,12 @@ class Notifier:
         if self.ready.is_set():
             updater = self.app.updater
             if updater is not None and updater.running:
-                with suppress(TelegramError):  # a deposed leader's last getUpdates: not sent
-                    await updater.stop()
+                # after a failed getUpdates (Telegram unreachable or flooded, or a deposed
+                # leader's refused) python-telegram-bot's poller sleeps, up to 30 s, before it
+                # looks at its stop: the stop cuts that sleep short
+                with suppress(TelegramError, TimeoutError):  # a deposed leader's last getUpdates
+                    async with asyncio.timeout(POLLER_STOP_S):
+                        await updater.stop()
             if self.app.running:
                 await self.app.stop()
         with suppress(TelegramError, RuntimeError):
