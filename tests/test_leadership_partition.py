@@ -408,6 +408,6 @@ async def test_a_cut_off_instance_stops_within_the_store_s_timeouts(pair: Pair) 
     code = await asyncio.wait_for(a.wait(), timeout=PARTITION_S)
     took = time.monotonic() - began
     assert code == 0
-    assert took < CONNECT_TIMEOUT_S + 2, took
     assert pair.events("a", "stopped") != []
+    assert took < CONNECT_TIMEOUT_S + 2, (took, pair.events("a", "stopped"))  # its slow parts
     assert _errors(pair, "a") == []

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from fleet_lab.botapi import BotApiStub, Sent
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
@@ -169,9 +170,14 @@ async def test_a_stop_does_not_wait_out_the_poller_s_sleep_after_a_failed_poll(
         await eventually(lambda: "Failed run number" in caplog.text, what="the poller asleep")
     finally:
         began = asyncio.get_running_loop().time()
-        await daemon.stop()
+        with capture_logs() as logged:
+            await daemon.stop()
     took = asyncio.get_running_loop().time() - began
     assert took < POLLER_STOP_S + 5 < stub.retry_after, took
+    # the stop names its slow part, and how long it took
+    [stopped] = [e for e in logged if e["event"] == "stopped"]
+    assert list(stopped["slow_s"]) == ["notifier"]
+    assert POLLER_STOP_S <= stopped["slow_s"]["notifier"] < POLLER_STOP_S + 5
 
 
 async def test_a_state_change_is_composed_at_once_not_at_the_next_round(

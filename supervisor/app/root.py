@@ -8,7 +8,8 @@ is handed to them here; the root closes what it opened, the daemon stops what ru
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -232,14 +233,22 @@ class Supervisor:
             await self.daemon.unit_events.stop()
 
     async def stop(self) -> None:
-        await self.ops.stop()  # STOPPING=1, watchdog and HTTP server off
-        if self.daemon is not None:
-            await self.daemon.stop()
-        if self.notifier is not None:
-            await self.notifier.stop()
-        if self._http is not None:
-            await self._http.aclose()
-        await self.executor.close()
-        if self.store is not None:
-            await self.store.close()
-        log.info("stopped")
+        """Stop every part, in order; the `stopped` line names each part that took a second or
+        more (`slow_s`), so a slow stop says where it waited."""
+        parts: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
+            ("ops", self.ops.stop),  # STOPPING=1, watchdog and HTTP server off
+            ("daemon", self.daemon.stop if self.daemon is not None else None),
+            ("notifier", self.notifier.stop if self.notifier is not None else None),
+            ("http", self._http.aclose if self._http is not None else None),
+            ("executor", self.executor.close),
+            ("store", self.store.close if self.store is not None else None),
+        ]
+        slow: dict[str, float] = {}
+        for name, stop in parts:
+            if stop is None:
+                continue
+            began = time.monotonic()
+            await stop()
+            if (took := time.monotonic() - began) >= 1.0:
+                slow[name] = round(took, 2)
+        log.info("stopped", **({"slow_s": slow} if slow else {}))
