@@ -166,8 +166,11 @@ async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repai
     with chromium() as driver:
         driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WITHOUT_TICKS})
         await asyncio.to_thread(driver.get, fleet.url + "/")
+        # (once, in a fresh clone's check, the page had no row for llm: what it was, if again)
+        page = f"{driver.title!r}: {_texts(driver, 'body')}"
+        assert driver.title == "board · fleet-supervisor", page
+        assert driver.find_elements(By.ID, "ep-llm") != [], page
         assert _state(driver, "llm") == ("healthy", "row-good")
-        assert driver.title == "board · fleet-supervisor"
         wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "● live")
         driver.execute_script("window.notReloaded = true")
 
