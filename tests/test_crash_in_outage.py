@@ -299,7 +299,11 @@ async def test_a_daemon_killed_during_an_outage_loses_no_entry(
     assert [m.sent_at is not None for m in messages if m.text == told] == [True]
     sends = [s.received_at < killed for s in bot.sent if s.chat_id == CHAT and s.text == told]
     outbox = [w for w in at_kill if isinstance(w, OutboxRows | OutboxMark)]
-    assert sends == [True], f"sent before the kill, after: {sends}; the spill's outbox: {outbox}"
+    stored_rows = [(m.id, m.kind, m.incident_id, m.sent_at, m.text[:40]) for m in messages]
+    assert sends == [True], (
+        f"sent before the kill, after: {sends}; the spill's outbox: {outbox}; "
+        f"the store's: {stored_rows}"
+    )
     errors = [e for e in second.logged() if e.get("level") in ("error", "critical")]
     assert errors == []
 

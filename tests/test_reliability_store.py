@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from supervisor.app.root import Supervisor
@@ -26,6 +27,9 @@ from supervisor.core.httpclient import HttpClient
 from supervisor.judge.machine import State, Trigger
 from supervisor.probe import run_probe
 from supervisor.record.store import engine as store_engine
+from supervisor.record.store import notify_rows
+from supervisor.record.store import resilient as resilient_module
+from supervisor.record.store.apply import Ids, Result, apply
 from supervisor.record.store.errors import (
     SERVER_DOWN,
     StoreError,
@@ -35,6 +39,7 @@ from supervisor.record.store.errors import (
 )
 from supervisor.record.store.history import ms
 from supervisor.record.store.outbox import OutboxDraft, OutboxStore
+from supervisor.record.store.queued import SaveSnapshot, Write
 from supervisor.record.store.records import Snapshot, SubjectKind, TimelineEntry
 from supervisor.record.store.resilient import ResilientStore, refused
 from supervisor.record.store.schema import supervision
@@ -48,6 +53,7 @@ from tests.helpers import eventually, write_fleet
 pytestmark = pytest.mark.slow
 
 CHAT = 1001
+FULL = "database or disk is full"
 
 
 @pytest.fixture(autouse=True)
@@ -502,4 +508,74 @@ async def test_held_entries_the_store_takes_between_a_rounds_read_and_write_are_
     assert (await outbox.batch(cursor)).rows == []  # the 'down' is not read again
     assert await outbox.cursor() == store.flushed_to
     assert [r.text for r in await outbox.messages()] == ["m is down"]
+    await store.close()
+
+
+async def _kept_in_memory(
+    db: Path, *, retry_every: float
+) -> tuple[ResilientStore, OutboxStore, WriteLock, datetime]:
+    """A store whose file another process holds locked, and one message kept in memory."""
+    store = await ResilientStore.open(db)
+    store.retry_every = retry_every
+    outbox = OutboxStore(store)
+    lock = WriteLock(db)
+    await asyncio.to_thread(lock.take)
+    now = datetime.now(UTC)
+    draft = OutboxDraft(kind="opened", text="m is down", incident_id=None)
+    await outbox.commit(drafts=[draft], chat_ids=[CHAT], states={}, at=now)
+    return store, outbox, lock, now
+
+
+async def test_a_message_sent_while_a_flush_that_would_store_it_fails_is_not_sent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message kept in memory is sent while the store's flush, which has just inserted it,
+    is still in its transaction; the transaction then fails (the disk filled up). The mark must
+    land on the row in memory: a flush used to let everyone see the id the store was giving the
+    row before it committed, so the mark went to a row that never came to be, and the row kept
+    in memory, still unsent, was sent a second time (a loaded run of the crash spec)."""
+    db = tmp_path / "s.db"
+    store, outbox, lock, now = await _kept_in_memory(db, retry_every=0.05)
+    [kept] = outbox.memory.pending()
+    snapshot = Snapshot(
+        kind=SubjectKind.ENDPOINT, name="m", state="down", since=now, updated_at=now
+    )
+    await store.save_snapshot(snapshot)  # queued behind the message
+    inside, go_on = asyncio.Event(), asyncio.Event()
+
+    async def fills_up_after_the_rows(conn: AsyncConnection, write: Write, ids: Ids) -> Result:
+        if isinstance(write, SaveSnapshot) and not inside.is_set():  # the rows are in
+            inside.set()
+            await go_on.wait()
+            raise OperationalError("INSERT", None, sqlite3.OperationalError(FULL))
+        return await apply(conn, write, ids)
+
+    monkeypatch.setattr(resilient_module, "apply", fills_up_after_the_rows)
+    await asyncio.to_thread(lock.release)
+    await inside.wait()  # the row inserted, the transaction not committed
+    await outbox.part_sent(kept.id, parts=1, message_id=7, at=now, done=True)
+    store.retry_every = 3600  # (the next flush waits: what is left to send is read before it)
+    go_on.set()
+    await eventually(lambda: FULL in store.outage, what="the flush refused")
+    assert await outbox.pending() == []  # sent once: nothing left to send
+    await store.close()  # (its last flush)
+    async with await Store.open(db, create=False) as reader:
+        rows = await OutboxStore(reader).messages()
+    assert [(r.text, r.message_id, r.sent_at is not None) for r in rows] == [(kept.text, 7, True)]
+
+
+async def test_a_message_the_store_took_before_its_flush_resumed_is_pending_once(
+    tmp_path: Path,
+) -> None:
+    """The store committed a flush that holds a message kept in memory, and the flush has not
+    resumed yet to say so (the commit ran in the driver's thread; the sender's read came
+    first): the table and memory both hold it for a moment. It is pending once, from memory,
+    or the sender sends both."""
+    db = tmp_path / "s.db"
+    store, outbox, lock, _ = await _kept_in_memory(db, retry_every=3600)  # no flush of its own
+    await asyncio.to_thread(lock.release)
+    [kept] = outbox.memory.pending()
+    async with await Store.open(db, create=False) as other, other.tx(write=True) as conn:
+        await notify_rows.insert_row(conn, kept, None)  # as the flush inserts it
+    assert [(r.id, r.text) for r in await outbox.pending()] == [(kept.id, kept.text)]
     await store.close()

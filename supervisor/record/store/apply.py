@@ -8,9 +8,9 @@ a crash) reads its result back and the writes after it still find their ids.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import ChainMap
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -42,8 +42,8 @@ Result = Mapping[str, JSONValue] | None
 class Ids:
     """The placeholders of one process's queued writes, mapped as the store takes them."""
 
-    store: dict[int, int | None] = field(default_factory=dict)  #: incidents, entries, attempts
-    rows: dict[int, int] = field(default_factory=dict)  #: outbox rows kept in memory
+    store: MutableMapping[int, int | None] = field(default_factory=dict)  #: incidents, entries
+    rows: MutableMapping[int, int] = field(default_factory=dict)  #: outbox rows kept in memory
 
     def real(self, value: int | None) -> int | None:
         """The store's id for `value` (itself unless it is a mapped placeholder)."""
@@ -56,24 +56,32 @@ class Ids:
         real = self.real(value)
         return real if real is not None and real >= 0 else None
 
-    def learn(self, write: Write, result: Result) -> list[tuple[dict[int, Any], int]]:
-        """What the write's result says about its placeholders: (mapping, key) of each learned
-        (a transaction that rolls back forgets them)."""
-        learned: list[tuple[dict[int, Any], int]] = []
+    def learn(self, write: Write, result: Result) -> None:
+        """What the write's result says about its placeholders."""
         if (
             isinstance(write, TransitionWrite | AppendWrite | StartAttempt)
             and write.placeholder is not None
         ):
             self.store[write.placeholder] = result_id(result)
-            learned.append((self.store, write.placeholder))
         elif isinstance(write, OutboxRows) and result is not None:
             ids = result.get("ids")
             if isinstance(ids, list):
                 for row, real in zip(write.rows, ids, strict=False):
                     if isinstance(real, int):
                         self.rows[row.id] = real
-                        learned.append((self.rows, row.id))
-        return learned
+
+    def draft(self) -> Ids:
+        """These ids, and what a transaction under way learns on top of them (`adopt` once it
+        committed): until then nobody else reads a placeholder as taken (a message sent
+        meanwhile marked on a row that a refused commit never made, and sent again)."""
+        return Ids(store=ChainMap({}, self.store), rows=ChainMap({}, self.rows))
+
+    def adopt(self, draft: Ids) -> None:
+        """What `draft` (from `draft()`) learned, now that its transaction committed."""
+        assert isinstance(draft.store, ChainMap)
+        assert isinstance(draft.rows, ChainMap)
+        self.store.update(draft.store.maps[0])
+        self.rows.update(draft.rows.maps[0])
 
 
 def result_id(result: Result) -> int | None:

@@ -11,6 +11,10 @@ behind the store's other writes (`ResilientStore.queue`), so alerts go on and no
   the queued write then moves the composer's cursor past them, so they are not composed again.
 - Rows that were in the store already and are sent or given up meanwhile are remembered as such
   (and their marks queued), so they are not sent twice.
+- Each row is sent from one place: the ids a flush gives rows are seen only once its
+  transaction committed (a mark made meanwhile lands here, not on a row a refused commit never
+  made), and a row the store has taken while its flush has not resumed to say so is sent from
+  here, not from the table too (`besides`).
 """
 
 from __future__ import annotations
@@ -62,6 +66,17 @@ class MemoryOutbox:
                 self.rows[row.id] = row
                 made.append(row.id)
         return made
+
+    def besides(self, stored: Sequence[OutboxRow]) -> list[OutboxRow]:
+        """Of the table's unsent rows, those not settled here: not sent or given up meanwhile
+        (`done`), and not one of ours still kept here (the store took it, and the flush that
+        made it has not resumed yet to say so: it is sent, or not, from here, once)."""
+        ours = {(r.created_at, r.chat_id, r.text) for r in self.rows.values()}
+        return [
+            r
+            for r in stored
+            if r.id not in self.done and (r.created_at, r.chat_id, r.text) not in ours
+        ]
 
     def pending(self) -> list[OutboxRow]:
         return [r for r in self.rows.values() if r.sent_at is None and not r.given_up]

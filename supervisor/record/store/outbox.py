@@ -335,8 +335,7 @@ class OutboxStore:
         except StoreRefusedError as err:
             self._resilient(err)
             stored = []
-        done = self.memory.done
-        return [r for r in stored if r.id not in done] + self.memory.pending()
+        return self.memory.besides(stored) + self.memory.pending()
 
     async def messages(self) -> list[OutboxRow]:
         """Every queued message, sent or not, oldest first."""

@@ -32,7 +32,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 import structlog
 from sqlalchemy import delete, insert, select
@@ -381,7 +380,7 @@ class ResilientStore(Store):
         while self._queue:
             batch = list(itertools.islice(self._queue, 1 if single else self.batch))
             try:
-                results = await self._take(batch)
+                results, end = await self._take(batch)
             except StoreError as err:
                 if refused(err):
                     self.outage, self.outage_cause = str(err), unwritable_cause(err)
@@ -394,10 +393,12 @@ class ResilientStore(Store):
                     continue
                 log.error("queued write failed", write=batch[0].what, error=str(err))
                 batch[0].origin.ids.learn(batch[0].write, None)
-                results = [None]
+                results, end = [None], await self._timeline_end()
             single = max(0, single - len(batch))
-            if len(self._queue) == len(batch):  # the last: read before a write can go straight in
-                self.flushed_to = await self._timeline_end()
+            # nothing awaited from the commit to the hooks: a message kept in memory is never
+            # seen both there and in the table (it would be sent twice)
+            if len(self._queue) == len(batch):  # the last: as it ended in its transaction
+                self.flushed_to = end
             for queued, result in zip(batch, results, strict=True):
                 self._queue.popleft()
                 if queued.origin is self._mine:
@@ -428,13 +429,15 @@ class ResilientStore(Store):
         self.dropped = 0
         return None
 
-    async def _take(self, batch: list[_Write]) -> list[Result]:
+    async def _take(self, batch: list[_Write]) -> tuple[list[Result], int]:
         """Queued writes in one transaction, in order, each placeholder learned as it is
         written (the writes after it name it); one from a spill file is recorded as taken there
-        too, or found taken already (its result read back). Nothing is taken when it fails."""
+        too, or found taken already (its result read back). Nothing is taken when it fails, and
+        nothing learned: what the writes learned is seen by others only once they committed.
+        Their results, and the timeline's last id with them."""
         results: list[Result] = []
         found: list[bool] = []
-        learned: list[tuple[dict[int, Any], int]] = []
+        drafts: dict[_Origin, Ids] = {}
         self._in_flight = len(batch)
         try:
             async with self._tx(write=True) as conn:
@@ -442,26 +445,28 @@ class ResilientStore(Store):
                 made = []
                 for queued in batch:
                     origin = queued.origin
+                    if origin not in drafts:
+                        drafts[origin] = origin.ids.draft()
+                    ids = drafts[origin]
                     identity = (origin.spill_id, queued.seq)
                     if identity in taken:
                         result = taken[identity]
                     else:
-                        result = await apply(conn, queued.write, origin.ids)
+                        result = await apply(conn, queued.write, ids)
                         if queued.seq is not None:
                             made.append(
                                 {"spill": origin.spill_id, "seq": queued.seq, "result": result}
                             )
-                    learned += origin.ids.learn(queued.write, result)
+                    ids.learn(queued.write, result)
                     results.append(result)
                     found.append(identity in taken)
                 if made:
                     await conn.execute(insert(spill_writes), made)
-        except BaseException:
-            for mapping, placeholder in learned:  # the transaction rolled back: so do they
-                mapping.pop(placeholder, None)
-            raise
+                end = await queries.timeline_end(conn)
         finally:
             self._in_flight = 0
+        for origin, ids in drafts.items():
+            origin.ids.adopt(ids)
         appended = False
         for queued, result, was_found in zip(batch, results, found, strict=True):
             if was_found:
@@ -471,7 +476,7 @@ class ResilientStore(Store):
             appended = appended or appends_entry(queued.write, result)
         if appended:  # the composer wakes once for the batch
             self._appended()
-        return results
+        return results, end
 
     def _settled(self, queued: _Write) -> None:
         """A queued write left the queue (taken, or dropped)."""
