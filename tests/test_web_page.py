@@ -245,15 +245,10 @@ async def test_a_silence_from_the_page_is_journaled_and_in_status(fleet: Fleet) 
         assert answer == "silenced llm for 2h: nothing is acted on until then"
 
         await asyncio.to_thread(driver.get, fleet.url + "/endpoints/llm")
-        cells = [
-            c.text
-            for c in driver.find_elements(By.CSS_SELECTOR, "#endpoint-journal tbody tr")[
-                0
-            ].find_elements(By.TAG_NAME, "td")
-        ][1:6]
+        journal = "#endpoint-journal tbody tr"  # (live: each read in one script)
+        cells = _texts(driver, f"{journal}:nth-child(1) td")[1:6]
         assert cells == ["silence", "llm", "alice", "web", "swapping a disk"]
-        rows = driver.find_elements(By.CSS_SELECTOR, "#endpoint-journal tbody tr")
-        assert rows[1].find_elements(By.TAG_NAME, "td")[1].text == "restart"
+        assert _texts(driver, f"{journal}:nth-child(2) td")[1] == "restart"
 
     status = json.loads(await asyncio.to_thread(_cli, fleet.config, "status", "--json"))
     states = {e["name"]: e["state"] for e in status["endpoints"]}
@@ -469,8 +464,9 @@ async def test_every_page_fits_a_phone(fleet: Fleet, tmp_path: Path) -> None:
             assert (page, driver.execute_script(SIDEWAYS)) == (page, [])
             driver.save_screenshot(str(tmp_path / f"phone-{page}.png"))
             if page == "endpoint":
-                reason = driver.find_element(By.ID, "reason")
-                assert (reason.text, reason.is_displayed()) == ("connection refused", True)
+                # (live: a refresh may replace it between a find and a read; read it again then)
+                assert wait_for(driver, lambda d: _texts(d, "#reason")) == ["connection refused"]
+                assert wait_for(driver, lambda d: d.find_element(By.ID, "reason").is_displayed())
             if page == "incident":  # the silence in the incident says who set it, and how
                 await asyncio.to_thread(
                     wait_for, driver, lambda d: _texts(d, "li[data-type=transition]")
