@@ -8,7 +8,6 @@ is handed to them here; the root closes what it opened, the daemon stops what ru
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ from supervisor.app.service import OpsRuntime
 from supervisor.config.models import FleetConfig
 from supervisor.control import ControlApi
 from supervisor.control.wiring import start_control
+from supervisor.core.aio import stop_in_order
 from supervisor.core.clock import Clock, SystemClock
 from supervisor.core.httpclient import HttpClient
 from supervisor.core.peers import PeerDoor
@@ -243,12 +243,5 @@ class Supervisor:
             ("executor", self.executor.close),
             ("store", self.store.close if self.store is not None else None),
         ]
-        slow: dict[str, float] = {}
-        for name, stop in parts:
-            if stop is None:
-                continue
-            began = time.monotonic()
-            await stop()
-            if (took := time.monotonic() - began) >= 1.0:
-                slow[name] = round(took, 2)
+        slow = await stop_in_order(parts)
         log.info("stopped", **({"slow_s": slow} if slow else {}))

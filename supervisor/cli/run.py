@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 
 import structlog
 
@@ -34,11 +35,20 @@ def main(args: argparse.Namespace) -> int:
 async def _run(gate: LeaderGate) -> None:
     """Follow until this instance leads, then run the supervisor (see `supervisor.app.leader`)."""
     stop = asyncio.Event()
+    asked: list[float] = []  #: when the first stop signal came
+
+    def stopping() -> None:
+        if not asked:
+            asked.append(time.monotonic())
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stopping)
     loop.add_signal_handler(signal.SIGHUP, gate.request_reload)
     await gate.run(stop)
+    if asked:
+        log.info("exiting", stop_s=round(time.monotonic() - asked[0], 2))
     await _end_leftovers()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:
@@ -48,3 +48,19 @@ async def poll(
         await asyncio.sleep(pause)
         if at_most is not None:
             pause = min(at_most, pause * 1.5)
+
+
+async def stop_in_order(
+    parts: Sequence[tuple[str, Callable[[], Awaitable[object]] | None]],
+) -> dict[str, float]:
+    """Run each part's stop, in order (None: nothing to stop); the seconds of each that took a
+    second or more, by name (so a slow stop can say where it waited)."""
+    slow: dict[str, float] = {}
+    for name, stop in parts:
+        if stop is None:
+            continue
+        began = time.monotonic()
+        await stop()
+        if (took := time.monotonic() - began) >= 1.0:
+            slow[name] = round(took, 2)
+    return slow

@@ -23,6 +23,7 @@ from supervisor.app.leader.elector import Elector, Me, PeerVerdict
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config.models import FleetConfig
+from supervisor.core.aio import stop_in_order
 from supervisor.core.httpclient import HttpClient
 from supervisor.core.peers import ASK_S, PeerAnswer, PeerDoor, Peers, ask_all, read_peer_token
 from supervisor.core.tenure import Tenure
@@ -75,6 +76,8 @@ class LeaderGate:
         self._store: Store | None = None  #: the claims' store, once open
         #: while cut off: asks the peers who leads now (the line names it)
         self._asking: asyncio.Task[None] | None = None
+        #: the last term's follower HTTP stop, when it took a second or more (`slow_s`)
+        self._follower_slow: dict[str, float] = {}
 
     def _peers(self, config: FleetConfig) -> tuple[Peers | None, PeerDoor | None]:
         path = config.store.peer_token_file
@@ -205,13 +208,21 @@ class LeaderGate:
             while not stop.is_set():
                 await self._term(store, stop)
         finally:
-            if self._asking is not None:
-                self._asking.cancel()
-                await asyncio.gather(self._asking, return_exceptions=True)
-            await self.listener.close()
-            if self.warm is not None:
-                await self.warm.close()
-            await store.close()
+            slow = await stop_in_order(
+                [
+                    ("peer question", self._stop_asking),
+                    ("listener", self.listener.close),
+                    ("event streams", self.warm.close if self.warm is not None else None),
+                    ("store", store.close),
+                ]
+            )
+            slow = self._follower_slow | slow
+            log.info("leadership stopped", **({"slow_s": slow} if slow else {}))
+
+    async def _stop_asking(self) -> None:
+        if self._asking is not None:
+            self._asking.cancel()
+            await asyncio.gather(self._asking, return_exceptions=True)
 
     async def _term(self, store: Store, stop: asyncio.Event) -> None:
         self.elector = elector = Elector(
@@ -288,7 +299,7 @@ class LeaderGate:
         finally:
             unsubscribe()
             claims.cancel()
-            await following.stop()
+            self._follower_slow = await stop_in_order([("follower http", following.stop)])
 
     async def _announce(self, supervisor: Supervisor, elector: Elector) -> None:
         """Tell Telegram how this instance came to lead (a takeover, or a restart after an
