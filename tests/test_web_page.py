@@ -99,7 +99,9 @@ async def fleet(tmp_path: Path, sim_factory: SimFactory) -> AsyncIterator[Fleet]
     process = await spawn_daemon(config, tmp_path / "daemon.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        await eventually(lambda: _healthy(url), within=20, what="every endpoint healthy")
+        await eventually(
+            lambda: _healthy(url, "llm", "qwen", "embed"), within=20, what="every endpoint healthy"
+        )
         yield Fleet(config=config, url=url, sim=sim, sim_port=sim_port, process=process)
     finally:
         if process.returncode is None:
@@ -107,15 +109,16 @@ async def fleet(tmp_path: Path, sim_factory: SimFactory) -> AsyncIterator[Fleet]
             await process.wait()
 
 
-async def _healthy(url: str) -> bool:
+async def _healthy(url: str, *names: str) -> bool:
+    """Whether /status says each of `names`, and no other endpoint, is healthy."""
     try:
         async with httpx.AsyncClient(verify=default_tls(), base_url=url) as client:
             status = (await client.get("/status")).json()
     except httpx.HTTPError:
         return False
-    # every configured endpoint, by name (a page served before the daemon leads has none)
+    # by name: an answer with no endpoints in it is not a healthy fleet
     states = {e["name"]: e["state"] for e in status["endpoints"]}
-    return states == dict.fromkeys(("llm", "qwen", "embed"), "healthy")
+    return states == dict.fromkeys(names, "healthy")
 
 
 def _shots(tmp_path: Path) -> Path:
@@ -618,7 +621,7 @@ async def test_availability_on_the_page_is_what_the_store_says(
     process = await spawn_daemon(config, tmp_path / "daemon.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        await eventually(lambda: _healthy(url), within=20, what="llm healthy")
+        await eventually(lambda: _healthy(url, "llm"), within=20, what="llm healthy")
         with chromium() as driver:
             await asyncio.to_thread(driver.get, url + "/endpoints/llm")
             rows = {r.split("\t")[0]: r.split("\t")[1:] for r in _texts(driver, "#availability tr")}
@@ -708,7 +711,7 @@ async def test_the_board_shows_the_last_doctor_run(tmp_path: Path, sim: VllmSim)
     process = await spawn_daemon(config, tmp_path / "daemon.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        await eventually(lambda: _healthy(url), within=20, what="llm healthy")
+        await eventually(lambda: _healthy(url, "llm"), within=20, what="llm healthy")
         with chromium() as driver:
             await asyncio.to_thread(driver.get, url + "/")
             head = " ".join(_texts(driver, "#doctor p")[0].split())
