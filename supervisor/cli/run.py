@@ -15,12 +15,17 @@ from supervisor.app.leader.gate import LeaderGate
 from supervisor.app.root import Supervisor
 from supervisor.cli.common import load
 from supervisor.core import logs
+from supervisor.core.aio import waits_at
 
 log = structlog.get_logger("supervisor")
 
 LEFTOVERS_WITHIN_S = 5.0
 """How long tasks still running once the daemon has stopped (there should be none) may take to
 end after they are cancelled, before the process exits without them."""
+
+STOP_SLOW_S = 10.0
+"""A stop still under way this long after its signal says where each task waits, one warning
+per task: a stop that hangs names what holds it long before systemd's stop timeout kills it."""
 
 
 def main(args: argparse.Namespace) -> int:
@@ -37,12 +42,14 @@ async def _run(gate: LeaderGate) -> None:
     stop = asyncio.Event()
     asked: list[float] = []  #: when the first stop signal came
 
+    loop = asyncio.get_running_loop()
+
     def stopping() -> None:
         if not asked:
             asked.append(time.monotonic())
+            loop.call_later(STOP_SLOW_S, _say_where_stop_waits)
         stop.set()
 
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping)
     loop.add_signal_handler(signal.SIGHUP, gate.request_reload)
@@ -50,6 +57,13 @@ async def _run(gate: LeaderGate) -> None:
     if asked:
         log.info("exiting", stop_s=round(time.monotonic() - asked[0], 2))
     await _end_leftovers()
+
+
+def _say_where_stop_waits() -> None:
+    for task in asyncio.all_tasks():
+        if not task.done():
+            where = waits_at(task)
+            log.warning("stop slow: a task still waits", task=task.get_name(), where=where)
 
 
 async def _end_leftovers() -> None:
@@ -67,11 +81,7 @@ async def _end_leftovers() -> None:
     if not stuck:
         return
     for task in stuck:
-        frames = task.get_stack(limit=8)
-        where = " < ".join(
-            f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in frames
-        )
-        log.warning("a task did not end at stop", task=task.get_name(), where=where or "-")
+        log.warning("a task did not end at stop", task=task.get_name(), where=waits_at(task))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

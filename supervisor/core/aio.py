@@ -64,3 +64,18 @@ async def stop_in_order(
         if (took := time.monotonic() - began) >= 1.0:
             slow[name] = round(took, 2)
     return slow
+
+
+def waits_at(task: asyncio.Task[object], depth: int = 12) -> str:
+    """Where `task` waits: its coroutine's awaits followed down as far as Python's own
+    coroutines go (a driver's compiled code ends the chain), innermost first, at most `depth`
+    frames (``file:line function < its caller < ...``); "-" when it has no frame."""
+    frames: list[str] = []
+    coro: object = task.get_coro()
+    while coro is not None and len(frames) < 64:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return " < ".join(reversed(frames[-depth:])) or "-"

@@ -8,7 +8,10 @@ transaction-scoped advisory lock, so exactly one creates the tables.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Connection, Integer, MetaData, Table, Text, inspect, select
+from typing import Any
+from weakref import WeakKeyDictionary, WeakSet
+
+from sqlalchemy import Column, Connection, Integer, MetaData, Table, Text, event, inspect, select
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -74,9 +77,14 @@ def mend_tls_probe() -> None:
     connect_utils.TLSUpgradeProto = ReadTLSProbe
 
 
+_OPENED: WeakKeyDictionary[AsyncEngine, WeakSet[Any]] = WeakKeyDictionary()
+"""Each PostgreSQL engine's driver connections (asyncpg's) that are still referenced, pooled or
+in use: `drop_connections` ends them."""
+
+
 def make_pg_engine(target: PgTarget) -> AsyncEngine:
     mend_tls_probe()
-    return create_async_engine(
+    engine = create_async_engine(
         target.sqlalchemy_url(),
         pool_pre_ping=True,  # a connection the server dropped (restart) is replaced, not used
         pool_size=4,
@@ -92,6 +100,30 @@ def make_pg_engine(target: PgTarget) -> AsyncEngine:
             },
         },
     )
+    opened: WeakSet[Any] = WeakSet()
+    _OPENED[engine] = opened
+    event.listen(
+        engine.sync_engine, "connect", lambda dbapi, _record: opened.add(dbapi.driver_connection)
+    )
+    return engine
+
+
+def drop_connections(engine: AsyncEngine) -> int:
+    """End every connection of `engine` at once, pooled or in use, with nothing sent to the
+    server and nothing awaited (asyncpg's `terminate`); returns how many were open.
+
+    For a store that no longer answers us (deposed while cut off): a statement under way there
+    fails at once ("connection was closed in the middle of operation"). Cut short any other way,
+    it would not: asyncpg asks the server to cancel it on a new connection, which a silent
+    partition holds, and the next statement on that connection (SQLAlchemy's pre-ping rolls its
+    transaction back) waits for that cancel up to the statement limit (30 s), with a stopping
+    daemon behind it (tests/test_store_deposed.py)."""
+    dropped = 0
+    for conn in list(_OPENED.get(engine, ())):
+        if not conn.is_closed():
+            conn.terminate()
+            dropped += 1
+    return dropped
 
 
 _MIDWAY = "connection was closed in the middle of operation"

@@ -30,6 +30,7 @@ from supervisor.record.store.errors import (
 )
 from supervisor.record.store.grouped import GroupedSaves, Save
 from supervisor.record.store.lease import StaleEpochError
+from supervisor.record.store.pgengine import drop_connections
 from supervisor.record.store.queued import (
     AddSample,
     AppendWrite,
@@ -50,7 +51,7 @@ from supervisor.record.store.records import (
     TimelineRow,
 )
 from supervisor.record.store.schema import attempts
-from supervisor.record.store.target import StoreTarget
+from supervisor.record.store.target import PgTarget, StoreTarget
 
 
 class Store:
@@ -119,8 +120,12 @@ class Store:
         does not answer us: cut off from it): from now on every write and every fence question
         is refused at once, with no round trip to a store that would not answer; so is every
         read, and every transaction under way is cut short (a teardown waits on none of them:
-        without this, each would wait for the driver's statement limit, or the partition's end)."""
+        without this, each would wait for the driver's statement limit, or the partition's end).
+        A PostgreSQL store's connections are dropped (`pgengine.drop_connections`): what was
+        under way on one is not cancelled through the partition, which would wait."""
         self.deposed_by = (epoch, holder)
+        if isinstance(self.path, PgTarget):
+            drop_connections(self._engine)
         now = asyncio.get_running_loop().time()
         for under_way in self._under_way:
             under_way.reschedule(now)
