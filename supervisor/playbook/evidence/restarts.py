@@ -8,8 +8,8 @@ job with KeepAlive shows `state = spawn scheduled` for its throttle interval. `w
 reads each unit of the endpoint once; for each one about to be restarted it samples again every
 `PAUSE` until the restart's outcome is known:
 
-- `failed again`: the new attempt ended too (the unit rests again with a higher restart count, or
-  the job's run count rose and it is not running);
+- `failed again`: the new attempt ended too (the unit rests again with a higher restart count
+  and a new main process start, or the job's run count rose and it is not running);
 - `running`: the new attempt has lived `SETTLE` (a crash-loop attempt lives less);
 - `stopped`: the unit is inactive or failed (systemd gave up: `start-limit-hit`, or a person
   stopped it);
@@ -64,6 +64,7 @@ SHOW = (
     "MainPID",
     "NRestarts",
     "ActiveEnterTimestampMonotonic",
+    "ExecMainStartTimestampMonotonic",
     "Restart",
     "RestartUSec",
     "TimeoutStartUSec",
@@ -187,10 +188,22 @@ class _SystemdWatch(_Watch):
         first = self.first
         fresh = first.get("sub_state") not in RESTING and first.get("active_state") == "activating"
         if facts.get("sub_state") in RESTING:
-            return RestartOutcome.FAILED if restarted or fresh else None
+            return (
+                RestartOutcome.FAILED if (restarted and _ran_again(first, facts)) or fresh else None
+            )
         if active in MOVING and active != "deactivating" and (restarted or fresh):
             return self._lived(attempt_of(facts), at)
         return None
+
+
+def _ran_again(first: Mapping[str, FactValue], facts: Mapping[str, FactValue]) -> bool:
+    """The unit's main process was started since `first` (`ExecMainStartTimestampMonotonic`
+    moved; not shown by either: taken as so). systemd counts a restart (`NRestarts`) when it
+    queues the start job, and the unit shows `auto-restart` with the last death's exit until
+    that job runs: a loaded host once showed that moment, read as the restart failing again
+    with `signal 9`."""
+    before, now = first.get("exec_main_start_us"), facts.get("exec_main_start_us")
+    return before != now or not (before or now)
 
 
 class _LaunchdWatch(_Watch):

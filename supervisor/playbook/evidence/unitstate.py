@@ -87,6 +87,7 @@ def systemd_facts(text: str) -> dict[str, FactValue]:
         "main_pid": _int(found.get("MainPID", "")),
         "n_restarts": _int(found.get("NRestarts", "")),
         "active_enter_monotonic_us": _int(found.get("ActiveEnterTimestampMonotonic", "")),
+        "exec_main_start_us": _int(found.get("ExecMainStartTimestampMonotonic", "")),
         "restart": found.get("Restart", "no"),
         "restart_s": timespan_s(found.get("RestartUSec", "")) or 0.0,
         "start_timeout_s": timespan_s(found.get("TimeoutStartUSec", "")) or START_CAP,
