@@ -11,7 +11,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench import queries
 from supervisor.record.store.engine import open_engine
-from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
 from tests.helpers import bench_smoke
 from tests.pgserver import PgServer
@@ -118,8 +117,7 @@ async def _without_autovacuum(target: PgTarget) -> None:
     """The store made, its `incidents` left alone by autovacuum: the fill's 20,000 updates are
     over its threshold, and the server's autovacuum (a minute's naptime) once ran between the
     fill and the query of a proof run (28 buffers)."""
-    await (await Store.open(target)).close()
-    engine = await open_engine(target, create=False)
+    engine = await open_engine(target, create=True)
     try:
         async with engine.begin() as conn:
             await conn.execute(text("ALTER TABLE incidents SET (autovacuum_enabled = false)"))

@@ -108,9 +108,10 @@ def make_pg_engine(target: PgTarget) -> AsyncEngine:
     return engine
 
 
-def drop_connections(engine: AsyncEngine) -> int:
+def drop_connections(engine: AsyncEngine) -> None:
     """End every connection of `engine` at once, pooled or in use, with nothing sent to the
-    server and nothing awaited (asyncpg's `terminate`); returns how many were open.
+    server and nothing awaited (asyncpg's `terminate`); an engine not made here (SQLite's) has
+    none to end.
 
     For a store that no longer answers us (deposed while cut off): a statement under way there
     fails at once ("connection was closed in the middle of operation"). Cut short any other way,
@@ -118,12 +119,9 @@ def drop_connections(engine: AsyncEngine) -> int:
     partition holds, and the next statement on that connection (SQLAlchemy's pre-ping rolls its
     transaction back) waits for that cancel up to the statement limit (30 s), with a stopping
     daemon behind it (tests/test_store_deposed.py)."""
-    dropped = 0
     for conn in list(_OPENED.get(engine, ())):
         if not conn.is_closed():
             conn.terminate()
-            dropped += 1
-    return dropped
 
 
 _MIDWAY = "connection was closed in the middle of operation"

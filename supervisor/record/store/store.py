@@ -51,7 +51,7 @@ from supervisor.record.store.records import (
     TimelineRow,
 )
 from supervisor.record.store.schema import attempts
-from supervisor.record.store.target import PgTarget, StoreTarget
+from supervisor.record.store.target import StoreTarget
 
 
 class Store:
@@ -124,8 +124,7 @@ class Store:
         A PostgreSQL store's connections are dropped (`pgengine.drop_connections`): what was
         under way on one is not cancelled through the partition, which would wait."""
         self.deposed_by = (epoch, holder)
-        if isinstance(self.path, PgTarget):
-            drop_connections(self._engine)
+        drop_connections(self._engine)
         now = asyncio.get_running_loop().time()
         for under_way in self._under_way:
             under_way.reschedule(now)
