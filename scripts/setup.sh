@@ -30,20 +30,29 @@ fi
 # that start a real one (tests/litellm.py): one exact release and every dependency pinned by hash
 # (tests/data/litellm/requirements.txt, docs/lab.md says which and why), in a venv of its own that
 # git ignores by its own .gitignore. Never in .venv: the runtime must not import it. Made again
-# only when the pinned file changed (about 2 s with uv, 28-50 s with pip on 2 cores); where it cannot be had, the
-# specs that need it skip with that reason.
+# only when the pinned file changed; where it cannot be had, the specs that need it skip with
+# that reason. --no-deps: the file holds every dependency (pip would take an extra such as
+# fastapi-sso's `pydantic[email]` for a requirement not pinned); the check then proves none is
+# missing. With uv: the venv, the install and the check in about 2 s (`python3 -m venv` alone
+# took 3.5 s, seeding a pip nothing here uses); where uv fails, venv and pip (28-50 s on 2 cores).
 litellm_reqs=tests/data/litellm/requirements.txt
+litellm_uv() {
+  [ -x .venv/bin/uv ] &&
+    .venv/bin/uv venv --quiet --no-project --python "$(command -v python3)" .venv-litellm &&
+    .venv/bin/uv pip install --quiet --python .venv-litellm/bin/python --no-deps \
+      --require-hashes -r "$litellm_reqs" &&
+    .venv/bin/uv pip check --quiet --python .venv-litellm/bin/python
+}
+litellm_pip() {
+  python3 -m venv .venv-litellm &&
+    .venv-litellm/bin/pip install --quiet --disable-pip-version-check --no-deps \
+      --require-hashes -r "$litellm_reqs" &&
+    .venv-litellm/bin/pip check >/dev/null
+}
 if ! cmp -s "$litellm_reqs" .venv-litellm/requirements.txt 2>/dev/null; then
   rm -rf .venv-litellm
-  python3 -m venv .venv-litellm
-  printf '*\n' >.venv-litellm/.gitignore
-  # --no-deps: the file holds every dependency (pip would take an extra such as fastapi-sso's
-  # `pydantic[email]` for a requirement not pinned); `pip check` then proves none is missing
-  # with uv where it can be had (2 s from its cache; pip took 28-50 s on 2 cores), else pip
-  if { { [ -x .venv/bin/uv ] && .venv/bin/uv pip install --quiet --python .venv-litellm/bin/python \
-    --no-deps --require-hashes -r "$litellm_reqs"; } ||
-    .venv-litellm/bin/pip install --quiet --disable-pip-version-check --no-deps \
-      --require-hashes -r "$litellm_reqs"; } && .venv-litellm/bin/pip check >/dev/null; then
+  if litellm_uv || { rm -rf .venv-litellm && litellm_pip; }; then
+    printf '*\n' >.venv-litellm/.gitignore
     cp "$litellm_reqs" .venv-litellm/requirements.txt
   else
     echo "setup: LiteLLM could not be installed into .venv-litellm; its specs will skip" >&2

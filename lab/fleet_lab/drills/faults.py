@@ -438,7 +438,9 @@ FAULTS: Mapping[str, Fault] = {
             then=then_ghost,
         ),
         # escalated, then only `/metrics` changes (the unit dies no death meanwhile); every
-        # failed real check reads /metrics over 5 s, so escalating takes ~45 s: a generous
+        # failed real check reads /metrics over the progress window (here 1 s, not the default
+        # 5 s: the stand-in's counters stand still when it hangs and move each token when it
+        # works, so a second tells them apart; escalating took ~45 s at 5 s): a generous
         # ceiling per phase
         Fault(
             "escalated-then-hung",
@@ -448,6 +450,7 @@ FAULTS: Mapping[str, Fault] = {
             endpoint="qwen",
             then=then_hung,
             within=120,
+            probe={"progress_window": "1s"},
         ),
         Fault(
             "escalated-other-status",
