@@ -52,8 +52,7 @@ types() {
 # freeze, a lease, a page; on 2 cores 3 workers ended a minute later, and the specs that 4 once
 # failed by their own timeouts were made to wait for their event instead), runs all but the
 # lab's specs, one at a time to whichever worker is free, those that wait longest first
-# (tests/conftest.py: WAIT_FIRST), so that none is left running alone at the end, on all
-# workers but one, which runs the specs that compute meanwhile (tests/lanes.py). The second,
+# (tests/conftest.py: WAIT_FIRST), so that none is left running alone at the end. The second,
 # FLEET_LAB_WORKERS workers (default: the cores, 2 to 8; on 2 cores 3 took the lab from 6 min
 # 56 s to 5 min 51 s, but the third worker's lab twice never saw spark2's worker join 29501:
 # not the default until that is understood), runs the lab's specs, which mostly wait on real

@@ -12,14 +12,11 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
-from xdist.remote import Producer
-from xdist.scheduler import LoadScheduling
 
 from fleet_lab import netns
 from fleet_lab.vllm_sim.server import Flavour, SimBehaviour, VllmSim
 from supervisor.core.httpclient import HttpClient
 from supervisor.record.store.target import StoreTarget
-from tests.lanes import WaitLanes
 from tests.pgserver import PgServer
 from tests.pgserver import unavailable as pg_unavailable
 from tests.skips import reason, skip_line, strict_line
@@ -133,13 +130,8 @@ WAIT_FIRST = (
 """The modules whose specs mostly wait (a 60 s database outage or freeze, lease expiries, a fresh
 host's install, the demos, the benchmarks' smoke runs; 20-85 s each), in this order before all
 others. On workers (scripts/test.sh: `--dist load --maxschedchunk 1` hands each worker two specs,
-then one more each time it finishes one) they start first, so that none is left running alone
-at the end of the run, on all workers but one (`tests.lanes`): that one runs the specs that
-compute meanwhile."""
-
-
-def _waits(nodeid: str) -> bool:
-    return nodeid.split("::", 1)[0] in WAIT_FIRST
+then one more each time it finishes one) they start first and side by side, so that none is left
+running alone at the end of the run."""
 
 
 @pytest.hookimpl(trylast=True)
@@ -149,14 +141,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return WAIT_FIRST.index(where) if where in WAIT_FIRST else len(WAIT_FIRST)
 
     items.sort(key=rank)  # stable: each module's specs keep their order
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadScheduling | None:
-    """`--dist load` (the other specs' pool): one worker is kept off the specs that wait while
-    the rest hold them (`tests.lanes`)."""
-    if config.getoption("dist") != "load":
-        return None
-    return WaitLanes(config, log, waits=_waits)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
