@@ -240,8 +240,12 @@ async def test_a_route_still_failing_once_its_backend_is_back_is_its_own_inciden
                 assert _incident(route) is None
                 router.api_keys = ("sk-new-router-key",)  # the route sends none
                 await backend.start(port=port)
+                # back: healthy, and its incident closed in the store (the worker's state
+                # turns before its transition is written; a loaded run read the store between)
+                ds4 = workers["ds4"]
                 await eventually(
-                    lambda: workers["ds4"].state is State.HEALTHY, what="the backend back"
+                    lambda: ds4.state is State.HEALTHY and _incident(ds4) is None,
+                    what="the backend back",
                 )
                 await eventually(
                     lambda: _incident(route) is not None, what="the route's own incident"
