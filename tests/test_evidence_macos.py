@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from supervisor.config.supervised import Endpoint, Host, UnitRef
@@ -523,6 +523,7 @@ PARSERS: tuple[Callable[[str], object], ...] = (
 
 @settings(max_examples=200, database=None)
 @given(st.text(alphabet=st.sampled_from('abc019 =:{}()"-.%\t\n\\x/') | st.characters()))
+@example("0 ¹ 0")  # str.isdigit() holds for '¹'; int() refuses it (a CI run found it)
 def test_parsers_never_raise(text: str) -> None:
     for parse in PARSERS:
         parse(text)

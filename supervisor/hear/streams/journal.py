@@ -49,7 +49,7 @@ class JournalEntry:
 
     def number(self, name: str) -> int | None:
         text = self.get(name)
-        return int(text) if text.lstrip("-").isdigit() else None
+        return int(text) if text.isascii() and text.lstrip("-").isdigit() else None
 
 
 def _text(value: object) -> str | None:
@@ -63,7 +63,7 @@ def _text(value: object) -> str | None:
 
 
 def _at(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value.isdigit():
+    if not isinstance(value, str) or not (value.isascii() and value.isdigit()):
         return None
     return datetime.fromtimestamp(int(value) / 1_000_000, tz=UTC)
 

@@ -47,7 +47,7 @@ def show_argv(units: Sequence[str]) -> list[str]:
 
 
 def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def parse_show(stdout: str) -> dict[str, PolledUnit]:

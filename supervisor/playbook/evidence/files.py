@@ -68,7 +68,7 @@ def grep_facts(result: CommandResult) -> dict[str, FactValue] | None:
     if _missing(result, 2):
         return {"count": 0, "exists": False}
     text = result.stdout.strip()
-    if (result.ok or _quiet_exit(result, 1)) and text.isdigit():
+    if (result.ok or _quiet_exit(result, 1)) and text.isascii() and text.isdigit():
         return {"count": int(text), "exists": True}
     return None
 

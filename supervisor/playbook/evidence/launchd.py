@@ -163,7 +163,7 @@ async def launchd_job(ctx: CollectContext, params: NoEvidenceParams) -> Collecte
 def modified_epoch(result: CommandResult) -> int | None:
     """BSD `stat -f %m` -> seconds since the epoch of the last write; None when unreadable."""
     text = result.stdout.strip()
-    return int(text) if result.ok and text.isdigit() else None
+    return int(text) if result.ok and text.isascii() and text.isdigit() else None
 
 
 @collector(

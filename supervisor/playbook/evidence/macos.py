@@ -73,7 +73,7 @@ def parse_lsof(text: str) -> list[tuple[int, str, str]]:
     sockets: list[tuple[int, str, str]] = []
     for line in text.splitlines():
         words = line.split()
-        if len(words) >= 3 and words[1].isdigit():
+        if len(words) >= 3 and words[1].isascii() and words[1].isdigit():
             sockets.append((int(words[1]), words[0].replace("\\x20", " "), words[2]))
     return sockets
 
@@ -190,7 +190,7 @@ def parse_vm_stat(text: str) -> dict[str, FactValue]:
         name, sep, rest = line.partition(":")
         fact = VM_STAT_FIELDS.get(name.strip().strip('"'))
         count = rest.strip().rstrip(".")
-        if sep and fact and count.isdigit():
+        if sep and fact and count.isascii() and count.isdigit():
             facts[fact] = round(int(count) * page / GIB, 1)
     return facts
 

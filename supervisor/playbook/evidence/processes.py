@@ -51,7 +51,7 @@ def parse_ps(text: str) -> list[Process]:
     listed: list[Process] = []
     for line in text.splitlines():
         words = line.split(None, 2)
-        if len(words) < 3 or not words[0].isdigit():
+        if len(words) < 3 or not (words[0].isascii() and words[0].isdigit()):
             continue
         args = words[2].strip()
         if args == " ".join(PS_ARGV):

@@ -13,6 +13,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if (
+        not sep
+        or not host
+        or not (port.isascii() and port.isdigit())
+        or not 0 <= int(port) <= 65535
+    ):
         raise ListenError(f"http.listen: expected HOST:PORT like 127.0.0.1:9464, got {text!r}")
     return host, int(port)

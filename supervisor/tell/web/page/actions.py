@@ -67,7 +67,7 @@ async def _silence(api: ControlApi, form: Form, actor: Actor) -> Answer:
 
 async def _edit(api: ControlApi, form: Form, actor: Actor) -> Answer:
     number = _field(form, "silence").lstrip("#")
-    if not number.isdigit():
+    if not (number.isascii() and number.isdigit()):
         return _bad(f"which silence: expected its number, got {number!r}")
     why = _field(form, "why")
     if not why:
@@ -98,7 +98,7 @@ async def _resume(api: ControlApi, form: Form, actor: Actor) -> Answer:
 
 async def _ack(api: ControlApi, form: Form, actor: Actor) -> Answer:
     incident = _field(form, "incident")
-    if not incident.isdigit():
+    if not (incident.isascii() and incident.isdigit()):
         return _bad(f"which incident: expected its number, got {incident!r}")
     return await api.ack(int(incident), actor=actor, why=_field(form, "why"))
 

@@ -218,7 +218,11 @@ class Page:
 
     async def _incident_context(self, request: web.Request) -> dict[str, Any]:
         number = request.match_info["id"]
-        incident = await self.daemon.store.incident(int(number)) if number.isdigit() else None
+        incident = (
+            await self.daemon.store.incident(int(number))
+            if number.isascii() and number.isdigit()
+            else None
+        )
         if incident is None:
             raise web.HTTPNotFound(text=f"no incident {number}\n")
         rows = await self.daemon.store.timeline(incident.id)

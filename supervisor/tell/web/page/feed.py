@@ -59,7 +59,11 @@ class Feed:
         )
         await response.prepare(request)
         resume = request.headers.get("Last-Event-ID", "")
-        after = int(resume) if resume.isdigit() else await last_entry_id(self._store)
+        after = (
+            int(resume)
+            if resume.isascii() and resume.isdigit()
+            else await last_entry_id(self._store)
+        )
         event = asyncio.Event()
         self._waiting.add(event)
         try:
