@@ -86,7 +86,7 @@ async def takeovers(server: PgServer, kills: int, lease_s: float) -> list[float]
         holder, epoch, _ = await _wait(target, 0, 60)
         procs["b"] = await _spawn(configs["b"])
         try:
-            for _ in range(kills):
+            for round_ in range(kills):
                 await asyncio.sleep(1 + rng.uniform(0, lease_s / 3))  # any phase of renewal
                 killed = await _now_ms(target)
                 procs[holder].send_signal(signal.SIGKILL)
@@ -94,7 +94,8 @@ async def takeovers(server: PgServer, kills: int, lease_s: float) -> list[float]
                 dead = holder
                 holder, epoch, at_ms = await _wait(target, epoch, lease_s * 3)
                 out.append((at_ms - killed) / 1000)
-                procs[dead] = await _spawn(configs[dead])  # back, as the follower
+                if round_ < kills - 1:  # back, as the follower the next round needs
+                    procs[dead] = await _spawn(configs[dead])
         finally:
             for proc in procs.values():
                 if proc.returncode is None:

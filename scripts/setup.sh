@@ -17,14 +17,25 @@ if [ -n "$missing" ]; then
     echo "setup: please install these Debian packages first:$missing" >&2
   fi
 fi
-[ -x .venv/bin/python ] || python3 -m venv .venv
-# uv (from PyPI, into the venv) installs the same packages as pip in a tenth of the time (5 s
-# instead of 55 on 2 cores, most of pip's spent compiling every module to bytecode up front); where
-# uv cannot be had or fails, pip does it.
-[ -x .venv/bin/uv ] || .venv/bin/pip install --quiet --disable-pip-version-check uv || true
+# The venv is made without pip (`python3 -m venv` spent 3.5 s seeding one): this machine's pip
+# installs uv into it (`pip --python`, pip 22.3 and later), and uv installs everything else
+# there, pip included (a spec builds a wheel with it). uv (from PyPI) installs the same packages
+# as pip in a tenth of the time (5 s instead of 55 on 2 cores, most of pip's spent compiling
+# every module to bytecode up front). Where any of that cannot be had or fails, the venv's own
+# pip (ensurepip) does it.
+[ -x .venv/bin/python ] || python3 -m venv --without-pip .venv
+venv_pip() {
+  [ -x .venv/bin/pip ] || .venv/bin/python -m ensurepip --default-pip >/dev/null
+}
+pip_quiet=(--quiet --disable-pip-version-check --root-user-action=ignore)
+if [ ! -x .venv/bin/uv ]; then
+  python3 -m pip --python .venv/bin/python install "${pip_quiet[@]}" uv 2>/dev/null ||
+    { venv_pip && .venv/bin/pip install "${pip_quiet[@]}" uv; } || true
+fi
 if ! { [ -x .venv/bin/uv ] &&
-  .venv/bin/uv pip install --quiet --python .venv/bin/python -e '.[test]' -e ./lab; }; then
-  .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]' -e ./lab
+  .venv/bin/uv pip install --quiet --python .venv/bin/python pip -e '.[test]' -e ./lab; }; then
+  venv_pip
+  .venv/bin/pip install "${pip_quiet[@]}" -e '.[test]' -e ./lab
 fi
 # LiteLLM, the OpenAI-compatible router some fleets put in front of their servers, for the specs
 # that start a real one (tests/litellm.py): one exact release and every dependency pinned by hash
@@ -61,5 +72,8 @@ if ! cmp -s "$litellm_reqs" .venv-litellm/requirements.txt 2>/dev/null; then
 fi
 # Bytecode for every module, compiled here once on all cores: uv compiles none, and a test run
 # starts about ten Python processes at once, each of which compiled what it imported (4.8 CPU-s a
-# process in a fresh clone, 1.7 with the caches). About 7 s on 2 cores the first time, then 1 s.
-.venv/bin/python -m compileall -q -j 0 .venv/lib supervisor lab/fleet_lab tests bench >/dev/null
+# process in a fresh clone, 1.7 with the caches). Not the packages no run imports from source
+# (pip, setuptools, pygments; mypy and mypyc load their compiled modules): 4 s on 2 cores the
+# first time (6 s with them), then 1 s.
+.venv/bin/python -m compileall -q -j 0 -x '/site-packages/(pip|setuptools|pygments|mypy|mypyc)/' \
+  .venv/lib supervisor lab/fleet_lab tests bench >/dev/null

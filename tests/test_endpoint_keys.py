@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fleet_lab.vllm_sim.chat import CONTENT_TEXT, REASONING_TEXT
 from fleet_lab.vllm_sim.server import SimBehaviour, VllmSim
 from fleet_lab.vllm_sim.swap import LlamaSwap, SimUpstream, SwapModel
 from supervisor.config.errors import ConfigError
@@ -211,6 +212,18 @@ async def test_a_key_from_the_environment_reaches_llama_swap(
     assert outcomes(await probes(wrong)) == [(ProbeOutcome.FAIL, refused)] * 2
 
 
+ASK = {"model": "sim-model", "messages": [{"role": "user", "content": "What is 17 + 25?"}]}
+NO_KEY = {
+    "error": {
+        "message": "Authentication Error, No api key passed in.",
+        "type": "auth_error",
+        "param": "None",
+        "code": "401",
+    }
+}
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(litellm.unavailable() is not None, reason=str(litellm.unavailable()))
 async def test_a_key_from_a_file_is_litellm_s_master_key(tmp_path: Path, vllm: VllmSim) -> None:
     # LiteLLM routes to vLLM with the backend's own key; the supervisor holds the master key
@@ -218,6 +231,19 @@ async def test_a_key_from_a_file_is_litellm_s_master_key(tmp_path: Path, vllm: V
     async with litellm.litellm_proxy(
         tmp_path / "litellm", backends, master_key=KEY, backend_key=KEY
     ) as proxy:
+        # the proxy itself: no key is its 401 and the backend is not asked; the master key gets
+        # the backend's answer, `reasoning` renamed `reasoning_content` (API-FACTS.md)
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
+            url = proxy.url + "/v1/chat/completions"
+            answer = await http.post(url, json=ASK)
+            assert (answer.status_code, answer.json()) == (401, NO_KEY)
+            assert vllm.requests["/v1/chat/completions"] == 0
+            key = {"Authorization": f"Bearer {KEY}"}
+            answer = await http.post(url, json=ASK, headers=key)
+            assert answer.status_code == 200
+            message = answer.json()["choices"][0]["message"]
+        assert (message["content"], message["reasoning_content"]) == (CONTENT_TEXT, REASONING_TEXT)
+        assert vllm.requests["/v1/chat/completions"] == 1
         path = key_file(tmp_path)
         config = parse(fleet(tmp_path, proxy.url, "    api_key_file: spark.key\n"), tmp_path)
         assert outcomes(await probes(with_keys(config, {})))[1] == (ProbeOutcome.OK, "")
@@ -230,6 +256,7 @@ async def test_a_key_from_a_file_is_litellm_s_master_key(tmp_path: Path, vllm: V
         assert outcomes(await probes(unkeyed))[1] == (ProbeOutcome.FAIL, asked)
         assert proxy.trap.seen == []
     assert os.environ.get("LITELLM_MASTER_KEY") is None
+    print(f"litellm {litellm.RELEASE} ready in {proxy.started_in_s:.1f} s")
 
 
 WRONG = "sk-wrong-5e1d0b"
