@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,6 +30,7 @@ from supervisor.core.tls import default_tls
 from supervisor.record.store.errors import StoreRefusedError
 from supervisor.record.store.lease import Lease, lease_journal
 from supervisor.record.store.records import TimelineRow
+from supervisor.record.store.resilient import ResilientStore
 from supervisor.record.store.store import Store
 from supervisor.tell.web.page.feed import Feed
 from supervisor.tell.web.page.reads import entries_after
@@ -85,6 +87,11 @@ async def test_the_leader_says_so_and_a_clean_stop_hands_over_at_once(
 ) -> None:
     a, b = pair
     assert b.gate.supervisor is None  # b runs nothing while it follows
+    # the leader's replay of queued writes lets its lease's renewal go first
+    assert a.gate.supervisor is not None
+    assert a.gate.elector is not None
+    assert isinstance(a.gate.supervisor.store, ResilientStore)
+    assert a.gate.supervisor.store.before_batch == a.gate.elector.quiet
     async with httpx.AsyncClient(verify=default_tls()) as client:
         await eventually(lambda: _answers(client, a.url), within=20, what="a's HTTP")
         status = (await client.get(f"{a.url}/status")).json()["leadership"]
@@ -263,6 +270,53 @@ async def test_a_refused_renewal_keeps_the_lead_but_a_freeze_does_not(tmp_path: 
         clock.now += 0.55  # a whole lease of answers
         await follower.step()
         assert follower.leading.is_set()
+
+
+class Held(Store):
+    """A real SQLite store whose next transactions wait at their start until `go` is set (a
+    renewal waiting for the lease row's lock)."""
+
+    holding = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reached, self.go = asyncio.Event(), asyncio.Event()
+
+    def tx(self, *, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._held(write) if self.holding else super().tx(write=write)
+
+    @asynccontextmanager
+    async def _held(self, write: bool) -> AsyncIterator[AsyncConnection]:
+        self.reached.set()
+        await self.go.wait()
+        async with super().tx(write=write) as conn:
+            yield conn
+
+
+async def test_the_writes_that_wait_for_the_leader_s_renewal_go_after_it(tmp_path: Path) -> None:
+    """`quiet` returns at once while no renewal is under way, and while one is, only once it
+    ended (what waits there: a replay's next batch, `ResilientStore.before_batch`)."""
+    clock, lease = Clock(), timedelta(seconds=ELECTOR_LEASE_S)
+    opened = await Held.open(tmp_path / "s.db")
+    assert isinstance(opened, Held)
+    async with opened as store:
+        elector = Elector(store, Me(holder="a", host="box"), lease, monotonic=clock)
+        await elector.step()
+        assert elector.is_leading
+        await asyncio.wait_for(elector.quiet(), 10)  # none under way: at once
+        store.holding = True
+        renewal = asyncio.create_task(elector.step())
+        await store.reached.wait()  # the renewal waits for the store
+        after = asyncio.create_task(elector.quiet())
+        for _ in range(3):
+            await asyncio.sleep(0)  # a task whose wait is over ends at its first turn
+        assert not after.done()
+        store.holding = False
+        store.go.set()
+        await renewal
+        await asyncio.wait_for(after, 10)
+        assert elector.is_leading
+        assert elector.deadline == clock.now + ELECTOR_LEASE_S
 
 
 async def test_after_an_outage_a_follower_counts_from_the_stores_first_answer(

@@ -579,3 +579,40 @@ async def test_a_message_the_store_took_before_its_flush_resumed_is_pending_once
         await notify_rows.insert_row(conn, kept, None)  # as the flush inserts it
     assert [(r.id, r.text) for r in await outbox.pending()] == [(kept.id, kept.text)]
     await store.close()
+
+
+async def test_a_replay_waits_for_the_renewal_under_way_before_each_batch(tmp_path: Path) -> None:
+    """Every queued write taken back passes the fence, which locks the lease row shared, and
+    the renewal locks it alone: before each batch the replay awaits `before_batch` (the
+    leader's `Elector.quiet`), so a renewal due waits for one batch at most, not for the whole
+    replay. Five queued writes, two a batch: three waits, each before its batch is taken."""
+    db = tmp_path / "s.db"
+    store = await ResilientStore.open(db, create=True)
+    store.retry_every = 0.01
+    store.batch = 2
+    taken_before: list[int] = []
+    renewal = asyncio.Event()
+
+    async def renewal_first() -> None:
+        taken_before.append(store.saved)
+        await renewal.wait()
+
+    store.before_batch = renewal_first
+    now = datetime.now(UTC)
+    lock = WriteLock(db)
+    await asyncio.to_thread(lock.take)
+    try:
+        for second in range(5):
+            await store.add_sample(_sample(now + timedelta(seconds=second)))
+        assert store.queued == 5
+    finally:
+        await asyncio.to_thread(lock.release)
+    try:
+        await eventually(lambda: taken_before == [0], what="the replay waiting for the renewal")
+        assert store.queued == 5  # nothing taken while the renewal is under way
+        renewal.set()
+        assert await store.writable(30)
+        assert taken_before == [0, 2, 4]
+        assert len(await store.samples("m", limit=10)) == 5
+    finally:
+        await store.close()

@@ -92,6 +92,9 @@ class Supervisor:
         self.interrupted_why = "the daemon stopped"
         #: [leadership] the hosts' event-stream connections a follower kept open (the gate's)
         self.transports: Mapping[str, Transport] | None = None
+        #: [leadership] awaited before each batch of queued writes the store replays: the
+        #: lease's renewal under way goes first (the gate's `Elector.quiet`)
+        self.renewal_first: Callable[[], Awaitable[None]] | None = None
 
     @property
     def config(self) -> FleetConfig:
@@ -174,12 +177,13 @@ class Supervisor:
         )
         log.info("started", endpoints=len(daemon.workers), hosts=len(daemon.hosts))
 
-    def _fenced(self, store: Store) -> Executor:
+    def _fenced(self, store: ResilientStore) -> Executor:
         """[leadership] Under an epoch, the store refuses stale writes and every command asks
         the fence first (`supervisor.record.store.lease`)."""
         if self.fence is None:
             return self.executor
         store.fence_epoch, store.fence_holder, store.fence_host = self.fence
+        store.before_batch = self.renewal_first
         if self.on_deposed is not None:
             store.on_deposed.append(self.on_deposed)
         return FencedExecutor(self.executor, store)

@@ -262,6 +262,7 @@ class LeaderGate:
             )
             supervisor.on_deposed = lambda _err: deposed.set()
             supervisor.peer_door = self.door
+            supervisor.renewal_first = elector.quiet
             if self.warm is not None:  # the streams run on the connections kept open
                 supervisor.transports = await self.warm.hand_over()
             self.supervisor = supervisor

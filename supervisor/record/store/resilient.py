@@ -130,6 +130,9 @@ class ResilientStore(Store):
         self.retry_every = retry_every
         self.max_queued = max_queued
         self.batch = BATCH  #: queued writes taken in one transaction at most
+        #: [leadership] awaited before each batch of queued writes is taken: the lease's
+        #: renewal under way goes first (`Elector.quiet`)
+        self.before_batch: Callable[[], Awaitable[None]] | None = None
         self.outage = ""  #: the error that made writes queue, '' while they go through
         self.outage_cause = ""  #: why, in a few words (`unwritable_cause`)
         self.outages = 0  #: how many times writes started queueing
@@ -378,6 +381,8 @@ class ResilientStore(Store):
         the store still refuses (that refusal is returned)."""
         single = 0  #: writes to take one per transaction (a batch of them failed)
         while self._queue:
+            if self.before_batch is not None:
+                await self.before_batch()
             batch = list(itertools.islice(self._queue, 1 if single else self.batch))
             try:
                 results, end = await self._take(batch)
