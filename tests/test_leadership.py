@@ -87,13 +87,14 @@ async def test_the_leader_says_so_and_a_clean_stop_hands_over_at_once(
 ) -> None:
     a, b = pair
     assert b.gate.supervisor is None  # b runs nothing while it follows
-    # the leader's replay of queued writes lets its lease's renewal go first
-    assert a.gate.supervisor is not None
-    assert a.gate.elector is not None
-    assert isinstance(a.gate.supervisor.store, ResilientStore)
-    assert a.gate.supervisor.store.before_batch == a.gate.elector.quiet
     async with httpx.AsyncClient(verify=default_tls()) as client:
         await eventually(lambda: _answers(client, a.url), within=20, what="a's HTTP")
+        # a's supervisor is started (its HTTP is the last part up, its store the first): the
+        # leader's replay of queued writes lets its lease's renewal go first
+        assert a.gate.supervisor is not None
+        assert a.gate.elector is not None
+        assert isinstance(a.gate.supervisor.store, ResilientStore)
+        assert a.gate.supervisor.store.before_batch == a.gate.elector.quiet
         status = (await client.get(f"{a.url}/status")).json()["leadership"]
         metrics = (await client.get(f"{a.url}/metrics")).text
     assert (status["leader"], status["epoch"], status["leading"], status["this_instance"]) == (
