@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench import queries
 from supervisor.record.store.engine import open_engine
+from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
 from tests.helpers import bench_smoke
 from tests.pgserver import PgServer
@@ -94,6 +96,39 @@ async def test_the_query_bench_measures_a_vacuumed_postgresql_store(
             await _without_autovacuum(target)
         count = await queries.fill(target, 20_000, 1000, 5)
     assert count == 20
+    buffers = await _newest_50_buffers(target)
+    if most is None:
+        assert buffers > 200  # 20,000 row versions of 20 incidents
+    else:
+        assert buffers <= most
+
+
+async def test_the_vacuum_after_the_fill_waits_for_a_session_that_holds_a_snapshot(
+    pg_server: PgServer,
+) -> None:
+    """A session of the store's database holds a snapshot from before the fill until the fill's
+    rows are in (as an autovacuum worker's ANALYZE that began during the fill can): a vacuum
+    then would remove none of the fill's row versions. The fill's vacuum waits for it to end."""
+    target = pg_server.database()
+    await (await Store.open(target)).close()  # the schema, so that the holder can read it
+    holder = await open_engine(target, create=False)
+    try:
+        async with holder.connect() as conn:
+            await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+            await conn.execute(text("SELECT count(*) FROM incidents"))  # its snapshot, held
+            filling = asyncio.create_task(queries.fill(target, 20_000, 1000, 5))
+            while not await _rows_in(target, 20_000):
+                assert not filling.done(), filling
+                await asyncio.sleep(0.05)
+            await conn.rollback()  # the snapshot goes; the vacuum may now remove
+            assert await asyncio.wait_for(filling, 60) == 20
+    finally:
+        await holder.dispose()
+    assert await _newest_50_buffers(target) <= 50
+
+
+async def _newest_50_buffers(target: PgTarget) -> int:
+    """The buffers the newest-50 query reads, by the plan a big store gets (the index)."""
     engine = await open_engine(target, create=False)
     try:
         async with engine.connect() as conn:
@@ -102,11 +137,17 @@ async def test_the_query_bench_measures_a_vacuumed_postgresql_store(
     finally:
         await engine.dispose()
     top = next(r[0] for r in plan if "Buffers: shared" in r[0])  # the plan's total
-    buffers = sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
-    if most is None:
-        assert buffers > 200  # 20,000 row versions of 20 incidents
-    else:
-        assert buffers <= most
+    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+
+
+async def _rows_in(target: PgTarget, count: int) -> bool:
+    engine = await open_engine(target, create=False)
+    try:
+        async with engine.connect() as conn:
+            rows: int = (await conn.execute(text("SELECT count(*) FROM timeline"))).scalar_one()
+    finally:
+        await engine.dispose()
+    return rows == count
 
 
 async def _no_vacuum(_engine: AsyncEngine) -> None:
