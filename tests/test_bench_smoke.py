@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,8 @@ async def test_the_vacuum_after_the_fill_waits_for_a_session_that_holds_a_snapsh
     then would remove none of the fill's row versions. The fill's vacuum waits for it to end."""
     target = pg_server.database()
     await (await Store.open(target)).close()  # the schema, so that the holder can read it
-    holder = await open_engine(target, create=False)
+    # a session the server lets idle in its transaction (the store's own give up after 5 s)
+    holder = await open_engine(replace(target, idle_in_transaction_s=600.0), create=False)
     try:
         async with holder.connect() as conn:
             await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
