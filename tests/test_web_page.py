@@ -60,8 +60,9 @@ when:
 actions:
   - action: shell
     on: host
-    params: {argv: [sh, -c, "echo restarting llm; echo unit started"]}
-verify: {within: 30s}
+    params:
+      argv: [sh, -c, 'cat "$0" >/dev/null; echo restarting llm; echo unit started', "{gate}"]
+verify: {within: 90s}
 mode: auto
 """
 
@@ -73,6 +74,7 @@ class Fleet:
     sim: VllmSim
     sim_port: int
     process: WarmProcess
+    gate: Path  #: a FIFO the repair's command reads first: the spec says when the step ends
 
 
 @pytest.fixture
@@ -82,7 +84,9 @@ async def fleet(tmp_path: Path, sim_factory: SimFactory) -> AsyncIterator[Fleet]
     other = await sim_factory(model="qwen")
     playbook = tmp_path / "playbooks"
     playbook.mkdir()
-    (playbook / "restart-llm.yaml").write_text(RULE)
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    (playbook / "restart-llm.yaml").write_text(RULE.replace("{gate}", str(gate)))
     (tmp_path / "token").write_text(TOKEN + "\n")
     port = free_port()
     config = write_fleet(
@@ -102,8 +106,9 @@ async def fleet(tmp_path: Path, sim_factory: SimFactory) -> AsyncIterator[Fleet]
         await eventually(
             lambda: _healthy(url, "llm", "qwen", "embed"), within=20, what="every endpoint healthy"
         )
-        yield Fleet(config=config, url=url, sim=sim, sim_port=sim_port, process=process)
+        yield Fleet(config=config, url=url, sim=sim, sim_port=sim_port, process=process, gate=gate)
     finally:
+        _open_gate(gate)  # a repair the spec left waiting does not outlive it
         if process.returncode is None:
             process.terminate()
             await process.wait()
@@ -119,6 +124,23 @@ async def _healthy(url: str, *names: str) -> bool:
     # by name: an answer with no endpoints in it is not a healthy fleet
     states = {e["name"]: e["state"] for e in status["endpoints"]}
     return states == dict.fromkeys(names, "healthy")
+
+
+def _open_gate(gate: Path) -> bool:
+    """Let the repair's command past its FIFO: whether it was waiting there (a writer can open
+    a FIFO without waiting only once its reader has)."""
+    try:
+        os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        return False
+    return True
+
+
+async def _fragment_has(url: str, path: str, marker: str) -> bool:
+    """Whether the live part of the page at `path` (an incident's) holds `marker` now."""
+    fragment = path.replace("/incidents/", "/fragments/incidents/")
+    async with httpx.AsyncClient(verify=default_tls(), base_url=url) as client:
+        return marker in (await client.get(fragment)).text
 
 
 def _shots(tmp_path: Path) -> Path:
@@ -163,6 +185,32 @@ EventSource.prototype.addEventListener = function (type, ...rest) {
 };
 """
 
+#: Before the page's own script: its event stream opens only when the spec calls
+#: `openStreams()`, so an entry can be committed after the page was read and before its stream
+#: opens (as when a loaded machine is slow to run the page's script).
+HELD_STREAMS = """
+const Real = window.EventSource;
+const held = [];
+window.EventSource = function (url) {
+  const stream = {
+    url: url, listeners: [], onopen: null, onerror: null, real: null, closed: false,
+    addEventListener(type, fn) { this.listeners.push([type, fn]); },
+    close() { this.closed = true; if (this.real) this.real.close(); },
+  };
+  held.push(stream);
+  return stream;
+};
+window.openStreams = function () {
+  for (const stream of held) {
+    if (stream.closed || stream.real) continue;
+    stream.real = new Real(stream.url);
+    stream.real.onopen = stream.onopen;
+    stream.real.onerror = stream.onerror;
+    for (const [type, fn] of stream.listeners) stream.real.addEventListener(type, fn);
+  }
+};
+"""
+
 
 async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repair(
     fleet: Fleet, tmp_path: Path, sim_factory: SimFactory
@@ -189,11 +237,26 @@ async def test_a_fault_turns_the_board_red_live_and_the_incident_shows_the_repai
         assert driver.execute_script("return window.notReloaded") is True  # live, no reload
         driver.save_screenshot(str(shots / "board.png"))
 
+        # the incident page is read while the repair's command waits at its gate, and its
+        # stream opens only once the step and the move to verifying are committed: the stream
+        # must send what was committed after the page was read, not only what comes after it
+        # opened (nothing more comes until the server is back: no tick reaches the page)
+        hold = driver.execute_cdp_cmd(
+            "Page.addScriptToEvaluateOnNewDocument", {"source": HELD_STREAMS}
+        )
         await asyncio.to_thread(driver.get, incident)
-        # the repair's step reaches the page live once the daemon has diagnosed and run it: 10 s
-        # was not enough beside a CPU burner (the evidence, the step and the page's own work)
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", hold)
+        await eventually(lambda: _open_gate(fleet.gate), within=30, what="the repair at its gate")
+        path = incident.removeprefix(fleet.url)
+        await eventually(
+            lambda: _fragment_has(fleet.url, path, "remediating → verifying"),
+            within=30,
+            what="the step and the move to verifying committed",
+        )
         step = "li[data-type=step]"
-        await asyncio.to_thread(wait_for, driver, lambda d: _texts(d, step), within=30)
+        assert _texts(driver, step) == []  # the page was read before the step
+        driver.execute_script("window.openStreams()")
+        await asyncio.to_thread(wait_for, driver, lambda d: _texts(d, step), within=10)
         assert _texts(driver, "li[data-type=step] .head")[0].endswith("step 1 shell on forge: ok")
         assert _texts(driver, "li[data-type=step] .command .exit") == ["exit 0"]
         assert _texts(driver, "li[data-type=step] .command pre") == ["restarting llm\nunit started"]

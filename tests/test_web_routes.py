@@ -19,6 +19,7 @@ from supervisor.core.tls import default_tls
 from supervisor.judge.machine import State
 from supervisor.record.timeline.control import Acked
 from supervisor.tell.web.page.actions import NEEDS_A_REASON
+from supervisor.tell.web.page.reads import entries_after
 from tests.helpers import eventually, write_fleet
 
 
@@ -280,6 +281,41 @@ async def test_a_reconnecting_browser_gets_what_it_missed(open_daemon: Superviso
             f' "summary": "{first.summary}"'
             "}",
         ]
+
+
+async def test_a_page_s_stream_starts_after_the_newest_entry_the_page_was_read_with(
+    open_daemon: Supervisor,
+) -> None:
+    """An entry committed after the page was read and before its script opened the stream (a
+    slow browser, a loaded machine) is still sent: the page says where its stream starts."""
+    incident = open_daemon.workers["web"].record.incident_id
+    assert open_daemon.store is not None
+    assert incident is not None
+    async with _client(open_daemon) as client:
+        page = (await client.get(f"/incidents/{incident}")).text
+        after = int(page.split(' data-after="', 1)[1].split('"', 1)[0])
+        # the page holds every entry of the incident up to the one its stream starts after
+        before = [r for r in await open_daemon.store.timeline(incident) if r.id <= after]
+        assert page.count(' data-type="') >= len(before) > 0
+        csrf = await _sign_in(client, "ann")
+        await client.post("/actions/ack", data={"csrf": csrf, "incident": str(incident)})
+        acked = (await open_daemon.store.timeline(incident))[-1]
+        assert acked.type == "acked"
+        missed = [row.id for row in await entries_after(open_daemon.store, after)]
+        assert acked.id in missed
+        async with client.stream("GET", "/events", params={"after": str(after)}) as events:
+            lines = events.aiter_lines()
+            assert [await anext(lines) for _ in range(4)] == [
+                "retry: 2000",
+                "",
+                "event: timeline",
+                f"id: {missed[0]}",
+            ]
+        bad = await client.get("/events", params={"after": "-1"})
+        assert (bad.status_code, bad.text) == (400, "after: not an entry id: '-1'\n")
+    for path in ("/", "/endpoints/web"):
+        async with _client(open_daemon) as client:
+            assert ' data-after="' in (await client.get(path)).text, path
 
 
 async def test_incident_filters_and_pages(open_daemon: Supervisor) -> None:

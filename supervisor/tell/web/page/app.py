@@ -11,7 +11,7 @@
 | `GET /alarm.json` | the worst state: how many are not serving, its tone (the tab title, icon) |
 | `GET /favicon.ico`, `GET /icons/{tone}.png` | the tab's icon: now, and per tone |
 | `GET /states.css` | each state's colour (`supervisor.tell.web.page.states`) |
-| `GET /events` | server-sent events: each timeline entry as it is committed, a tick every 5 s |
+| `GET /events?after=ID` | server-sent events: each timeline entry after ID, a tick every 5 s |
 | `GET /fragments/...` | the live parts of the pages, re-fetched by the page's script |
 | `POST /login`, `POST /logout` | a session for actions (the token from `http.token_file`) |
 | `POST /actions/{name}` | silence, unsilence, pause, resume, ack, restart (after a confirmation) |
@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -173,6 +173,19 @@ class Page:
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
 
+    async def live(
+        self,
+        request: web.Request,
+        template: str,
+        read: Callable[[], Awaitable[dict[str, Any]]],
+        status: int = 200,
+    ) -> web.Response:
+        """A whole page that follows the live feed: the newest entry's id is read before the
+        page's own reads, and its stream starts after it (`data-after`), so an entry committed
+        between this read and the stream's opening is still sent, and the page refreshed."""
+        after = await self.feed.newest()
+        return self.render(request, template, status, after=after, **await read())
+
     async def _board_context(self) -> dict[str, Any]:
         reads = self.reads
         journal = (await reads.journal(latest=JOURNAL_SHOWN))[::-1] if reads else []
@@ -187,7 +200,7 @@ class Page:
     # -- pages -----------------------------------------------------------------------------
 
     async def index(self, request: web.Request) -> web.Response:
-        return self.render(request, "board.html", **await self._board_context())
+        return await self.live(request, "board.html", self._board_context)
 
     async def board_fragment(self, request: web.Request) -> web.Response:
         return self.render(request, "board_part.html", **await self._board_context())
@@ -229,7 +242,7 @@ class Page:
         return {"incident": incident, "items": [item(row) for row in rows]}
 
     async def incident(self, request: web.Request) -> web.Response:
-        return self.render(request, "incident.html", **await self._incident_context(request))
+        return await self.live(request, "incident.html", lambda: self._incident_context(request))
 
     async def incident_fragment(self, request: web.Request) -> web.Response:
         return self.render(request, "timeline_part.html", **await self._incident_context(request))
@@ -265,7 +278,7 @@ class Page:
         }
 
     async def endpoint(self, request: web.Request) -> web.Response:
-        return self.render(request, "endpoint.html", **await self._endpoint_context(request))
+        return await self.live(request, "endpoint.html", lambda: self._endpoint_context(request))
 
     async def endpoint_fragment(self, request: web.Request) -> web.Response:
         return self.render(request, "endpoint_part.html", **await self._endpoint_context(request))

@@ -1,8 +1,10 @@
 """Live updates: server-sent events from the typed timeline. The store calls its `on_timeline`
 hooks after every committed entry (the notifier's composer wakes on the same hook); each open
 stream wakes, reads the entries after the last one it sent and sends each as a `timeline` event
-(id, at, subject, type, kind, incident, summary). A `tick` every few seconds keeps proxies from
-closing the stream and lets the page refresh what changes without an entry (TTFT, tok/s)."""
+(id, at, subject, type, kind, incident, summary). A page starts its stream after the newest entry
+it was rendered with (`?after=`), so nothing committed while it loads is missed. A `tick` every
+few seconds keeps proxies from closing the stream and lets the page refresh what changes without
+an entry (TTFT, tok/s)."""
 
 from __future__ import annotations
 
@@ -52,18 +54,26 @@ class Feed:
     def _stops(self) -> bool:
         return self._tenure.stops("the page's event streams")
 
+    async def newest(self) -> int:
+        """The newest entry's id: a page reads it before its own reads and opens its stream
+        with `?after=` it, so an entry committed while the page loads still reaches it."""
+        return await last_entry_id(self._store)
+
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        """GET /events: `Last-Event-ID` (sent by a reconnecting browser) resumes after it."""
+        """GET /events?after=ID: the entries after ID, then each as it is committed.
+        `Last-Event-ID` (sent by a reconnecting browser) resumes after that one instead; with
+        neither, the stream starts at the newest."""
+        given = request.query.get("after", "")
+        if given and not (given.isascii() and given.isdigit()):
+            raise web.HTTPBadRequest(text=f"after: not an entry id: {given[:40]!r}\n")
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
         resume = request.headers.get("Last-Event-ID", "")
-        after = (
-            int(resume)
-            if resume.isascii() and resume.isdigit()
-            else await last_entry_id(self._store)
-        )
+        if not (resume.isascii() and resume.isdigit()):
+            resume = given
+        after = int(resume) if resume else await self.newest()
         event = asyncio.Event()
         self._waiting.add(event)
         try:

@@ -51,12 +51,21 @@
   // The stream is closed when the page is left: a browser keeps a left page (its back-forward
   // cache) with its stream open, and holds at most 6 connections to one server, so the seventh
   // page opened would wait for one of them. Shown again from that cache, it follows again.
+  // The stream starts after the newest entry the page was rendered with (or the last one it
+  // was sent), so an entry committed while the page loads, or while it sat in that cache,
+  // still arrives and refreshes it.
   let source = null;
+  let after = document.documentElement.dataset.after || "";
   function follow() {
-    source = new EventSource("/events");
+    source = new EventSource(after ? "/events?after=" + after : "/events");
     source.onopen = function () { badge.textContent = "● live"; badge.classList.add("on"); };
     source.onerror = function () { badge.textContent = "○ reconnecting"; badge.classList.remove("on"); };
-    source.addEventListener("timeline", function (e) { show(JSON.parse(e.data)); soon(); });
+    source.addEventListener("timeline", function (e) {
+      const entry = JSON.parse(e.data);
+      after = String(entry.id);
+      show(entry);
+      soon();
+    });
     source.addEventListener("tick", soon);
   }
   if (window.EventSource) {
