@@ -273,6 +273,49 @@ async def test_a_refused_renewal_keeps_the_lead_but_a_freeze_does_not(tmp_path: 
         assert follower.leading.is_set()
 
 
+class SlowRefusing(Store):
+    """A real SQLite store whose transactions are refused `takes` seconds of the spec's clock
+    after they begin (a renewal that waited behind the store's own retries of a full disk)."""
+
+    refuse = ""
+    takes = 0.0
+    clock: Clock
+
+    def tx(self, *, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
+        if self.refuse:
+            self.clock.now += self.takes
+            raise StoreRefusedError(self.refuse)
+        return super().tx(write=write)
+
+
+async def test_a_slow_first_refusal_leaves_the_loop_a_third_of_the_lease_to_wake_in(
+    tmp_path: Path,
+) -> None:
+    """The first refused renewal may run until a tenth of a lease before the lease's end (its
+    limit). The next try is then due two thirds of a lease after that one began: a third after
+    it ended left a loop that woke 0.3 s late (a burner beside the suite, a 3 s lease) past the
+    lease, and the leader of a full disk stepped down."""
+    clock, lease = Clock(), timedelta(seconds=ELECTOR_LEASE_S)
+    opened = await SlowRefusing.open(tmp_path / "s.db")
+    assert isinstance(opened, SlowRefusing)
+    async with opened as store:
+        store.clock = clock
+        elector = Elector(store, Me(holder="a", host="box"), lease, monotonic=clock)
+        await elector.step()  # leading until 101.5
+        assert elector.is_leading
+        clock.now += 0.5  # the renewal due, begun at 100.5
+        store.refuse, store.takes = "cannot write to store s.db: database or disk is full", 0.75
+        await elector.step()  # refused at 101.25
+        assert elector.store_down.endswith("database or disk is full")
+        assert elector.next_wait() == pytest.approx(0.25)  # due at 101.5: 100.5 + 2/3 lease
+        store.takes = 0.0
+        late = ELECTOR_LEASE_S / 3 - 0.1  # the loop wakes late, by less than a third of a lease
+        clock.now += elector.next_wait() + late
+        await elector.step()
+        assert (elector.is_leading, elector.lost_why) == (True, "")
+        assert elector.next_wait() == pytest.approx(0.5)  # refused at once: a third again
+
+
 class Held(Store):
     """A real SQLite store whose next transactions wait at their start until `go` is set (a
     renewal waiting for the lease row's lock)."""

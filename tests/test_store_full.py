@@ -195,7 +195,7 @@ async def test_a_full_disk_keeps_the_lead_the_alerts_and_every_record(
         said = f"store_down {elector.store_down!r}, {elector.errors} claims failed"
         raise AssertionError(f"{err}: {said}, leading {elector.is_leading}") from None
     await asyncio.sleep(LEASE_S)  # a whole lease unrenewed (issue 24: `leadership lost`)
-    assert elector.is_leading
+    assert elector.is_leading, f"lost: {elector.lost_why}; {elector.errors} claims failed"
     assert elector.holds()
     assert daemon.gate.supervisor is supervisor
     # the HTTP side and the CLI say the store is full, and why

@@ -420,10 +420,14 @@ class Elector:
     def next_wait(self) -> float:
         """A third of the lease; a leader never sleeps past its lease, a follower wakes just
         after the lease it saw runs out (so a takeover comes within the lease of the leader's
-        last heartbeat, not a third of a lease later)."""
+        last heartbeat, not a third of a lease later). While the store refuses a leader, its
+        next try is due two thirds of a lease after the last one began (what `holds` counts
+        from), not a third after it ended: the first refused renewal may have taken most of
+        what was left of the lease, and a loop that wakes late on a loaded box must still try
+        within the lease."""
         wait = self.lease_s / 3
         if self.is_leading and self.store_down:
-            return wait
+            return max(0.0, min(wait, self._last_try + 2 * wait - self._monotonic()))
         if self.is_leading:
             return max(0.0, min(wait, self._valid_until - self._monotonic()))
         seen = self.seen
