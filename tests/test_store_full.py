@@ -49,7 +49,10 @@ FAST = Timing(
     poll_timeout=1.0,
     startup_retry=0.2,
 )
-LEASE_S = 3.0
+#: The lease: the claim loop allows a third of it for a late wake-up while the store refuses (a
+#: frozen leader is one that tried nothing for a whole lease). At 3 s that third was a second,
+#: and once, beside a burner, the loop woke later and the leader stepped down; the default is 15 s.
+LEASE_S = 6.0
 TOLD_WITHIN_S = 10.0  #: the usual delay from a dead endpoint to the chat, with these timings
 MARK = "\n<i>(the store cannot be written: kept in memory, recorded when it returns)</i>"
 
