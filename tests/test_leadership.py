@@ -25,6 +25,7 @@ from supervisor.app.leader.gate import LeaderGate, interrupted_why
 from supervisor.app.leader.words import takeover_text
 from supervisor.app.root import Supervisor
 from supervisor.config.loader import load_config
+from supervisor.core.peers import PeerAnswer
 from supervisor.core.tenure import Tenure
 from supervisor.core.tls import default_tls
 from supervisor.record.store.errors import StoreRefusedError
@@ -155,6 +156,32 @@ def test_what_the_new_leader_says(previous: Lease | None, text: str | None) -> N
         released=False, now_ms=T, mine=True, took_over=True, previous=previous,
     )  # fmt: skip
     assert takeover_text(won, Me(holder="b", host="b-box")) == text
+
+
+@pytest.mark.parametrize(
+    ("told", "line"),
+    [
+        (  # the peer that made it step down reaches the store: it will lead
+            PeerAnswer(instance="b", leading=False, epoch=1, store=""),
+            "this instance does not lead: the store does not answer it (no renewal answered);"
+            " b reaches it and takes the lease over once it runs out; send control requests"
+            " there",
+        ),
+        (  # once it leads (asked each sixth of the lease)
+            PeerAnswer(instance="b", leading=True, epoch=2, store=""),
+            "this instance does not lead: the store does not answer it (no renewal answered);"
+            " b leads (epoch 2), as it told this instance; send control requests there",
+        ),
+    ],
+)
+def test_a_cut_off_instance_says_who_will_lead_then_who_leads(
+    tmp_path: Path, told: PeerAnswer, line: str
+) -> None:
+    config = load_config(_config(tmp_path, "a", free_port()))
+    gate = LeaderGate(config, lambda: Supervisor(config), listen=False)
+    assert gate.cut_off_line() == ""
+    gate.cut_off = (told, "no renewal answered", Elector.__new__(Elector))
+    assert gate.cut_off_line() == line
 
 
 async def test_a_failed_start_is_tried_again_not_fatal(tmp_path: Path) -> None:
