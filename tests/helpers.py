@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -77,19 +78,38 @@ async def spawn_daemon(config: Path, log: Path) -> WarmProcess:
         )
 
 
+BENCH_HANG_GUARD_S = 500.0
+"""How long a benchmark's smoke run may take before it counts as hung. Not a judgement of its
+speed: each benchmark bounds its own waits and fails naming the one that ran out (a smoke run
+takes 5-60 s, longer on a loaded machine). This only stops one that hangs outside them, before
+pytest-timeout's 600 s (pyproject.toml), so that what it printed is shown."""
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
 def bench_smoke(root: Path, argv: Sequence[str], results: Path) -> str:
     """Run a benchmark (`argv`: the script, then its own options) in `--smoke` mode writing into
     `results` (which already holds another
     section, kept); returns the file's text once the script succeeded."""
     results.write_text("# Benchmark results\n\n## Other\n\nkept\n")
-    done = subprocess.run(
-        [sys.executable, argv[0], "--smoke", *argv[1:], "--results", str(results)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    command = [sys.executable, argv[0], "--smoke", *argv[1:], "--results", str(results)]
+    try:
+        done = subprocess.run(
+            command,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            timeout=BENCH_HANG_GUARD_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as hung:
+        said = [_text(hung.stdout)[-2000:], _text(hung.stderr)[-2000:]]
+        raise AssertionError(f"{argv[0]} --smoke hung; it printed:\n" + "\n".join(said)) from None
     assert done.returncode == 0, done.stderr[-2000:]
     text = results.read_text()
     assert "## Other\n\nkept\n" in text

@@ -16,6 +16,13 @@ from tests.skips import ALLOWED, skip_line, strict_line
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def nested_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a nested pytest run, less the caller's `PYTEST_ADDOPTS`:
+    the run is the spec's own command line (a caller's `-v` would undo its `-q`)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    return {**env, **extra}
+
+
 @pytest.mark.parametrize(
     ("reasons", "uid", "line"),
     [
@@ -85,7 +92,7 @@ def test_as_a_user_other_than_root_the_lab_skips_and_the_run_says_why_in_one_lin
         text=True,
         timeout=120,
         check=False,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"},
+        env=nested_env(PYTHONDONTWRITEBYTECODE="1", HOME="/tmp"),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -146,7 +153,7 @@ def test_the_test_command_fails_a_run_as_root_that_skipped_what_it_should_run(
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "FLEET_STRICT_SKIPS": "1"},
+        env=nested_env(FLEET_STRICT_SKIPS="1"),
         timeout=120,
         check=False,
     )
