@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,13 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from supervisor.core.tls import default_tls
-from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, lease_journal
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.records import AttemptRow
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
 from tests.helpers import eventually, spawn_daemon, write_fleet
+from tests.kept_store import KeptStore
 from tests.pgserver import PgServer
 from tests.ports import free_port
 from tests.warmstart import WarmProcess
@@ -76,6 +76,10 @@ class Fleet:
     procs: dict[str, WarmProcess]
     bots: dict[str, BotApiStub]  #: each instance talks to its own Bot API (to tell who spoke)
     urls: dict[str, str]  #: each instance's `http.listen`
+    kept: KeptStore = field(init=False)  #: the store as the spec reads it, opened once
+
+    def __post_init__(self) -> None:
+        self.kept = KeptStore(self.target)
 
     def config(self, instance: str) -> Path:
         return self.root / instance / "fleet.yaml"
@@ -95,20 +99,17 @@ class Fleet:
         os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
 
     async def read(self) -> tuple[list[LeaseJournalEntry], list[AttemptRow]]:
-        try:
-            store = await Store.open(self.target, create=False)
-        except StoreError:  # no daemon made it yet
+        store = await self.kept.get()
+        if store is None:  # no daemon made it yet
             return [], []
-        async with store:
-            async with store.tx(write=False) as conn:
-                entries = await lease_journal(conn)
-            return entries, await store.attempts("m")
+        async with store.tx(write=False) as conn:
+            entries = await lease_journal(conn)
+        return entries, await store.attempts("m")
 
     async def now_ms(self) -> int:
-        async with (
-            await Store.open(self.target, create=False) as store,
-            store.tx(write=False) as conn,
-        ):
+        store = await self.kept.get()
+        assert store is not None, "no daemon made the store"
+        async with store.tx(write=False) as conn:
             return await db_now_ms(conn)
 
     async def has_taken_over(self, holder: str) -> bool:
@@ -194,6 +195,7 @@ async def fleet(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Fleet]:
         path.write_text(yaml.safe_dump(document, sort_keys=False))
     fleet = Fleet(tmp_path, target, port, marker, pidfile, {}, bots, urls)
     yield fleet
+    await fleet.kept.close()
     for bot in bots.values():
         await bot.stop()
     for proc in fleet.procs.values():
@@ -435,8 +437,9 @@ async def test_postgresql_stopped_longer_than_the_lease_the_leader_keeps_speakin
     async def closed() -> bool:
         """The repair's verification is recorded before the worker's transition that closes
         the incident: a loaded run read the store between the two."""
-        async with await Store.open(fleet.target, create=False) as store:
-            return (await store.incidents(subject="m"))[0].closed_at is not None
+        store = await fleet.kept.get()
+        assert store is not None
+        return (await store.incidents(subject="m"))[0].closed_at is not None
 
     await eventually(closed, within=30, what="the incident closed")
     async with await Store.open(fleet.target, create=False) as store:
@@ -513,8 +516,8 @@ async def test_a_fault_during_a_takeover_is_healed_exactly_once(fleet: Fleet) ->
 
 
 async def _healthy(fleet: Fleet) -> bool:
-    async with await Store.open(fleet.target, create=False) as store:
-        snapshots = await store.snapshots()
+    store = await fleet.kept.get()
+    snapshots = [] if store is None else await store.snapshots()
     return [(s.name, s.state) for s in snapshots] == [("m", "healthy")]
 
 

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,13 +27,12 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from supervisor.core.tls import default_tls
-from supervisor.record.store.errors import StoreError
 from supervisor.record.store.lease import LeaseJournalEntry, lease_journal
 from supervisor.record.store.pgengine import CONNECT_TIMEOUT_S
 from supervisor.record.store.records import AttemptRow
-from supervisor.record.store.store import Store
 from supervisor.record.store.target import PgTarget
 from tests.helpers import eventually, spawn_daemon, write_fleet
+from tests.kept_store import KeptStore
 from tests.pgserver import PgServer
 from tests.ports import free_port
 from tests.tcpgate import TcpGate
@@ -85,6 +84,10 @@ class Pair:
     procs: dict[str, WarmProcess]
     bots: dict[str, BotApiStub]
     urls: dict[str, str]
+    kept: KeptStore = field(init=False)  #: the store as the spec reads it, opened once
+
+    def __post_init__(self) -> None:
+        self.kept = KeptStore(self.target)
 
     def log(self, instance: str) -> Path:
         return self.root / instance / "daemon.log"
@@ -101,14 +104,12 @@ class Pair:
         os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
 
     async def read(self) -> tuple[list[LeaseJournalEntry], list[AttemptRow]]:
-        try:
-            store = await Store.open(self.target, create=False)
-        except StoreError:
+        store = await self.kept.get()
+        if store is None:  # no daemon made it yet
             return [], []
-        async with store:
-            async with store.tx(write=False) as conn:
-                entries = await lease_journal(conn)
-            return entries, await store.attempts("m")
+        async with store.tx(write=False) as conn:
+            entries = await lease_journal(conn)
+        return entries, await store.attempts("m")
 
     async def took_over(self, holder: str) -> LeaseJournalEntry | None:
         entries, _ = await self.read()
@@ -209,6 +210,7 @@ async def pair(tmp_path: Path, pg_server: PgServer) -> AsyncIterator[Pair]:
         path.write_text(yaml.safe_dump(document, sort_keys=False))
     pair = Pair(tmp_path, target, gate, port, marker, pidfile, {}, bots, urls)
     yield pair
+    await pair.kept.close()
     gate.open()
     for bot in bots.values():
         await bot.stop()

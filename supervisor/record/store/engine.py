@@ -18,7 +18,7 @@ from sqlalchemy import URL, Connection, event
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from supervisor.record.store import revise, schema
+from supervisor.record.store import fresh, revise, schema
 from supervisor.record.store.errors import StoreError
 from supervisor.record.store.pgengine import closed_words, make_pg_engine, open_pg_engine
 from supervisor.record.store.room import unwritable
@@ -169,7 +169,8 @@ async def open_engine(where: StoreTarget, *, create: bool) -> AsyncEngine:
     return await _open_sqlite(where, create=create)
 
 
-async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
+async def _open_sqlite(path: Path, *, create: bool, copy: bool = True) -> AsyncEngine:
+    """With `copy`, a new store is the copy of the first this process made (`fresh`)."""
     if not create and not await asyncio.to_thread(path.exists):
         raise StoreError(f"no store at {path} (has the daemon run yet?)")
     if create:
@@ -177,6 +178,8 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
             await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
         except OSError as err:
             raise StoreError(f"cannot open store {path}: {err.strerror or err}") from None
+        if copy and not await asyncio.to_thread(path.exists):
+            await fresh.place_copy(path, _make_first)
     engine = make_engine(path)
     try:
         async with transaction(engine, write=create) as conn:
@@ -196,6 +199,13 @@ async def _open_sqlite(path: Path, *, create: bool) -> AsyncEngine:
         said = f" ({why})" if why else ""
         raise StoreError(f"cannot open store {path}: {reason(err)}{said}") from None
     return engine
+
+
+async def _make_first(path: Path) -> None:
+    """A new store at `path` made by the revisions, closed (its WAL checkpointed into it)."""
+    engine = await _open_sqlite(path, create=True, copy=False)
+    await engine.dispose()
+    await drivers_stopped()
 
 
 async def _bring_up(conn: AsyncConnection, older: int | None) -> None:
