@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from supervisor.record.store.errors import StoreError
+from supervisor.record.store.lease import LeaseJournalEntry, lease_journal
+from supervisor.record.store.records import AttemptRow
 from supervisor.record.store.store import Store
 from supervisor.record.store.target import StoreTarget
 
@@ -30,6 +32,17 @@ class KeptStore:
             except StoreError:
                 return None
         return self._store
+
+    async def lease_and_attempts(
+        self, endpoint: str
+    ) -> tuple[list[LeaseJournalEntry], list[AttemptRow]]:
+        """The leadership journal and `endpoint`'s repair attempts (both empty: no store yet)."""
+        store = await self.get()
+        if store is None:
+            return [], []
+        async with store.tx(write=False) as conn:
+            entries = await lease_journal(conn)
+        return entries, await store.attempts(endpoint)
 
     async def close(self) -> None:
         if self._store is not None:

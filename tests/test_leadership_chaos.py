@@ -26,7 +26,7 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from supervisor.core.tls import default_tls
-from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms, lease_journal
+from supervisor.record.store.lease import LeaseJournalEntry, db_now_ms
 from supervisor.record.store.outbox import OutboxStore
 from supervisor.record.store.records import AttemptRow
 from supervisor.record.store.store import Store
@@ -99,12 +99,7 @@ class Fleet:
         os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
 
     async def read(self) -> tuple[list[LeaseJournalEntry], list[AttemptRow]]:
-        store = await self.kept.get()
-        if store is None:  # no daemon made it yet
-            return [], []
-        async with store.tx(write=False) as conn:
-            entries = await lease_journal(conn)
-        return entries, await store.attempts("m")
+        return await self.kept.lease_and_attempts("m")
 
     async def now_ms(self) -> int:
         store = await self.kept.get()

@@ -27,7 +27,7 @@ import yaml
 
 from fleet_lab.botapi import BotApiStub
 from supervisor.core.tls import default_tls
-from supervisor.record.store.lease import LeaseJournalEntry, lease_journal
+from supervisor.record.store.lease import LeaseJournalEntry
 from supervisor.record.store.pgengine import CONNECT_TIMEOUT_S
 from supervisor.record.store.records import AttemptRow
 from supervisor.record.store.target import PgTarget
@@ -104,12 +104,7 @@ class Pair:
         os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
 
     async def read(self) -> tuple[list[LeaseJournalEntry], list[AttemptRow]]:
-        store = await self.kept.get()
-        if store is None:  # no daemon made it yet
-            return [], []
-        async with store.tx(write=False) as conn:
-            entries = await lease_journal(conn)
-        return entries, await store.attempts("m")
+        return await self.kept.lease_and_attempts("m")
 
     async def took_over(self, holder: str) -> LeaseJournalEntry | None:
         entries, _ = await self.read()

@@ -1,7 +1,8 @@
 """Schema revisions with Alembic, for both engines (`supervisor/record/store/revisions/`).
 
 `upgrade` brings a store to the newest revision on the store's own connection, inside its write
-transaction. The revisions make every table of the store, on both engines, and nothing else does.
+transaction. The revisions make every table of the store, on both engines, and nothing else does
+(a process's later new SQLite stores are copies of the first it made: `fresh`).
 A store made before a revision took over its tables holds some of them already, as its release
 made them: that revision makes those it lacks and brings those it has to its schema (0001: a
 SQLite file made before Alembic, which carries no `alembic_version`, schema 1's timeline typed;
