@@ -17,7 +17,9 @@ already in a thread, and for specs that call them through `asyncio.to_thread` th
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -47,6 +49,8 @@ def missing() -> str:
 
 
 def _start(width: int, height: int, phone: bool) -> webdriver.Chrome:
+    """A browser whose temporary files (Chromium's `org.chromium.Chromium.*` folders) go to a
+    folder of its own, removed by `_quit`, not left in the machine's /tmp."""
     options = Options()
     if phone:
         metrics = {"width": width, "height": height, "pixelRatio": 3.0, "touch": True}
@@ -68,7 +72,28 @@ def _start(width: int, height: int, phone: bool) -> webdriver.Chrome:
         f"--window-size={width},{height}",
     ):
         options.add_argument(flag)
-    return webdriver.Chrome(options=options, service=Service(DRIVER))
+    scratch = tempfile.mkdtemp(prefix="fleet-chromium-")
+    service = Service(DRIVER, env={**os.environ, "TMPDIR": scratch})
+    try:
+        driver = webdriver.Chrome(options=options, service=service)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    _scratch[id(driver)] = scratch
+    return driver
+
+
+def _quit(driver: webdriver.Chrome) -> None:
+    """Quit the browser, then remove its temporary files."""
+    try:
+        driver.quit()
+    finally:
+        if (scratch := _scratch.pop(id(driver), None)) is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+_scratch: dict[int, str] = {}
+"""Each running browser's folder of temporary files, by the driver's id."""
 
 
 @contextmanager
@@ -82,7 +107,7 @@ def chromium(
     try:
         yield driver
     finally:
-        driver.quit()
+        _quit(driver)
 
 
 class Window:
@@ -117,7 +142,7 @@ async def window(
     try:
         yield Window(driver)
     finally:
-        await asyncio.to_thread(driver.quit)
+        await asyncio.to_thread(_quit, driver)
 
 
 def wait_for(
