@@ -50,6 +50,7 @@ class TcpGate:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        up_writer: asyncio.StreamWriter | None = None
         try:
             await self.forwarding.wait()
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -61,6 +62,10 @@ class TcpGate:
         finally:
             self._tasks.discard(task)
             writer.close()
+            # here too, not only in the pipes: stopped as it connected, the pipes' tasks are
+            # cancelled before their first step, and a task that never started runs no `finally`
+            if up_writer is not None:
+                up_writer.close()
 
     async def _pipe(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, upstream: bool = False
