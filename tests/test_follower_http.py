@@ -115,6 +115,28 @@ async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str
     return code, capsys.readouterr().err.strip()
 
 
+async def _metrics_while_state_holds(
+    client: httpx.AsyncClient, url: str
+) -> tuple[dict[str, Any], str]:
+    """`/status`, and `/metrics` read while the endpoints' states it gave held: the leader may
+    record a change between two reads (`m` goes down within a second of the start), so a
+    `/metrics` read between two `/status` reads that agree is asked for until there is one."""
+    read: tuple[dict[str, Any], str] | None = None
+
+    async def held() -> bool:
+        nonlocal read
+        before = (await client.get(f"{url}/status")).json()
+        metrics = (await client.get(f"{url}/metrics")).text
+        after = (await client.get(f"{url}/status")).json()
+        states = [[e["state"] for e in s["endpoints"]] for s in (before, after)]
+        read = (after, metrics) if states[0] == states[1] else None
+        return read is not None
+
+    await eventually(held, within=20, what="a /metrics read while the states held")
+    assert read is not None
+    return read
+
+
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[dict[str, Running]]:
     runs = {"a": Running(_config(tmp_path, "a", free_port()))}
@@ -138,8 +160,7 @@ async def test_a_follower_names_the_leader_and_refuses_control_then_the_roles_sw
             f"{a.url}/control/pause", json={"why": "upgrading"}, headers={"X-Fleet-Who": "op"}
         )
         assert paused.status_code == 200  # the leader acts; b's board shows it from the store
-        status = (await client.get(f"{b.url}/status")).json()
-        metrics = (await client.get(f"{b.url}/metrics")).text
+        status, metrics = await _metrics_while_state_holds(client, b.url)
         control = await client.post(f"{b.url}/control/silence", json={"target": "m", "for": "1h"})
         board = await client.get(f"{b.url}/")
         act = await client.post(f"{b.url}/actions/silence", data={"target": "m", "for": "1h"})
