@@ -48,9 +48,9 @@ def missing() -> str:
     return ""
 
 
-def _start(width: int, height: int, phone: bool) -> webdriver.Chrome:
-    """A browser whose temporary files (Chromium's `org.chromium.Chromium.*` folders) go to a
-    folder of its own, removed by `_quit`, not left in the machine's /tmp."""
+def _start(width: int, height: int, phone: bool, scratch: str) -> webdriver.Chrome:
+    """A browser whose temporary files (Chromium's `org.chromium.Chromium.*` folders) go to
+    `scratch`, which its caller removes once it quit, not to the machine's /tmp."""
     options = Options()
     if phone:
         metrics = {"width": width, "height": height, "pixelRatio": 3.0, "touch": True}
@@ -72,28 +72,13 @@ def _start(width: int, height: int, phone: bool) -> webdriver.Chrome:
         f"--window-size={width},{height}",
     ):
         options.add_argument(flag)
-    scratch = tempfile.mkdtemp(prefix="fleet-chromium-")
     service = Service(DRIVER, env={**os.environ, "TMPDIR": scratch})
-    try:
-        driver = webdriver.Chrome(options=options, service=service)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    _scratch[id(driver)] = scratch
-    return driver
+    return webdriver.Chrome(options=options, service=service)
 
 
-def _quit(driver: webdriver.Chrome) -> None:
-    """Quit the browser, then remove its temporary files."""
-    try:
-        driver.quit()
-    finally:
-        if (scratch := _scratch.pop(id(driver), None)) is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-
-
-_scratch: dict[int, str] = {}
-"""Each running browser's folder of temporary files, by the driver's id."""
+def _scratch() -> tempfile.TemporaryDirectory[str]:
+    """A browser's folder for its temporary files, removed with what is in it."""
+    return tempfile.TemporaryDirectory(prefix="fleet-chromium-", ignore_cleanup_errors=True)
 
 
 @contextmanager
@@ -103,11 +88,12 @@ def chromium(
     """A browser window of `width` x `height`; with `phone`, a touch screen of that many CSS
     pixels (Chrome's device emulation: a headless window is never narrower than 500 px).
     Blocking: from an async spec, use `window()`."""
-    driver = _start(width, height, phone)
-    try:
-        yield driver
-    finally:
-        _quit(driver)
+    with _scratch() as scratch:
+        driver = _start(width, height, phone, scratch)
+        try:
+            yield driver
+        finally:
+            driver.quit()
 
 
 class Window:
@@ -138,11 +124,12 @@ async def window(
 ) -> AsyncIterator[Window]:
     """`chromium(width, height, phone=phone)` for async specs: started, driven and quit in
     threads."""
-    driver = await asyncio.to_thread(_start, width, height, phone)
-    try:
-        yield Window(driver)
-    finally:
-        await asyncio.to_thread(_quit, driver)
+    with _scratch() as scratch:
+        driver = await asyncio.to_thread(_start, width, height, phone, scratch)
+        try:
+            yield Window(driver)
+        finally:
+            await asyncio.to_thread(driver.quit)
 
 
 def wait_for(
